@@ -1,0 +1,2 @@
+//! Side-by-side benchmarks (being written).
+fn main() {}

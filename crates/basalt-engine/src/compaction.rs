@@ -1,0 +1,640 @@
+//! Background work: compaction, hint files, periodic fsync, the expiry sweep,
+//! and closing.
+//!
+//! Compaction rewrites the live records of sealed files into new files and
+//! deletes the old ones. It never holds a lock while doing I/O: it checks a
+//! record's liveness under the shard's index read lock, appends it to its
+//! output, and repoints the index entry only if the entry still points at the
+//! old place, so a write that raced it always wins. Tombstones are kept while
+//! a file outside the compaction could hold an older record they shadow (any
+//! file whose smallest sequence number is below the tombstone's).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::db::{sync_dir, Db, FileInfo, Inner, Shard};
+use crate::format::{
+    self, FileHeader, HintEntry, Kind, Origin, FILE_HEADER_LEN, HINT_MAGIC, RECORD_HEADER_LEN,
+};
+use crate::keydir::Loc;
+use crate::options::SyncPolicy;
+use crate::recovery::{scan_records, ScanEnd};
+use crate::vfs::VFile;
+use crate::{Error, Result};
+
+/// What one [`Db::compact`] call did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CompactionReport {
+    /// Files rewritten and deleted.
+    pub files_compacted: usize,
+    /// Bytes read from them.
+    pub bytes_read: u64,
+    /// Bytes written to new files.
+    pub bytes_written: u64,
+}
+
+impl CompactionReport {
+    fn add(&mut self, o: &CompactionReport) {
+        self.files_compacted += o.files_compacted;
+        self.bytes_read += o.bytes_read;
+        self.bytes_written += o.bytes_written;
+    }
+}
+
+pub(crate) fn spawn_workers(inner: &Arc<Inner>) -> Vec<JoinHandle<()>> {
+    let mut v = Vec::new();
+    let i = inner.clone();
+    v.push(
+        std::thread::Builder::new()
+            .name("basalt-maint".into())
+            .spawn(move || maintenance_loop(&i))
+            .expect("spawn basalt-maint"),
+    );
+    if inner.opts.background_compaction {
+        let i = inner.clone();
+        v.push(
+            std::thread::Builder::new()
+                .name("basalt-compact".into())
+                .spawn(move || compaction_loop(&i))
+                .expect("spawn basalt-compact"),
+        );
+    }
+    v
+}
+
+/// Sleeps up to `d`; returns true when the database is closing.
+fn wait(inner: &Inner, d: Duration) -> bool {
+    let mut stop = inner.stop.lock();
+    if !*stop {
+        inner.wake.wait_for(&mut stop, d);
+    }
+    *stop
+}
+
+fn maintenance_loop(inner: &Inner) {
+    let tick = match inner.opts.sync {
+        SyncPolicy::EveryMs(p) => Duration::from_millis(p.min(100)),
+        _ => Duration::from_millis(100),
+    };
+    let mut last_sync = Instant::now();
+    while !wait(inner, tick) {
+        if let SyncPolicy::EveryMs(p) = inner.opts.sync {
+            if last_sync.elapsed() >= Duration::from_millis(p) {
+                last_sync = Instant::now();
+                for s in &inner.shards {
+                    if inner.check_writable().is_ok() {
+                        // A failure poisons the engine and is logged there.
+                        let _ = inner.sync_shard(s);
+                    }
+                }
+            }
+        }
+        if let Some(_g) = inner.compaction.try_lock() {
+            for s in &inner.shards {
+                if let Err(e) = write_pending_hints(inner, s) {
+                    tracing::warn!(shard = s.id, error = %e, "writing hint files failed; the data files will be scanned on open");
+                }
+            }
+        }
+        if inner.opts.active_expiry {
+            for s in &inner.shards {
+                if inner.check_writable().is_err() {
+                    break;
+                }
+                if let Err(e) = inner.sweep_shard(s, 1000) {
+                    tracing::warn!(shard = s.id, error = %e, "expiry sweep failed");
+                }
+            }
+        }
+    }
+}
+
+fn compaction_loop(inner: &Inner) {
+    while !wait(inner, Duration::from_secs(1)) {
+        if inner.check_writable().is_err() {
+            continue;
+        }
+        if let Err(e) = compaction_pass(inner, true) {
+            inner.poison(e);
+            return;
+        }
+    }
+}
+
+/// Compacts, in every shard, the sealed files past the garbage threshold.
+fn compaction_pass(inner: &Inner, throttle: bool) -> Result<CompactionReport> {
+    let _g = inner.compaction.lock();
+    let mut total = CompactionReport::default();
+    for s in &inner.shards {
+        let victims: Vec<u32> = {
+            let idx = s.index.read();
+            idx.files
+                .iter()
+                .filter(|(_, f)| {
+                    !f.active
+                        && f.total > FILE_HEADER_LEN as u64
+                        && f.reclaimable() as f64
+                            >= inner.opts.compaction_threshold * f.total as f64
+                })
+                .map(|(&id, _)| id)
+                .take(8)
+                .collect()
+        };
+        if !victims.is_empty() {
+            total.add(&compact_files(inner, s, &victims, throttle)?);
+        }
+        if *inner.stop.lock() {
+            break;
+        }
+    }
+    Ok(total)
+}
+
+/// Writes hint files for sealed log files that have none yet.
+pub(crate) fn write_pending_hints(inner: &Inner, shard: &Shard) -> Result<()> {
+    let ids = std::mem::take(&mut *shard.pending_hints.lock());
+    for id in ids {
+        let file = {
+            let idx = shard.index.read();
+            idx.files
+                .get(&id)
+                .map(|f| (f.handle.clone(), f.total, f.origin))
+        };
+        // Compacted away meanwhile: nothing to do.
+        let Some((handle, len, origin)) = file else {
+            continue;
+        };
+        write_hint_for_file(inner, shard, id, &*handle, len, origin)?;
+    }
+    Ok(())
+}
+
+/// Scans a sealed data file and writes its hint file.
+pub(crate) fn write_hint_for_file(
+    inner: &Inner,
+    shard: &Shard,
+    id: u32,
+    handle: &dyn VFile,
+    len: u64,
+    origin: Origin,
+) -> Result<()> {
+    let path = shard.data_path(id);
+    let mut entries = Vec::new();
+    let mut count = 0u64;
+    let end = scan_records(handle, len, &path, |off, h, bytes| {
+        let k1 = RECORD_HEADER_LEN + h.key_len as usize;
+        HintEntry {
+            seq: h.seq,
+            expiry: h.expiry,
+            kind: h.kind,
+            flags: h.flags,
+            tag: h.tag,
+            offset: off as u32,
+            record_len: h.record_len() as u32,
+            key: bytes[RECORD_HEADER_LEN..k1].to_vec(),
+            field: bytes[k1..k1 + h.field_len as usize].to_vec(),
+        }
+        .encode_into(&mut entries);
+        count += 1;
+        Ok(())
+    })?;
+    if let ScanEnd::Bad { offset, reason } = end {
+        return Err(Error::Corrupt {
+            path,
+            offset,
+            reason,
+        });
+    }
+    write_hint(inner, shard, id, origin, &entries, count, len)
+}
+
+fn write_hint(
+    _inner: &Inner,
+    shard: &Shard,
+    id: u32,
+    origin: Origin,
+    entries: &[u8],
+    count: u64,
+    data_len: u64,
+) -> Result<()> {
+    let path = shard.hint_path(id);
+    let tmp = path.with_extension("hint.tmp");
+    let mut b = Vec::with_capacity(FILE_HEADER_LEN + entries.len() + format::HINT_FOOTER_LEN);
+    b.extend_from_slice(
+        &FileHeader {
+            origin,
+            base_seq: 0,
+        }
+        .encode(&HINT_MAGIC),
+    );
+    b.extend_from_slice(entries);
+    b.extend_from_slice(&format::encode_hint_footer(count, data_len));
+    std::fs::write(&tmp, &b)
+        .and_then(|_| std::fs::File::open(&tmp)?.sync_all())
+        .map_err(|e| Error::io("write", &tmp, e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| Error::io("rename", &path, e))?;
+    sync_dir(&shard.dir)
+}
+
+/// One compaction output file being written.
+struct Output {
+    id: u32,
+    file: Arc<dyn VFile>,
+    len: u64,
+    buf: Vec<u8>,
+    hints: Vec<u8>,
+    count: u64,
+}
+
+/// An index entry to repoint once its record is in an output file.
+struct Move {
+    kind: Kind,
+    key: Box<[u8]>,
+    field: Box<[u8]>,
+    from: (u32, u32),
+    to: Loc,
+}
+
+struct Compactor<'a> {
+    inner: &'a Inner,
+    shard: &'a Shard,
+    out: Option<Output>,
+    done: Vec<Output>,
+    moves: Vec<Move>,
+    written: u64,
+}
+
+impl Compactor<'_> {
+    fn output(&mut self, need: u64) -> Result<&mut Output> {
+        let full = self.out.as_ref().is_some_and(|o| {
+            o.len + o.buf.len() as u64 > FILE_HEADER_LEN as u64
+                && o.len + o.buf.len() as u64 + need > self.inner.opts.max_file_size
+        });
+        if full {
+            self.flush()?;
+            let o = self.out.take().unwrap();
+            self.done.push(o);
+        }
+        if self.out.is_none() {
+            let id = self.shard.next_file.fetch_add(1, Ordering::SeqCst);
+            let tmp = self.shard.data_path(id).with_extension("data.tmp");
+            let file = self
+                .inner
+                .create_data_file(self.shard, Origin::Compaction, &tmp)?;
+            let info = FileInfo::new(file.clone(), Origin::Compaction, FILE_HEADER_LEN as u64);
+            self.shard.index.write().files.insert(id, info);
+            self.out = Some(Output {
+                id,
+                file,
+                len: FILE_HEADER_LEN as u64,
+                buf: Vec::new(),
+                hints: Vec::new(),
+                count: 0,
+            });
+        }
+        Ok(self.out.as_mut().unwrap())
+    }
+
+    /// Writes the buffered records, then repoints the index at them.
+    fn flush(&mut self) -> Result<()> {
+        let Some(o) = self.out.as_mut() else {
+            return Ok(());
+        };
+        if !o.buf.is_empty() {
+            let path = self.shard.data_path(o.id);
+            o.file
+                .write_all_at(&o.buf, o.len)
+                .map_err(|e| Error::io("write", path, e))?;
+            o.len += o.buf.len() as u64;
+            self.written += o.buf.len() as u64;
+            o.buf.clear();
+        }
+        let mut idx = self.shard.index.write();
+        if let Some(f) = idx.files.get_mut(&o.id) {
+            f.total = o.len;
+        }
+        for m in self.moves.drain(..) {
+            let (fid, off) = m.from;
+            let same = |l: &Loc| l.file == fid && l.offset == off;
+            let moved = match m.kind {
+                Kind::Put => idx.keys.update_if(&m.key, fid, off, m.to),
+                Kind::Field => match idx
+                    .maps
+                    .get_mut(&m.key)
+                    .and_then(|mp| mp.fields.get_mut(&m.field))
+                {
+                    Some(l) if same(l) => {
+                        *l = m.to;
+                        true
+                    }
+                    _ => false,
+                },
+                Kind::MapMeta => match idx.maps.get_mut(&m.key) {
+                    Some(mp) if mp.meta.as_ref().is_some_and(same) => {
+                        mp.meta = Some(m.to);
+                        true
+                    }
+                    _ => false,
+                },
+                Kind::Delete | Kind::DeleteField => false,
+            };
+            if moved {
+                if let Some(f) = idx.files.get_mut(&fid) {
+                    f.live = f.live.saturating_sub(m.to.len as u64);
+                }
+                idx.add_live(m.to);
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the outputs durable and visible under their final names.
+    fn finish(mut self) -> Result<u64> {
+        self.flush()?;
+        if let Some(o) = self.out.take() {
+            self.done.push(o);
+        }
+        for o in &self.done {
+            let path = self.shard.data_path(o.id);
+            o.file
+                .sync_data()
+                .map_err(|e| Error::io("fsync", &path, e))?;
+            write_hint(
+                self.inner,
+                self.shard,
+                o.id,
+                Origin::Compaction,
+                &o.hints,
+                o.count,
+                o.len,
+            )?;
+            let tmp = path.with_extension("data.tmp");
+            std::fs::rename(&tmp, &path).map_err(|e| Error::io("rename", &path, e))?;
+        }
+        sync_dir(&self.shard.dir)?;
+        Ok(self.written)
+    }
+}
+
+/// Rewrites the live records of `victims` (sealed files of `shard`) and
+/// deletes them. The caller holds `inner.compaction`.
+pub(crate) fn compact_files(
+    inner: &Inner,
+    shard: &Shard,
+    victims: &[u32],
+    throttle: bool,
+) -> Result<CompactionReport> {
+    let (inputs, oldest_other) = {
+        let idx = shard.index.read();
+        let inputs: Vec<(u32, Arc<dyn VFile>, u64)> = victims
+            .iter()
+            .filter_map(|id| {
+                idx.files
+                    .get(id)
+                    .filter(|f| !f.active)
+                    .map(|f| (*id, f.handle.clone(), f.total))
+            })
+            .collect();
+        let oldest_other = idx
+            .files
+            .iter()
+            .filter(|(id, _)| !victims.contains(id))
+            .map(|(_, f)| f.min_seq)
+            .min()
+            .unwrap_or(u64::MAX);
+        (inputs, oldest_other)
+    };
+    let rate = if throttle {
+        inner.opts.compaction_rate_mb << 20
+    } else {
+        0
+    };
+    let started = Instant::now();
+    let mut read = 0u64;
+    let mut c = Compactor {
+        inner,
+        shard,
+        out: None,
+        done: Vec::new(),
+        moves: Vec::new(),
+        written: 0,
+    };
+    for (fid, handle, len) in &inputs {
+        let fid = *fid;
+        let path = shard.data_path(fid);
+        let end = scan_records(&**handle, *len, &path, |off, h, bytes| {
+            read += bytes.len() as u64;
+            if rate > 0 {
+                let due = Duration::from_secs_f64(read as f64 / rate as f64);
+                if let Some(ahead) = due.checked_sub(started.elapsed()) {
+                    std::thread::sleep(ahead);
+                }
+            }
+            let k1 = RECORD_HEADER_LEN + h.key_len as usize;
+            let key = &bytes[RECORD_HEADER_LEN..k1];
+            let field = &bytes[k1..k1 + h.field_len as usize];
+            let off32 = off as u32;
+            let here = |l: &Loc| l.file == fid && l.offset == off32;
+            let keep = {
+                let idx = shard.index.read();
+                match h.kind {
+                    Kind::Put => idx.keys.get(key).is_some_and(|e| here(&e.loc)),
+                    Kind::Field => idx
+                        .maps
+                        .get(key)
+                        .and_then(|m| m.fields.get(field))
+                        .is_some_and(here),
+                    Kind::MapMeta => idx
+                        .maps
+                        .get(key)
+                        .and_then(|m| m.meta.as_ref())
+                        .is_some_and(here),
+                    Kind::Delete => oldest_other < h.seq,
+                    // Also kept while the map lives, so its version (which
+                    // counts field deletions) survives a restart.
+                    Kind::DeleteField => oldest_other < h.seq || idx.maps.contains_key(key),
+                }
+            };
+            if !keep {
+                return Ok(());
+            }
+            let o = c.output(bytes.len() as u64)?;
+            let to = Loc {
+                file: o.id,
+                offset: (o.len + o.buf.len() as u64) as u32,
+                len: bytes.len() as u32,
+                seq: h.seq,
+            };
+            o.buf.extend_from_slice(bytes);
+            HintEntry {
+                seq: h.seq,
+                expiry: h.expiry,
+                kind: h.kind,
+                flags: h.flags,
+                tag: h.tag,
+                offset: to.offset,
+                record_len: to.len,
+                key: key.to_vec(),
+                field: field.to_vec(),
+            }
+            .encode_into(&mut o.hints);
+            o.count += 1;
+            let big = o.buf.len() >= 1 << 20;
+            {
+                let mut idx = shard.index.write();
+                if let Some(f) = idx.files.get_mut(&to.file) {
+                    f.note_record(h.seq, h.kind, to.len as u64);
+                }
+            }
+            c.moves.push(Move {
+                kind: h.kind,
+                key: key.into(),
+                field: field.into(),
+                from: (fid, off32),
+                to,
+            });
+            if big {
+                c.flush()?;
+            }
+            Ok(())
+        })?;
+        if let ScanEnd::Bad { offset, reason } = end {
+            return Err(Error::Corrupt {
+                path,
+                offset,
+                reason,
+            });
+        }
+    }
+    let written = c.finish()?;
+    // The outputs are durable: drop the inputs.
+    {
+        let mut idx = shard.index.write();
+        for (fid, _, _) in &inputs {
+            idx.files.remove(fid);
+        }
+    }
+    for (fid, _, _) in &inputs {
+        for p in [shard.data_path(*fid), shard.hint_path(*fid)] {
+            match std::fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io("remove", &p, e)),
+            }
+        }
+    }
+    sync_dir(&shard.dir)?;
+    inner.counters.compactions.fetch_add(1, Ordering::Relaxed);
+    inner
+        .counters
+        .compaction_read
+        .fetch_add(read, Ordering::Relaxed);
+    inner
+        .counters
+        .compaction_written
+        .fetch_add(written, Ordering::Relaxed);
+    tracing::debug!(
+        shard = shard.id,
+        files = inputs.len(),
+        read,
+        written,
+        "compacted"
+    );
+    Ok(CompactionReport {
+        files_compacted: inputs.len(),
+        bytes_read: read,
+        bytes_written: written,
+    })
+}
+
+impl Db {
+    /// Compacts now, unthrottled: seals every shard's active file, then
+    /// rewrites every sealed file that holds garbage or tombstones.
+    pub fn compact(&self) -> Result<CompactionReport> {
+        let inner = &*self.inner;
+        inner.check_writable()?;
+        let _g = inner.compaction.lock();
+        let mut total = CompactionReport::default();
+        for s in &inner.shards {
+            {
+                let mut w = s.writer.lock();
+                if w.len > FILE_HEADER_LEN as u64 {
+                    inner.rotate(s, &mut w)?;
+                }
+            }
+            let victims: Vec<u32> = {
+                let idx = s.index.read();
+                idx.files
+                    .iter()
+                    .filter(|(_, f)| !f.active && (f.reclaimable() > 0 || f.tombstones > 0))
+                    .map(|(&id, _)| id)
+                    .collect()
+            };
+            if !victims.is_empty() {
+                total.add(&compact_files(inner, s, &victims, false).map_err(|e| inner.poison(e))?);
+            }
+            write_pending_hints(inner, s)?;
+        }
+        Ok(total)
+    }
+
+    /// Runs one pass of what background compaction does, now and
+    /// unthrottled: compacts the sealed files whose garbage is past
+    /// [`crate::Options::compaction_threshold`].
+    pub fn compact_pass(&self) -> Result<CompactionReport> {
+        self.inner.check_writable()?;
+        compaction_pass(&self.inner, false).map_err(|e| self.inner.poison(e))
+    }
+
+    /// Stops the background threads, fsyncs, writes hint files for the
+    /// active files (so the next open reads hints only) and releases the
+    /// directory lock.
+    pub fn close(mut self) -> Result<()> {
+        self.shutdown()
+    }
+
+    pub(crate) fn shutdown(&mut self) -> Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        self.closed = true;
+        let inner = &*self.inner;
+        *inner.stop.lock() = true;
+        inner.wake.notify_all();
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+        let mut result = Ok(());
+        if inner.check_writable().is_ok() {
+            let _g = inner.compaction.lock();
+            for s in &inner.shards {
+                let r = inner.sync_shard(s).and_then(|_| {
+                    write_pending_hints(inner, s)?;
+                    let (id, len, handle) = {
+                        let w = s.writer.lock();
+                        (w.file_id, w.len, w.file.clone())
+                    };
+                    write_hint_for_file(inner, s, id, &*handle, len, Origin::Log)
+                });
+                if let Err(e) = r {
+                    tracing::warn!(shard = s.id, error = %e, "close: sync or hint failed");
+                    if result.is_ok() {
+                        result = Err(e);
+                    }
+                }
+            }
+        }
+        let _ = inner.lock_file.unlock();
+        result
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        if let Err(e) = self.shutdown() {
+            tracing::warn!(error = %e, "closing the database failed");
+        }
+    }
+}

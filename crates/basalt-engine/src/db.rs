@@ -1,0 +1,1253 @@
+//! The database handle: shards, the write path, the read path.
+//!
+//! Each shard has a writer mutex (its active file) and an index `RwLock`.
+//! A write takes the writer lock, appends one record with one `pwrite`, then
+//! takes the index lock for the few nanoseconds it needs to point the key at
+//! the record. A read takes the index lock in shared mode just long enough to
+//! copy the record's location and an `Arc` of its file, then reads without
+//! any lock; an unlinked file stays readable through that `Arc`, which is how
+//! compaction can delete files under readers' feet.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use hashbrown::HashMap;
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use crate::format::{self, FileHeader, Kind, Origin, Record, RecordRef, DATA_MAGIC, FLAG_LZ4};
+use crate::keydir::{Keydir, Loc, MAP_FILE};
+use crate::options::{Options, SyncPolicy};
+use crate::vfs::VFile;
+use crate::{Error, Result};
+
+/// A value read together with its version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Versioned {
+    /// The value.
+    pub value: Vec<u8>,
+    /// The sequence number of the key's last write.
+    pub version: u64,
+    /// Expiry in ms since the epoch, if any.
+    pub expires_at: Option<u64>,
+}
+
+/// What a key holds, from the index alone (no disk read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyKind {
+    /// A plain value of this many bytes on disk (compressed size if compressed).
+    Value {
+        /// Stored length of the value.
+        stored_len: u32,
+    },
+    /// A map with this tag and number of fields.
+    Map {
+        /// The caller's tag, given when the map was created.
+        tag: u8,
+        /// Number of fields.
+        len: usize,
+    },
+}
+
+/// A key's metadata from the index alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyMeta {
+    /// Value or map.
+    pub kind: KeyKind,
+    /// The sequence number of the key's last write.
+    pub version: u64,
+    /// Expiry in ms since the epoch, if any.
+    pub expires_at: Option<u64>,
+}
+
+/// Per-file figures in [`Stats`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileStats {
+    /// Shard number.
+    pub shard: usize,
+    /// File id (its name).
+    pub id: u32,
+    /// Whether this is the shard's active (appended) file.
+    pub active: bool,
+    /// Whether compaction wrote it.
+    pub compacted: bool,
+    /// File size.
+    pub total_bytes: u64,
+    /// Bytes of records the index points at.
+    pub live_bytes: u64,
+    /// Bytes of tombstones (kept while they may shadow older records).
+    pub tombstone_bytes: u64,
+}
+
+impl FileStats {
+    /// Bytes that are neither live records nor tombstones nor the header.
+    pub fn garbage_bytes(&self) -> u64 {
+        self.total_bytes
+            .saturating_sub(format::FILE_HEADER_LEN as u64)
+            .saturating_sub(self.live_bytes + self.tombstone_bytes)
+    }
+}
+
+/// A snapshot of the engine's figures.
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    /// Keys in the index (values and maps, including expired keys the sweep
+    /// has not removed yet).
+    pub keys: u64,
+    /// Keys holding maps.
+    pub maps: u64,
+    /// Fields across all maps.
+    pub fields: u64,
+    /// Keys with an expiry.
+    pub keys_with_expiry: u64,
+    /// Estimated bytes of RAM held by the index.
+    pub index_bytes: u64,
+    /// Every data file.
+    pub files: Vec<FileStats>,
+    /// Sum of live bytes.
+    pub live_bytes: u64,
+    /// Sum of bytes that are not live (garbage and tombstones).
+    pub dead_bytes: u64,
+    /// Compaction runs finished.
+    pub compactions: u64,
+    /// Bytes compaction read.
+    pub compaction_bytes_read: u64,
+    /// Bytes compaction wrote.
+    pub compaction_bytes_written: u64,
+    /// Keys removed by expiry.
+    pub expired_keys: u64,
+    /// The next sequence number to be handed out.
+    pub next_seq: u64,
+}
+
+/// One map: its fields' locations and its own metadata.
+#[derive(Debug, Default)]
+pub(crate) struct MapEntry {
+    pub tag: u8,
+    pub version: u64,
+    pub expiry: u64,
+    /// Location of the MapMeta record holding the expiry, if any.
+    pub meta: Option<Loc>,
+    pub fields: HashMap<Box<[u8]>, Loc>,
+}
+
+/// Bookkeeping for one data file.
+#[derive(Debug)]
+pub(crate) struct FileInfo {
+    pub handle: Arc<dyn VFile>,
+    pub origin: Origin,
+    pub total: u64,
+    pub live: u64,
+    pub tombstones: u64,
+    pub min_seq: u64,
+    pub max_seq: u64,
+    pub active: bool,
+}
+
+impl FileInfo {
+    pub fn new(handle: Arc<dyn VFile>, origin: Origin, total: u64) -> Self {
+        FileInfo {
+            handle,
+            origin,
+            total,
+            live: 0,
+            tombstones: 0,
+            min_seq: u64::MAX,
+            max_seq: 0,
+            active: false,
+        }
+    }
+    pub fn note_record(&mut self, seq: u64, kind: Kind, len: u64) {
+        self.min_seq = self.min_seq.min(seq);
+        self.max_seq = self.max_seq.max(seq);
+        if kind.is_tombstone() {
+            self.tombstones += len;
+        }
+    }
+    /// Bytes compaction would reclaim.
+    pub fn reclaimable(&self) -> u64 {
+        self.total
+            .saturating_sub(format::FILE_HEADER_LEN as u64)
+            .saturating_sub(self.live + self.tombstones)
+    }
+}
+
+/// A shard's index: keys, maps, expiries, files.
+#[derive(Debug, Default)]
+pub(crate) struct Index {
+    pub keys: Keydir,
+    pub maps: HashMap<Box<[u8]>, MapEntry>,
+    pub expires: HashMap<Box<[u8]>, u64>,
+    pub queue: BTreeSet<(u64, Box<[u8]>)>,
+    pub files: BTreeMap<u32, FileInfo>,
+}
+
+impl Index {
+    pub fn add_live(&mut self, loc: Loc) {
+        if let Some(f) = self.files.get_mut(&loc.file) {
+            f.live += loc.len as u64;
+        }
+    }
+    pub fn sub_live(&mut self, loc: Loc) {
+        if let Some(f) = self.files.get_mut(&loc.file) {
+            f.live = f.live.saturating_sub(loc.len as u64);
+        }
+    }
+    pub fn note_append(&mut self, loc: Loc, kind: Kind) {
+        if let Some(f) = self.files.get_mut(&loc.file) {
+            f.total = f.total.max(loc.offset as u64 + loc.len as u64);
+            f.note_record(loc.seq, kind, loc.len as u64);
+        }
+    }
+    pub fn expiry_of(&self, key: &[u8]) -> Option<u64> {
+        self.expires.get(key).copied()
+    }
+    pub fn set_expiry(&mut self, key: &[u8], at: u64) {
+        let old = if at == 0 {
+            self.expires.remove(key)
+        } else {
+            self.expires.insert(key.into(), at)
+        };
+        if let Some(old) = old {
+            self.queue.remove(&(old, Box::from(key)));
+        }
+        if at != 0 {
+            self.queue.insert((at, key.into()));
+        }
+    }
+    /// Drops a key entirely (value or map) from the index, fixing accounting.
+    pub fn remove_key(&mut self, key: &[u8]) {
+        let Some(e) = self.keys.remove(key) else {
+            return;
+        };
+        if e.has_ttl {
+            self.set_expiry(key, 0);
+        }
+        if e.loc.file == MAP_FILE {
+            if let Some(m) = self.maps.remove(key) {
+                for (_, loc) in m.fields {
+                    self.sub_live(loc);
+                }
+                if let Some(meta) = m.meta {
+                    self.sub_live(meta);
+                }
+            }
+        } else {
+            self.sub_live(e.loc);
+        }
+    }
+    /// Points `key` at a value record.
+    pub fn set_value(&mut self, key: &[u8], loc: Loc, expiry: u64) {
+        match self.keys.get(key) {
+            Some(e) if e.loc.file == MAP_FILE => self.remove_key(key),
+            Some(e) => self.sub_live(e.loc),
+            None => {}
+        }
+        self.keys.insert(key, loc, expiry != 0);
+        self.set_expiry(key, expiry);
+        self.add_live(loc);
+    }
+    /// Whether the key exists and has expired at `now`.
+    pub fn is_expired(&self, key: &[u8], has_ttl: bool, now: u64) -> bool {
+        has_ttl && self.expiry_of(key).is_some_and(|t| t <= now)
+    }
+    pub fn memory_bytes(&self) -> usize {
+        let mut n = self.keys.memory_bytes();
+        for (k, m) in &self.maps {
+            n += k.len() + 96 + m.fields.capacity() * (16 + 24 + 1);
+            n += m.fields.keys().map(|f| f.len() + 8).sum::<usize>();
+        }
+        n += self.expires.capacity() * (16 + 8 + 1);
+        n += self
+            .expires
+            .keys()
+            .map(|k| 2 * (k.len() + 8) + 48)
+            .sum::<usize>();
+        n
+    }
+}
+
+/// The shard's active file.
+#[derive(Debug)]
+pub(crate) struct Writer {
+    pub file_id: u32,
+    pub file: Arc<dyn VFile>,
+    pub len: u64,
+    pub buf: Vec<u8>,
+}
+
+pub(crate) struct Shard {
+    pub id: usize,
+    pub dir: PathBuf,
+    pub index: RwLock<Index>,
+    pub writer: Mutex<Writer>,
+    /// (file id, offset) known to be on stable storage.
+    pub synced: Mutex<(u32, u64)>,
+    /// (file id << 32) | end offset of the last append.
+    pub appended: AtomicU64,
+    pub next_file: AtomicU32,
+    /// Sealed log files whose hint file is still to be written.
+    pub pending_hints: Mutex<Vec<u32>>,
+}
+
+impl fmt::Debug for Shard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shard")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shard {
+    pub fn data_path(&self, id: u32) -> PathBuf {
+        data_path(&self.dir, id)
+    }
+    pub fn hint_path(&self, id: u32) -> PathBuf {
+        hint_path(&self.dir, id)
+    }
+}
+
+pub(crate) fn data_path(dir: &Path, id: u32) -> PathBuf {
+    dir.join(format!("{id:010}.data"))
+}
+pub(crate) fn hint_path(dir: &Path, id: u32) -> PathBuf {
+    dir.join(format!("{id:010}.hint"))
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub compactions: AtomicU64,
+    pub compaction_read: AtomicU64,
+    pub compaction_written: AtomicU64,
+    pub expired: AtomicU64,
+}
+
+pub(crate) struct Inner {
+    pub dir: PathBuf,
+    pub opts: Options,
+    pub shards: Vec<Shard>,
+    pub seq: AtomicU64,
+    pub poisoned: AtomicBool,
+    pub poison_reason: Mutex<Option<String>>,
+    pub stop: Mutex<bool>,
+    pub wake: Condvar,
+    pub counters: Counters,
+    /// One compaction at a time (background or on demand).
+    pub compaction: Mutex<()>,
+    pub lock_file: std::fs::File,
+}
+
+impl fmt::Debug for Inner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Inner")
+            .field("dir", &self.dir)
+            .field("shards", &self.shards.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// An open database. `Send + Sync`: share it between threads with an `Arc`.
+///
+/// Dropping it closes it (see [`Db::close`] to see errors).
+pub struct Db {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) workers: Vec<JoinHandle<()>>,
+    pub(crate) closed: bool,
+}
+
+impl fmt::Debug for Db {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Db").field("dir", &self.inner.dir).finish()
+    }
+}
+
+pub(crate) fn shard_of(key: &[u8], n: usize) -> usize {
+    crc32c::crc32c(key) as usize & (n - 1)
+}
+
+fn pack(file: u32, off: u64) -> u64 {
+    ((file as u64) << 32) | off
+}
+
+impl Inner {
+    pub fn now(&self) -> u64 {
+        self.opts.clock.now_ms()
+    }
+
+    pub fn shard(&self, key: &[u8]) -> &Shard {
+        &self.shards[shard_of(key, self.shards.len())]
+    }
+
+    pub fn check_writable(&self) -> Result<()> {
+        if self.poisoned.load(Ordering::Acquire) {
+            let why = self.poison_reason.lock().clone().unwrap_or_default();
+            return Err(Error::Poisoned(why));
+        }
+        Ok(())
+    }
+
+    /// Records the first failure; every later write is refused with it.
+    pub fn poison(&self, err: Error) -> Error {
+        let mut r = self.poison_reason.lock();
+        if r.is_none() {
+            tracing::error!(error = %err, "engine poisoned: refusing further writes");
+            *r = Some(err.to_string());
+        }
+        self.poisoned.store(true, Ordering::Release);
+        err
+    }
+
+    fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::SeqCst)
+    }
+
+    /// Appends one record to the active file; the caller holds the writer
+    /// lock. The bytes have reached the OS when this returns.
+    pub fn append(&self, shard: &Shard, w: &mut Writer, rec: RecordRef<'_>) -> Result<Loc> {
+        w.buf.clear();
+        let len = rec.encode_into(&mut w.buf);
+        if let Err(e) = w.file.write_all_at(&w.buf, w.len) {
+            return Err(self.poison(Error::io("write", shard.data_path(w.file_id), e)));
+        }
+        let loc = Loc {
+            file: w.file_id,
+            offset: w.len as u32,
+            len: len as u32,
+            seq: rec.seq,
+        };
+        w.len += len as u64;
+        shard
+            .appended
+            .store(pack(w.file_id, w.len), Ordering::Release);
+        if w.buf.capacity() > 4 << 20 {
+            w.buf = Vec::new();
+        }
+        Ok(loc)
+    }
+
+    /// Called after every write, still holding the writer lock: rotates a full
+    /// file, then (after the lock is dropped) fsyncs under `SyncPolicy::Always`.
+    fn finish_write(
+        &self,
+        shard: &Shard,
+        mut w: parking_lot::MutexGuard<'_, Writer>,
+    ) -> Result<()> {
+        if w.len >= self.opts.max_file_size {
+            self.rotate(shard, &mut w)?;
+        }
+        if self.opts.sync == SyncPolicy::Always {
+            let (id, end, file) = (w.file_id, w.len, w.file.clone());
+            drop(w);
+            self.sync_upto(shard, id, end, &file)?;
+        }
+        Ok(())
+    }
+
+    /// Group commit: one fsync covers every append that finished before it.
+    pub fn sync_upto(&self, shard: &Shard, id: u32, end: u64, file: &Arc<dyn VFile>) -> Result<()> {
+        let mut synced = shard.synced.lock();
+        if synced.0 == id && synced.1 >= end {
+            return Ok(());
+        }
+        let latest = shard.appended.load(Ordering::Acquire);
+        let target = if (latest >> 32) as u32 == id {
+            (latest & 0xffff_ffff).max(end)
+        } else {
+            end
+        };
+        if let Err(e) = file.sync_data() {
+            return Err(self.poison(Error::io("fsync", shard.data_path(id), e)));
+        }
+        *synced = (id, target);
+        Ok(())
+    }
+
+    /// fsyncs the shard's active file.
+    pub fn sync_shard(&self, shard: &Shard) -> Result<()> {
+        let (id, end, file) = {
+            let w = shard.writer.lock();
+            (w.file_id, w.len, w.file.clone())
+        };
+        self.sync_upto(shard, id, end, &file)
+    }
+
+    /// Creates a new data file with its header written and synced.
+    pub fn create_data_file(
+        &self,
+        shard: &Shard,
+        origin: Origin,
+        path: &Path,
+    ) -> Result<Arc<dyn VFile>> {
+        let file = self
+            .opts
+            .vfs
+            .create(path)
+            .map_err(|e| Error::io("create", path, e))?;
+        let hdr = FileHeader {
+            origin,
+            base_seq: self.seq.load(Ordering::SeqCst),
+        }
+        .encode(&DATA_MAGIC);
+        file.write_all_at(&hdr, 0)
+            .map_err(|e| Error::io("write", path, e))?;
+        file.sync_data().map_err(|e| Error::io("fsync", path, e))?;
+        sync_dir(&shard.dir)?;
+        Ok(file)
+    }
+
+    /// Seals the active file (fsync) and starts a new one.
+    pub fn rotate(&self, shard: &Shard, w: &mut Writer) -> Result<()> {
+        if let Err(e) = w.file.sync_data() {
+            return Err(self.poison(Error::io("fsync", shard.data_path(w.file_id), e)));
+        }
+        let id = shard.next_file.fetch_add(1, Ordering::SeqCst);
+        let file = match self.create_data_file(shard, Origin::Log, &shard.data_path(id)) {
+            Ok(f) => f,
+            Err(e) => return Err(self.poison(e)),
+        };
+        let old = w.file_id;
+        {
+            let mut idx = shard.index.write();
+            if let Some(f) = idx.files.get_mut(&old) {
+                f.active = false;
+            }
+            let mut info = FileInfo::new(file.clone(), Origin::Log, format::FILE_HEADER_LEN as u64);
+            info.active = true;
+            idx.files.insert(id, info);
+        }
+        *shard.synced.lock() = (id, format::FILE_HEADER_LEN as u64);
+        w.file_id = id;
+        w.file = file;
+        w.len = format::FILE_HEADER_LEN as u64;
+        shard.pending_hints.lock().push(old);
+        Ok(())
+    }
+
+    pub fn read_record(&self, shard: &Shard, file: &Arc<dyn VFile>, loc: Loc) -> Result<Record> {
+        let mut buf = vec![0u8; loc.len as usize];
+        file.read_exact_at(&mut buf, loc.offset as u64)
+            .map_err(|e| Error::io("read", shard.data_path(loc.file), e))?;
+        Record::from_bytes(buf).map_err(|reason| Error::Corrupt {
+            path: shard.data_path(loc.file),
+            offset: loc.offset as u64,
+            reason: reason.into(),
+        })
+    }
+
+    fn encode_value<'a>(&self, value: &'a [u8], scratch: &'a mut Vec<u8>) -> (u8, &'a [u8]) {
+        match self.opts.compress_above {
+            Some(min) if value.len() >= min => {
+                *scratch = lz4_flex::block::compress_prepend_size(value);
+                if scratch.len() < value.len() {
+                    (FLAG_LZ4, &scratch[..])
+                } else {
+                    (0, value)
+                }
+            }
+            _ => (0, value),
+        }
+    }
+
+    /// If `key` has expired, writes its deletion to the log and drops it, as
+    /// the sweep would. Caller holds the writer lock. Returns whether it did.
+    fn purge_if_expired(
+        &self,
+        shard: &Shard,
+        w: &mut Writer,
+        key: &[u8],
+        deadline: Option<u64>,
+    ) -> Result<bool> {
+        let now = self.now();
+        let expired = {
+            let idx = shard.index.read();
+            matches!(
+                (idx.keys.get(key), idx.expiry_of(key)),
+                (Some(e), Some(t)) if e.has_ttl && t <= now && deadline.is_none_or(|d| d == t)
+            )
+        };
+        if !expired {
+            return Ok(false);
+        }
+        let seq = self.next_seq();
+        let loc = self.append(shard, w, tombstone(seq, key))?;
+        {
+            let mut idx = shard.index.write();
+            idx.note_append(loc, Kind::Delete);
+            idx.remove_key(key);
+        }
+        self.counters.expired.fetch_add(1, Ordering::Relaxed);
+        if let Some(l) = &self.opts.expiry_listener {
+            l(key);
+        }
+        Ok(true)
+    }
+
+    /// Removes up to `limit` keys of one shard whose deadline has passed.
+    /// Returns how many it removed.
+    pub fn sweep_shard(&self, shard: &Shard, limit: usize) -> Result<usize> {
+        let now = self.now();
+        let due: Vec<(u64, Box<[u8]>)> = {
+            let idx = shard.index.read();
+            idx.queue
+                .iter()
+                .take_while(|(t, _)| *t <= now)
+                .take(limit)
+                .cloned()
+                .collect()
+        };
+        let mut n = 0;
+        for (t, key) in due {
+            self.check_writable()?;
+            let mut w = shard.writer.lock();
+            if self.purge_if_expired(shard, &mut w, &key, Some(t))? {
+                n += 1;
+            }
+            self.finish_write(shard, w)?;
+        }
+        Ok(n)
+    }
+}
+
+fn tombstone(seq: u64, key: &[u8]) -> RecordRef<'_> {
+    RecordRef {
+        seq,
+        expiry: 0,
+        kind: Kind::Delete,
+        flags: 0,
+        tag: 0,
+        key,
+        field: &[],
+        value: &[],
+    }
+}
+
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io("fsync directory", dir, e))
+}
+
+impl Db {
+    /// Stores `value` under `key` with no expiry, replacing whatever the key
+    /// held (a value or a whole map). Returns the write's sequence number,
+    /// which is the key's new version.
+    pub fn put(&self, key: &[u8], value: &[u8]) -> Result<u64> {
+        self.put_with_expiry(key, value, None)
+    }
+
+    /// Like [`Db::put`], with an expiry in ms since the Unix epoch. An expiry
+    /// already in the past stores nothing and deletes the key, as Redis does,
+    /// and returns 0: the version of a key that does not exist.
+    pub fn put_with_expiry(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        expires_at: Option<u64>,
+    ) -> Result<u64> {
+        let inner = &*self.inner;
+        format::check_sizes(key, &[], value.len())?;
+        inner.check_writable()?;
+        if let Some(at) = expires_at {
+            if at <= inner.now() {
+                self.delete(key)?;
+                return Ok(0);
+            }
+        }
+        let mut scratch = Vec::new();
+        let (flags, stored) = inner.encode_value(value, &mut scratch);
+        let shard = inner.shard(key);
+        let mut w = shard.writer.lock();
+        let seq = inner.next_seq();
+        let expiry = expires_at.unwrap_or(0);
+        let loc = inner.append(
+            shard,
+            &mut w,
+            RecordRef {
+                seq,
+                expiry,
+                kind: Kind::Put,
+                flags,
+                tag: 0,
+                key,
+                field: &[],
+                value: stored,
+            },
+        )?;
+        {
+            let mut idx = shard.index.write();
+            idx.note_append(loc, Kind::Put);
+            idx.set_value(key, loc, expiry);
+        }
+        inner.finish_write(shard, w)?;
+        Ok(seq)
+    }
+
+    /// Removes a key and, if it holds a map, all of its fields, with one
+    /// record. Returns whether the key existed (expired keys do not).
+    pub fn delete(&self, key: &[u8]) -> Result<bool> {
+        let inner = &*self.inner;
+        inner.check_writable()?;
+        let shard = inner.shard(key);
+        let mut w = shard.writer.lock();
+        if inner.purge_if_expired(shard, &mut w, key, None)? {
+            inner.finish_write(shard, w)?;
+            return Ok(false);
+        }
+        if shard.index.read().keys.get(key).is_none() {
+            return Ok(false);
+        }
+        let seq = inner.next_seq();
+        let loc = inner.append(shard, &mut w, tombstone(seq, key))?;
+        {
+            let mut idx = shard.index.write();
+            idx.note_append(loc, Kind::Delete);
+            idx.remove_key(key);
+        }
+        inner.finish_write(shard, w)?;
+        Ok(true)
+    }
+
+    /// Whether the key exists (and has not expired).
+    pub fn exists(&self, key: &[u8]) -> bool {
+        self.meta(key).is_some()
+    }
+
+    /// The key's kind, version and expiry, from memory.
+    pub fn meta(&self, key: &[u8]) -> Option<KeyMeta> {
+        let inner = &*self.inner;
+        let shard = inner.shard(key);
+        let idx = shard.index.read();
+        let e = idx.keys.get(key)?;
+        let expires_at = if e.has_ttl { idx.expiry_of(key) } else { None };
+        if expires_at.is_some_and(|t| t <= inner.now()) {
+            return None;
+        }
+        if e.loc.file == MAP_FILE {
+            let m = idx.maps.get(key)?;
+            Some(KeyMeta {
+                kind: KeyKind::Map {
+                    tag: m.tag,
+                    len: m.fields.len(),
+                },
+                version: m.version,
+                expires_at,
+            })
+        } else {
+            Some(KeyMeta {
+                kind: KeyKind::Value {
+                    stored_len: e.loc.len,
+                },
+                version: e.loc.seq,
+                expires_at,
+            })
+        }
+    }
+
+    /// The key's version: the sequence number of its last write, 0 if absent.
+    pub fn version(&self, key: &[u8]) -> u64 {
+        self.meta(key).map_or(0, |m| m.version)
+    }
+
+    /// The value of a key, or `None`. A key holding a map is an
+    /// [`Error::WrongKind`].
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.get_versioned(key)?.map(|v| v.value))
+    }
+
+    /// The value with its version and expiry.
+    pub fn get_versioned(&self, key: &[u8]) -> Result<Option<Versioned>> {
+        let inner = &*self.inner;
+        let shard = inner.shard(key);
+        let (file, loc, expires_at) = {
+            let idx = shard.index.read();
+            let Some(e) = idx.keys.get(key) else {
+                return Ok(None);
+            };
+            let expires_at = if e.has_ttl { idx.expiry_of(key) } else { None };
+            if expires_at.is_some_and(|t| t <= inner.now()) {
+                return Ok(None);
+            }
+            if e.loc.file == MAP_FILE {
+                return Err(Error::WrongKind {
+                    expected: "value",
+                    found: "map",
+                });
+            }
+            let f = idx
+                .files
+                .get(&e.loc.file)
+                .expect("index points at a missing file");
+            (f.handle.clone(), e.loc, expires_at)
+        };
+        let rec = inner.read_record(shard, &file, loc)?;
+        if rec.key() != key {
+            return Err(Error::Corrupt {
+                path: shard.data_path(loc.file),
+                offset: loc.offset as u64,
+                reason: "record holds another key than the index says".into(),
+            });
+        }
+        let value = rec.into_value().map_err(|reason| Error::Corrupt {
+            path: shard.data_path(loc.file),
+            offset: loc.offset as u64,
+            reason: reason.into(),
+        })?;
+        Ok(Some(Versioned {
+            value,
+            version: loc.seq,
+            expires_at,
+        }))
+    }
+
+    /// The expiry of a key in ms since the epoch; `None` if the key has none
+    /// or does not exist.
+    pub fn expires_at(&self, key: &[u8]) -> Option<u64> {
+        self.meta(key).and_then(|m| m.expires_at)
+    }
+
+    /// Sets the key's expiry (ms since the epoch). A time not in the future
+    /// deletes the key. Returns whether the key exists(ed).
+    pub fn expire(&self, key: &[u8], at: u64) -> Result<bool> {
+        self.set_expiry(key, at)
+    }
+
+    /// Removes the key's expiry. Returns whether it had one.
+    pub fn persist(&self, key: &[u8]) -> Result<bool> {
+        if self.expires_at(key).is_none() {
+            return Ok(false);
+        }
+        self.set_expiry(key, 0)
+    }
+
+    fn set_expiry(&self, key: &[u8], at: u64) -> Result<bool> {
+        let inner = &*self.inner;
+        inner.check_writable()?;
+        if at != 0 && at <= inner.now() {
+            return self.delete(key);
+        }
+        let shard = inner.shard(key);
+        let mut w = shard.writer.lock();
+        if inner.purge_if_expired(shard, &mut w, key, None)? {
+            inner.finish_write(shard, w)?;
+            return Ok(false);
+        }
+        let (entry, file, tag) = {
+            let idx = shard.index.read();
+            let Some(e) = idx.keys.get(key) else {
+                return Ok(false);
+            };
+            if e.loc.file == MAP_FILE {
+                (e, None, idx.maps.get(key).map_or(0, |m| m.tag))
+            } else {
+                (e, Some(idx.files[&e.loc.file].handle.clone()), 0)
+            }
+        };
+        let seq = inner.next_seq();
+        match file {
+            // A value: rewrite it with the new expiry, so every value record
+            // is self-contained and recovery needs no cross-record joins.
+            Some(file) => {
+                let rec = inner.read_record(shard, &file, entry.loc)?;
+                let loc = inner.append(
+                    shard,
+                    &mut w,
+                    RecordRef {
+                        seq,
+                        expiry: at,
+                        kind: Kind::Put,
+                        flags: rec.header.flags,
+                        tag: 0,
+                        key,
+                        field: &[],
+                        value: rec.stored_value(),
+                    },
+                )?;
+                let mut idx = shard.index.write();
+                idx.note_append(loc, Kind::Put);
+                idx.set_value(key, loc, at);
+            }
+            None => {
+                let loc = inner.append(
+                    shard,
+                    &mut w,
+                    RecordRef {
+                        seq,
+                        expiry: at,
+                        kind: Kind::MapMeta,
+                        flags: 0,
+                        tag,
+                        key,
+                        field: &[],
+                        value: &[],
+                    },
+                )?;
+                let mut idx = shard.index.write();
+                idx.note_append(loc, Kind::MapMeta);
+                let old = {
+                    let m = idx.maps.get_mut(key).expect("map key without a map");
+                    m.version = seq;
+                    m.expiry = at;
+                    m.meta.replace(loc)
+                };
+                if let Some(old) = old {
+                    idx.sub_live(old);
+                }
+                idx.add_live(loc);
+                idx.keys.set_ttl_flag(key, at != 0);
+                idx.set_expiry(key, at);
+            }
+        }
+        inner.finish_write(shard, w)?;
+        Ok(true)
+    }
+
+    /// Sets one field of the map at `key`, creating the map (tag 0) if the key
+    /// does not exist. Returns the write's sequence number.
+    pub fn put_field(&self, key: &[u8], field: &[u8], value: &[u8]) -> Result<u64> {
+        self.put_field_tagged(key, 0, field, value)
+            .map(|(seq, _)| seq)
+    }
+
+    /// Like [`Db::put_field`]; `tag` is recorded when this write creates the
+    /// map (a caller's type marker, e.g. hash vs set) and ignored otherwise.
+    /// Returns the sequence number and whether the field is new.
+    pub fn put_field_tagged(
+        &self,
+        key: &[u8],
+        tag: u8,
+        field: &[u8],
+        value: &[u8],
+    ) -> Result<(u64, bool)> {
+        let inner = &*self.inner;
+        format::check_sizes(key, field, value.len())?;
+        inner.check_writable()?;
+        let mut scratch = Vec::new();
+        let (flags, stored) = inner.encode_value(value, &mut scratch);
+        let shard = inner.shard(key);
+        let mut w = shard.writer.lock();
+        inner.purge_if_expired(shard, &mut w, key, None)?;
+        let (tag, created) = {
+            let idx = shard.index.read();
+            match idx.keys.get(key) {
+                Some(e) if e.loc.file != MAP_FILE => {
+                    return Err(Error::WrongKind {
+                        expected: "map",
+                        found: "value",
+                    })
+                }
+                Some(_) => {
+                    let m = &idx.maps[key];
+                    (m.tag, !m.fields.contains_key(field))
+                }
+                None => (tag, true),
+            }
+        };
+        let seq = inner.next_seq();
+        let loc = inner.append(
+            shard,
+            &mut w,
+            RecordRef {
+                seq,
+                expiry: 0,
+                kind: Kind::Field,
+                flags,
+                tag,
+                key,
+                field,
+                value: stored,
+            },
+        )?;
+        {
+            let mut idx = shard.index.write();
+            idx.note_append(loc, Kind::Field);
+            if idx.keys.get(key).is_none() {
+                idx.keys.insert(
+                    key,
+                    Loc {
+                        file: MAP_FILE,
+                        offset: 0,
+                        len: 0,
+                        seq,
+                    },
+                    false,
+                );
+                idx.maps.insert(
+                    key.into(),
+                    MapEntry {
+                        tag,
+                        ..MapEntry::default()
+                    },
+                );
+            }
+            let m = idx.maps.get_mut(key).expect("map key without a map");
+            m.version = seq;
+            let old = m.fields.insert(field.into(), loc);
+            if let Some(old) = old {
+                idx.sub_live(old);
+            }
+            idx.add_live(loc);
+        }
+        inner.finish_write(shard, w)?;
+        Ok((seq, created))
+    }
+
+    /// One field of the map at `key`.
+    pub fn get_field(&self, key: &[u8], field: &[u8]) -> Result<Option<Vec<u8>>> {
+        let inner = &*self.inner;
+        let shard = inner.shard(key);
+        let (file, loc) = {
+            let idx = shard.index.read();
+            let Some(m) = Self::live_map(inner, &idx, key)? else {
+                return Ok(None);
+            };
+            let Some(&loc) = m.fields.get(field) else {
+                return Ok(None);
+            };
+            (idx.files[&loc.file].handle.clone(), loc)
+        };
+        let rec = inner.read_record(shard, &file, loc)?;
+        rec.into_value().map(Some).map_err(|reason| Error::Corrupt {
+            path: shard.data_path(loc.file),
+            offset: loc.offset as u64,
+            reason: reason.into(),
+        })
+    }
+
+    fn live_map<'a>(inner: &Inner, idx: &'a Index, key: &[u8]) -> Result<Option<&'a MapEntry>> {
+        let Some(e) = idx.keys.get(key) else {
+            return Ok(None);
+        };
+        if idx.is_expired(key, e.has_ttl, inner.now()) {
+            return Ok(None);
+        }
+        if e.loc.file != MAP_FILE {
+            return Err(Error::WrongKind {
+                expected: "map",
+                found: "value",
+            });
+        }
+        Ok(idx.maps.get(key))
+    }
+
+    /// Removes one field. Removing the last field removes the key, with one
+    /// key-level record. Returns whether the field existed.
+    pub fn delete_field(&self, key: &[u8], field: &[u8]) -> Result<bool> {
+        let inner = &*self.inner;
+        inner.check_writable()?;
+        let shard = inner.shard(key);
+        let mut w = shard.writer.lock();
+        if inner.purge_if_expired(shard, &mut w, key, None)? {
+            inner.finish_write(shard, w)?;
+            return Ok(false);
+        }
+        let last = {
+            let idx = shard.index.read();
+            let Some(m) = Self::live_map(inner, &idx, key)? else {
+                return Ok(false);
+            };
+            if !m.fields.contains_key(field) {
+                return Ok(false);
+            }
+            m.fields.len() == 1
+        };
+        let seq = inner.next_seq();
+        if last {
+            let loc = inner.append(shard, &mut w, tombstone(seq, key))?;
+            let mut idx = shard.index.write();
+            idx.note_append(loc, Kind::Delete);
+            idx.remove_key(key);
+        } else {
+            let loc = inner.append(
+                shard,
+                &mut w,
+                RecordRef {
+                    seq,
+                    expiry: 0,
+                    kind: Kind::DeleteField,
+                    flags: 0,
+                    tag: 0,
+                    key,
+                    field,
+                    value: &[],
+                },
+            )?;
+            let mut idx = shard.index.write();
+            idx.note_append(loc, Kind::DeleteField);
+            let m = idx.maps.get_mut(key).expect("map key without a map");
+            m.version = seq;
+            let old = m.fields.remove(field);
+            if let Some(old) = old {
+                idx.sub_live(old);
+            }
+        }
+        inner.finish_write(shard, w)?;
+        Ok(true)
+    }
+
+    /// The field names of the map at `key`, from memory (no order promised).
+    pub fn field_names(&self, key: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let inner = &*self.inner;
+        let idx = inner.shard(key).index.read();
+        Ok(Self::live_map(inner, &idx, key)?
+            .map(|m| m.fields.keys().map(|f| f.to_vec()).collect())
+            .unwrap_or_default())
+    }
+
+    /// Every (field, value) of the map at `key` (no order promised).
+    pub fn fields(&self, key: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let inner = &*self.inner;
+        let shard = inner.shard(key);
+        let locs: Vec<(Arc<dyn VFile>, Loc)> = {
+            let idx = shard.index.read();
+            match Self::live_map(inner, &idx, key)? {
+                None => return Ok(Vec::new()),
+                Some(m) => m
+                    .fields
+                    .values()
+                    .map(|l| (idx.files[&l.file].handle.clone(), *l))
+                    .collect(),
+            }
+        };
+        let mut out = Vec::with_capacity(locs.len());
+        for (file, loc) in locs {
+            let rec = inner.read_record(shard, &file, loc)?;
+            let field = rec.field().to_vec();
+            let value = rec.into_value().map_err(|reason| Error::Corrupt {
+                path: shard.data_path(loc.file),
+                offset: loc.offset as u64,
+                reason: reason.into(),
+            })?;
+            out.push((field, value));
+        }
+        Ok(out)
+    }
+
+    /// A resumable scan over keys: call with cursor 0, then with each cursor
+    /// returned, until it returns 0. Every key that exists for the whole scan
+    /// is returned at least once; no order is promised. `count` is a hint of
+    /// how many keys to look at per call.
+    pub fn scan(&self, cursor: u64, count: usize) -> (Vec<Vec<u8>>, u64) {
+        let inner = &*self.inner;
+        let now = inner.now();
+        let mut shard_no = (cursor >> 48) as usize;
+        let mut pos = cursor & ((1 << 48) - 1);
+        let mut out = Vec::new();
+        let count = count.max(1);
+        while shard_no < inner.shards.len() {
+            let idx = inner.shards[shard_no].index.read();
+            let next = idx
+                .keys
+                .scan(pos, count.saturating_sub(out.len()).max(1), |k, e| {
+                    if !idx.is_expired(k, e.has_ttl, now) {
+                        out.push(k.to_vec());
+                    }
+                    true
+                });
+            drop(idx);
+            if next != 0 {
+                return (out, ((shard_no as u64) << 48) | next);
+            }
+            shard_no += 1;
+            pos = 0;
+            if out.len() >= count {
+                if shard_no < inner.shards.len() {
+                    return (out, (shard_no as u64) << 48);
+                }
+                break;
+            }
+        }
+        (out, 0)
+    }
+
+    /// Number of keys (including expired keys not yet swept).
+    pub fn len(&self) -> u64 {
+        self.inner
+            .shards
+            .iter()
+            .map(|s| s.index.read().keys.len() as u64)
+            .sum()
+    }
+
+    /// Whether there are no keys.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// fsyncs every shard's active file.
+    pub fn sync(&self) -> Result<()> {
+        self.inner.check_writable()?;
+        for s in &self.inner.shards {
+            self.inner.sync_shard(s)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the hint files of sealed files that do not have one yet and
+    /// reports a poisoned engine. (Writes are handed to the OS before they
+    /// are acknowledged, so there is no write buffer to flush.)
+    pub fn flush(&self) -> Result<()> {
+        self.inner.check_writable()?;
+        for s in &self.inner.shards {
+            crate::compaction::write_pending_hints(&self.inner, s)?;
+        }
+        Ok(())
+    }
+
+    /// Removes keys whose expiry has passed, writing a deletion for each, as
+    /// the background sweep does. Returns how many it removed.
+    pub fn sweep_expired(&self) -> Result<usize> {
+        let mut n = 0;
+        for s in &self.inner.shards {
+            n += self.inner.sweep_shard(s, usize::MAX)?;
+        }
+        Ok(n)
+    }
+
+    /// A snapshot of the engine's figures.
+    pub fn stats(&self) -> Stats {
+        let inner = &*self.inner;
+        let mut st = Stats {
+            compactions: inner.counters.compactions.load(Ordering::Relaxed),
+            compaction_bytes_read: inner.counters.compaction_read.load(Ordering::Relaxed),
+            compaction_bytes_written: inner.counters.compaction_written.load(Ordering::Relaxed),
+            expired_keys: inner.counters.expired.load(Ordering::Relaxed),
+            next_seq: inner.seq.load(Ordering::SeqCst),
+            ..Stats::default()
+        };
+        for s in &inner.shards {
+            let idx = s.index.read();
+            st.keys += idx.keys.len() as u64;
+            st.maps += idx.maps.len() as u64;
+            st.fields += idx
+                .maps
+                .values()
+                .map(|m| m.fields.len() as u64)
+                .sum::<u64>();
+            st.keys_with_expiry += idx.expires.len() as u64;
+            st.index_bytes += idx.memory_bytes() as u64;
+            for (&id, f) in &idx.files {
+                let fs = FileStats {
+                    shard: s.id,
+                    id,
+                    active: f.active,
+                    compacted: f.origin == Origin::Compaction,
+                    total_bytes: f.total,
+                    live_bytes: f.live,
+                    tombstone_bytes: f.tombstones,
+                };
+                st.live_bytes += fs.live_bytes;
+                st.dead_bytes += fs.total_bytes.saturating_sub(fs.live_bytes);
+                st.files.push(fs);
+            }
+        }
+        st
+    }
+
+    /// The data directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+}

@@ -1,0 +1,419 @@
+//! Byte layouts of data files, records and hint files; `docs/file-format.md`
+//! is the specification this module implements.
+//!
+//! Everything is little-endian. Every record carries a CRC32C over all of its
+//! bytes after the CRC field, so a torn or flipped record is always caught.
+
+use crate::{Error, Result};
+
+/// Magic at the start of every data file.
+pub const DATA_MAGIC: [u8; 8] = *b"BSLTDATA";
+/// Magic at the start of every hint file.
+pub const HINT_MAGIC: [u8; 8] = *b"BSLTHINT";
+/// Magic that opens a hint file's footer.
+pub const HINT_FOOTER_MAGIC: [u8; 8] = *b"BSLTHEND";
+/// The on-disk format version written by this build.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Size of a data or hint file header.
+pub const FILE_HEADER_LEN: usize = 32;
+/// Size of a record header.
+pub const RECORD_HEADER_LEN: usize = 36;
+/// Size of a hint entry header.
+pub const HINT_ENTRY_HEADER_LEN: usize = 40;
+/// Size of a hint file footer.
+pub const HINT_FOOTER_LEN: usize = 28;
+
+/// Record flag: the value is lz4-compressed (with its length prepended).
+pub const FLAG_LZ4: u8 = 1;
+
+/// Who wrote a data file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// The shard's writer; only the newest such file may have a torn tail.
+    Log = 1,
+    /// Compaction; complete and synced before it was renamed into place.
+    Compaction = 2,
+}
+
+/// The header at offset 0 of data and hint files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileHeader {
+    /// Who wrote the file.
+    pub origin: Origin,
+    /// The database's next sequence number when the file was created; keeps
+    /// sequence numbers growing even after compaction drops every record that
+    /// carried the highest ones.
+    pub base_seq: u64,
+}
+
+impl FileHeader {
+    /// Encodes with the given magic.
+    pub fn encode(&self, magic: &[u8; 8]) -> [u8; FILE_HEADER_LEN] {
+        let mut b = [0u8; FILE_HEADER_LEN];
+        b[0..8].copy_from_slice(magic);
+        b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b[12] = self.origin as u8;
+        b[16..24].copy_from_slice(&self.base_seq.to_le_bytes());
+        let crc = crc32c::crc32c(&b[0..28]);
+        b[28..32].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Decodes and checks a header; `Err` names what is wrong.
+    pub fn decode(b: &[u8], magic: &[u8; 8]) -> std::result::Result<FileHeader, String> {
+        if b.len() < FILE_HEADER_LEN {
+            return Err(format!(
+                "file shorter than its {FILE_HEADER_LEN}-byte header"
+            ));
+        }
+        if &b[0..8] != magic {
+            return Err("bad magic".into());
+        }
+        let crc = u32::from_le_bytes(b[28..32].try_into().unwrap());
+        if crc != crc32c::crc32c(&b[0..28]) {
+            return Err("header checksum mismatch".into());
+        }
+        let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
+        if version != FORMAT_VERSION {
+            return Err(format!(
+                "format version {version}, this build reads version {FORMAT_VERSION}"
+            ));
+        }
+        let origin = match b[12] {
+            1 => Origin::Log,
+            2 => Origin::Compaction,
+            o => return Err(format!("unknown file origin {o}")),
+        };
+        Ok(FileHeader {
+            origin,
+            base_seq: u64::from_le_bytes(b[16..24].try_into().unwrap()),
+        })
+    }
+}
+
+/// What a record does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// Sets a key to a value (replacing a map, if the key held one).
+    Put = 1,
+    /// Removes a key and, if it held a map, every field of it.
+    Delete = 2,
+    /// Sets one field of the key's map, creating the map if needed.
+    Field = 3,
+    /// Removes one field of the key's map.
+    DeleteField = 4,
+    /// Sets the expiry of the key's map.
+    MapMeta = 5,
+}
+
+impl Kind {
+    fn from_u8(b: u8) -> Option<Kind> {
+        Some(match b {
+            1 => Kind::Put,
+            2 => Kind::Delete,
+            3 => Kind::Field,
+            4 => Kind::DeleteField,
+            5 => Kind::MapMeta,
+            _ => return None,
+        })
+    }
+    /// Tombstones are kept only while an older record they shadow may exist.
+    pub fn is_tombstone(self) -> bool {
+        matches!(self, Kind::Delete | Kind::DeleteField)
+    }
+}
+
+/// A decoded record header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordHeader {
+    /// Sequence number: the version this write gave its key.
+    pub seq: u64,
+    /// Expiry in ms since the epoch, 0 = none.
+    pub expiry: u64,
+    /// What the record does.
+    pub kind: Kind,
+    /// `FLAG_*` bits.
+    pub flags: u8,
+    /// Caller-defined tag of the map (Field and MapMeta records).
+    pub tag: u8,
+    /// Key length.
+    pub key_len: u32,
+    /// Field length (0 unless Field or DeleteField).
+    pub field_len: u32,
+    /// Stored value length (compressed length if `FLAG_LZ4`).
+    pub value_len: u32,
+}
+
+impl RecordHeader {
+    /// Total record length on disk.
+    pub fn record_len(&self) -> u64 {
+        RECORD_HEADER_LEN as u64
+            + self.key_len as u64
+            + self.field_len as u64
+            + self.value_len as u64
+    }
+
+    /// Parses the fixed header (without checking the CRC, which covers the
+    /// body too). Returns the stored CRC with it.
+    pub fn parse(b: &[u8]) -> std::result::Result<(u32, RecordHeader), &'static str> {
+        if b.len() < RECORD_HEADER_LEN {
+            return Err("truncated record header");
+        }
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+        let kind = Kind::from_u8(b[20]).ok_or("unknown record kind")?;
+        if b[23] != 0 || b[21] & !FLAG_LZ4 != 0 {
+            return Err("reserved header bits set");
+        }
+        Ok((
+            u32_at(0),
+            RecordHeader {
+                seq: u64_at(4),
+                expiry: u64_at(12),
+                kind,
+                flags: b[21],
+                tag: b[22],
+                key_len: u32_at(24),
+                field_len: u32_at(28),
+                value_len: u32_at(32),
+            },
+        ))
+    }
+}
+
+/// A record to append; the value is already compressed if `flags` says so.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordRef<'a> {
+    /// Sequence number.
+    pub seq: u64,
+    /// Expiry, 0 = none.
+    pub expiry: u64,
+    /// What it does.
+    pub kind: Kind,
+    /// `FLAG_*` bits.
+    pub flags: u8,
+    /// Map tag.
+    pub tag: u8,
+    /// Key bytes.
+    pub key: &'a [u8],
+    /// Field bytes.
+    pub field: &'a [u8],
+    /// Stored value bytes.
+    pub value: &'a [u8],
+}
+
+impl RecordRef<'_> {
+    /// Appends the encoded record to `out` and returns its length.
+    pub fn encode_into(&self, out: &mut Vec<u8>) -> usize {
+        let start = out.len();
+        out.extend_from_slice(&[0u8; 4]);
+        out.extend_from_slice(&self.seq.to_le_bytes());
+        out.extend_from_slice(&self.expiry.to_le_bytes());
+        out.extend_from_slice(&[self.kind as u8, self.flags, self.tag, 0]);
+        out.extend_from_slice(&(self.key.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(self.field.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(self.value.len() as u32).to_le_bytes());
+        out.extend_from_slice(self.key);
+        out.extend_from_slice(self.field);
+        out.extend_from_slice(self.value);
+        let crc = crc32c::crc32c(&out[start + 4..]);
+        out[start..start + 4].copy_from_slice(&crc.to_le_bytes());
+        out.len() - start
+    }
+}
+
+/// A whole record read back from disk, CRC checked.
+#[derive(Debug)]
+pub struct Record {
+    /// The header.
+    pub header: RecordHeader,
+    /// Header + body bytes as read.
+    pub bytes: Vec<u8>,
+}
+
+impl Record {
+    /// Checks and wraps the bytes of exactly one record.
+    pub fn from_bytes(bytes: Vec<u8>) -> std::result::Result<Record, &'static str> {
+        let (crc, header) = RecordHeader::parse(&bytes)?;
+        if header.record_len() != bytes.len() as u64 {
+            return Err("record length does not match its header");
+        }
+        if crc != crc32c::crc32c(&bytes[4..]) {
+            return Err("record checksum mismatch");
+        }
+        Ok(Record { header, bytes })
+    }
+    /// The key.
+    pub fn key(&self) -> &[u8] {
+        &self.bytes[RECORD_HEADER_LEN..RECORD_HEADER_LEN + self.header.key_len as usize]
+    }
+    /// The field (empty unless a field record).
+    pub fn field(&self) -> &[u8] {
+        let s = RECORD_HEADER_LEN + self.header.key_len as usize;
+        &self.bytes[s..s + self.header.field_len as usize]
+    }
+    /// The stored (maybe compressed) value.
+    pub fn stored_value(&self) -> &[u8] {
+        let s = RECORD_HEADER_LEN + self.header.key_len as usize + self.header.field_len as usize;
+        &self.bytes[s..]
+    }
+    /// The value, decompressed. Consumes the record to avoid a copy when it
+    /// is stored plain.
+    pub fn into_value(mut self) -> std::result::Result<Vec<u8>, &'static str> {
+        let s = RECORD_HEADER_LEN + self.header.key_len as usize + self.header.field_len as usize;
+        if self.header.flags & FLAG_LZ4 != 0 {
+            lz4_flex::block::decompress_size_prepended(&self.bytes[s..])
+                .map_err(|_| "lz4 value does not decompress")
+        } else {
+            self.bytes.drain(..s);
+            Ok(self.bytes)
+        }
+    }
+}
+
+/// One hint entry: where a record is and what it did, without its value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HintEntry {
+    /// The record's header fields that matter for the index.
+    pub seq: u64,
+    /// Expiry, 0 = none.
+    pub expiry: u64,
+    /// Record kind.
+    pub kind: Kind,
+    /// Record flags.
+    pub flags: u8,
+    /// Map tag.
+    pub tag: u8,
+    /// Offset of the record in its data file.
+    pub offset: u32,
+    /// Length of the record.
+    pub record_len: u32,
+    /// Key bytes.
+    pub key: Vec<u8>,
+    /// Field bytes.
+    pub field: Vec<u8>,
+}
+
+impl HintEntry {
+    /// Appends the encoded entry to `out`.
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.extend_from_slice(&[0u8; 4]);
+        out.extend_from_slice(&self.seq.to_le_bytes());
+        out.extend_from_slice(&self.expiry.to_le_bytes());
+        out.extend_from_slice(&[self.kind as u8, self.flags, self.tag, 0]);
+        out.extend_from_slice(&(self.key.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(self.field.len() as u32).to_le_bytes());
+        out.extend_from_slice(&self.offset.to_le_bytes());
+        out.extend_from_slice(&self.record_len.to_le_bytes());
+        out.extend_from_slice(&self.key);
+        out.extend_from_slice(&self.field);
+        let crc = crc32c::crc32c(&out[start + 4..]);
+        out[start..start + 4].copy_from_slice(&crc.to_le_bytes());
+    }
+}
+
+/// Encodes a hint file's footer.
+pub fn encode_hint_footer(entries: u64, data_len: u64) -> [u8; HINT_FOOTER_LEN] {
+    let mut b = [0u8; HINT_FOOTER_LEN];
+    b[0..8].copy_from_slice(&HINT_FOOTER_MAGIC);
+    b[8..16].copy_from_slice(&entries.to_le_bytes());
+    b[16..24].copy_from_slice(&data_len.to_le_bytes());
+    let crc = crc32c::crc32c(&b[0..24]);
+    b[24..28].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+/// Parses a whole hint file. Returns the data file length it describes and
+/// its entries; any damage is an `Err` describing it (the caller then scans
+/// the data file instead).
+pub fn decode_hint_file(b: &[u8]) -> std::result::Result<(u64, Vec<HintEntry>), String> {
+    FileHeader::decode(b, &HINT_MAGIC)?;
+    if b.len() < FILE_HEADER_LEN + HINT_FOOTER_LEN {
+        return Err("hint file has no footer".into());
+    }
+    let f = &b[b.len() - HINT_FOOTER_LEN..];
+    if f[0..8] != HINT_FOOTER_MAGIC
+        || u32::from_le_bytes(f[24..28].try_into().unwrap()) != crc32c::crc32c(&f[0..24])
+    {
+        return Err("hint footer missing or damaged".into());
+    }
+    let count = u64::from_le_bytes(f[8..16].try_into().unwrap());
+    let data_len = u64::from_le_bytes(f[16..24].try_into().unwrap());
+    let body = &b[FILE_HEADER_LEN..b.len() - HINT_FOOTER_LEN];
+    let mut entries = Vec::with_capacity(count.min(1 << 24) as usize);
+    let mut pos = 0usize;
+    while pos < body.len() {
+        let rest = &body[pos..];
+        if rest.len() < HINT_ENTRY_HEADER_LEN {
+            return Err(format!("truncated hint entry at {}", FILE_HEADER_LEN + pos));
+        }
+        let u32_at = |i: usize| u32::from_le_bytes(rest[i..i + 4].try_into().unwrap());
+        let u64_at = |i: usize| u64::from_le_bytes(rest[i..i + 8].try_into().unwrap());
+        let key_len = u32_at(24) as usize;
+        let field_len = u32_at(28) as usize;
+        let len = HINT_ENTRY_HEADER_LEN
+            .checked_add(key_len)
+            .and_then(|l| l.checked_add(field_len))
+            .filter(|&l| l <= rest.len())
+            .ok_or_else(|| format!("hint entry at {} overruns the file", FILE_HEADER_LEN + pos))?;
+        if u32_at(0) != crc32c::crc32c(&rest[4..len]) {
+            return Err(format!(
+                "hint entry checksum mismatch at {}",
+                FILE_HEADER_LEN + pos
+            ));
+        }
+        let kind = Kind::from_u8(rest[20])
+            .ok_or_else(|| format!("unknown kind in hint entry at {}", FILE_HEADER_LEN + pos))?;
+        let k0 = HINT_ENTRY_HEADER_LEN;
+        entries.push(HintEntry {
+            seq: u64_at(4),
+            expiry: u64_at(12),
+            kind,
+            flags: rest[21],
+            tag: rest[22],
+            offset: u32_at(32),
+            record_len: u32_at(36),
+            key: rest[k0..k0 + key_len].to_vec(),
+            field: rest[k0 + key_len..len].to_vec(),
+        });
+        pos += len;
+    }
+    if entries.len() as u64 != count {
+        return Err(format!(
+            "hint footer promises {count} entries, file holds {}",
+            entries.len()
+        ));
+    }
+    Ok((data_len, entries))
+}
+
+/// Checks that key, field and value fit the format's 32-bit lengths and the
+/// engine's limits.
+pub fn check_sizes(key: &[u8], field: &[u8], value_len: usize) -> Result<()> {
+    const KEY_LIMIT: usize = 512 << 20;
+    const VALUE_LIMIT: usize = (u32::MAX as usize) - (1 << 20);
+    if key.len() > KEY_LIMIT {
+        return Err(Error::TooLarge {
+            what: "key",
+            len: key.len(),
+            limit: KEY_LIMIT,
+        });
+    }
+    if field.len() > KEY_LIMIT {
+        return Err(Error::TooLarge {
+            what: "field",
+            len: field.len(),
+            limit: KEY_LIMIT,
+        });
+    }
+    if value_len + key.len() + field.len() > VALUE_LIMIT {
+        return Err(Error::TooLarge {
+            what: "value",
+            len: value_len,
+            limit: VALUE_LIMIT - key.len() - field.len(),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,454 @@
+//! The compact in-memory index of one shard: key -> where its latest record is.
+//!
+//! The one idea: entries do not get a heap allocation each. Every entry
+//! (a 24-byte location header followed by the key bytes) is appended to a
+//! 1 MiB page, and the hash table holds only an 8-byte reference
+//! (page id, offset) per key. That avoids the allocator's per-object overhead
+//! and the 16-byte fat pointer a `Box<[u8]>` key would cost, which is how the
+//! index stays near 24 + key length + ~12 bytes per key.
+//!
+//! Removing a key marks its entry dead; a page that is more than half dead
+//! is evacuated into the newest page and dropped. Page ids only grow, so a
+//! scan cursor (page id, offset) never misses a key that lives throughout the
+//! scan: moved entries land after every cursor (they may be returned twice,
+//! as Redis's SCAN allows).
+//!
+//! Entry layout, little-endian:
+//! `key_len: u32 (bit 31 = has expiry, bit 30 = dead) | file: u32 |
+//!  offset: u32 | len: u32 | seq: u64 | key bytes`.
+
+use std::collections::VecDeque;
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
+
+/// Where a record lives, and its sequence number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Loc {
+    /// Data file id, or [`MAP_FILE`] when the key holds a map.
+    pub file: u32,
+    /// Byte offset of the record in the file.
+    pub offset: u32,
+    /// Record length.
+    pub len: u32,
+    /// Sequence number of the record (the key's version).
+    pub seq: u64,
+}
+
+/// `Loc::file` of a key whose contents are a map (kept in the shard's maps).
+pub const MAP_FILE: u32 = u32::MAX;
+
+const PAGE_SIZE: usize = 1 << 20;
+const HDR: usize = 24;
+const TTL_BIT: u32 = 1 << 31;
+const DEAD_BIT: u32 = 1 << 30;
+const LEN_MASK: u32 = DEAD_BIT - 1;
+/// Cursor encoding: page id in the high bits, offset in the low 20.
+const OFFSET_BITS: u32 = 20;
+
+#[derive(Debug)]
+struct Page {
+    buf: Vec<u8>,
+    dead: usize,
+}
+
+/// An entry as stored, decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    /// Where the record is.
+    pub loc: Loc,
+    /// Whether the key has an expiry (kept in the shard's expiry table).
+    pub has_ttl: bool,
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct Keydir {
+    table: HashTable<u64>,
+    hasher: hashbrown::DefaultHashBuilder,
+    pages: VecDeque<Option<Page>>,
+    /// Page id of `pages[0]`.
+    base: u64,
+    live_bytes: usize,
+}
+
+impl Default for Keydir {
+    fn default() -> Self {
+        Keydir {
+            table: HashTable::new(),
+            hasher: hashbrown::DefaultHashBuilder::default(),
+            pages: VecDeque::new(),
+            base: 0,
+            live_bytes: 0,
+        }
+    }
+}
+
+fn r(page: u64, off: usize) -> u64 {
+    (page << 32) | off as u64
+}
+
+impl Keydir {
+    /// Number of keys.
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Bytes of memory held: table slots and control bytes plus page buffers.
+    pub fn memory_bytes(&self) -> usize {
+        let pages: usize = self
+            .pages
+            .iter()
+            .flatten()
+            .map(|p| p.buf.capacity() + std::mem::size_of::<Page>())
+            .sum();
+        self.table.capacity() * (8 + 1) + pages
+    }
+
+    fn page(&self, id: u64) -> &Page {
+        self.pages[(id - self.base) as usize]
+            .as_ref()
+            .expect("reference to a dropped keydir page")
+    }
+
+    fn bytes_at(&self, rf: u64) -> &[u8] {
+        let p = self.page(rf >> 32);
+        &p.buf[(rf & 0xffff_ffff) as usize..]
+    }
+
+    fn key_of(&self, rf: u64) -> &[u8] {
+        let b = self.bytes_at(rf);
+        let klen = (u32::from_le_bytes(b[0..4].try_into().unwrap()) & LEN_MASK) as usize;
+        &b[HDR..HDR + klen]
+    }
+
+    fn entry_of(&self, rf: u64) -> Entry {
+        decode(self.bytes_at(rf))
+    }
+
+    fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// Looks a key up.
+    pub fn get(&self, key: &[u8]) -> Option<Entry> {
+        let h = self.hash(key);
+        self.table
+            .find(h, |&rf| self.key_of(rf) == key)
+            .map(|&rf| self.entry_of(rf))
+    }
+
+    /// Inserts or replaces; returns the previous entry.
+    pub fn insert(&mut self, key: &[u8], loc: Loc, has_ttl: bool) -> Option<Entry> {
+        let h = self.hash(key);
+        if let Some(&rf) = self.table.find(h, |&rf| self.key_of(rf) == key) {
+            let old = self.entry_of(rf);
+            self.write_entry(rf, loc, has_ttl);
+            return Some(old);
+        }
+        let rf = self.append(key, loc, has_ttl);
+        let Keydir {
+            table,
+            pages,
+            base,
+            hasher,
+            ..
+        } = self;
+        table.insert_unique(h, rf, |&x| hasher.hash_one(key_at(pages, *base, x)));
+        None
+    }
+
+    /// Changes the location of `key` only if it still points at
+    /// (`file`, `offset`); compaction uses this so a write that raced it wins.
+    pub fn update_if(&mut self, key: &[u8], file: u32, offset: u32, loc: Loc) -> bool {
+        let h = self.hash(key);
+        let Some(&rf) = self.table.find(h, |&rf| self.key_of(rf) == key) else {
+            return false;
+        };
+        let e = self.entry_of(rf);
+        if e.loc.file != file || e.loc.offset != offset {
+            return false;
+        }
+        self.write_entry(rf, loc, e.has_ttl);
+        true
+    }
+
+    /// Sets or clears the expiry flag of an existing key.
+    pub fn set_ttl_flag(&mut self, key: &[u8], has_ttl: bool) {
+        let h = self.hash(key);
+        if let Some(&rf) = self.table.find(h, |&rf| self.key_of(rf) == key) {
+            let e = self.entry_of(rf);
+            self.write_entry(rf, e.loc, has_ttl);
+        }
+    }
+
+    /// Removes a key; returns its entry.
+    pub fn remove(&mut self, key: &[u8]) -> Option<Entry> {
+        let h = self.hash(key);
+        let Keydir {
+            table, pages, base, ..
+        } = self;
+        let rf = match table.find_entry(h, |&rf| key_at(pages, *base, rf) == key) {
+            Ok(occ) => occ.remove().0,
+            Err(_) => return None,
+        };
+        let old = self.entry_of(rf);
+        self.kill(rf);
+        Some(old)
+    }
+
+    /// Visits every key with its entry.
+    pub fn for_each(&self, mut f: impl FnMut(&[u8], Entry)) {
+        for p in self.pages.iter().flatten() {
+            let mut off = 0;
+            while off < p.buf.len() {
+                let b = &p.buf[off..];
+                let raw = u32::from_le_bytes(b[0..4].try_into().unwrap());
+                let klen = (raw & LEN_MASK) as usize;
+                if raw & DEAD_BIT == 0 {
+                    f(&b[HDR..HDR + klen], decode(b));
+                }
+                off += HDR + klen;
+            }
+        }
+    }
+
+    /// Resumable scan: visits keys from `cursor` (0 = start) until `f`
+    /// returns false or roughly `budget` entries (live or dead) have been
+    /// looked at. Returns the cursor to continue from, 0 when done.
+    pub fn scan(&self, cursor: u64, budget: usize, mut f: impl FnMut(&[u8], Entry) -> bool) -> u64 {
+        let mut page = (cursor >> OFFSET_BITS).max(self.base);
+        let mut off = if (cursor >> OFFSET_BITS) < self.base {
+            0
+        } else {
+            (cursor & ((1 << OFFSET_BITS) - 1)) as usize
+        };
+        let mut seen = 0;
+        let end = self.base + self.pages.len() as u64;
+        while page < end {
+            if let Some(p) = &self.pages[(page - self.base) as usize] {
+                while off < p.buf.len() {
+                    if seen >= budget {
+                        return (page << OFFSET_BITS) | off as u64;
+                    }
+                    let b = &p.buf[off..];
+                    let raw = u32::from_le_bytes(b[0..4].try_into().unwrap());
+                    let klen = (raw & LEN_MASK) as usize;
+                    off += HDR + klen;
+                    seen += 1;
+                    if raw & DEAD_BIT == 0 && !f(&b[HDR..HDR + klen], decode(b)) {
+                        return if off < p.buf.len() {
+                            (page << OFFSET_BITS) | off as u64
+                        } else {
+                            (page + 1) << OFFSET_BITS
+                        };
+                    }
+                }
+            }
+            page += 1;
+            off = 0;
+        }
+        0
+    }
+
+    fn write_entry(&mut self, rf: u64, loc: Loc, has_ttl: bool) {
+        let id = rf >> 32;
+        let off = (rf & 0xffff_ffff) as usize;
+        let base = self.base;
+        let p = self.pages[(id - base) as usize].as_mut().unwrap();
+        let b = &mut p.buf[off..off + HDR];
+        let raw = u32::from_le_bytes(b[0..4].try_into().unwrap());
+        let raw = if has_ttl {
+            raw | TTL_BIT
+        } else {
+            raw & !TTL_BIT
+        };
+        b[0..4].copy_from_slice(&raw.to_le_bytes());
+        b[4..8].copy_from_slice(&loc.file.to_le_bytes());
+        b[8..12].copy_from_slice(&loc.offset.to_le_bytes());
+        b[12..16].copy_from_slice(&loc.len.to_le_bytes());
+        b[16..24].copy_from_slice(&loc.seq.to_le_bytes());
+    }
+
+    fn append(&mut self, key: &[u8], loc: Loc, has_ttl: bool) -> u64 {
+        let need = HDR + key.len();
+        let fits =
+            matches!(self.pages.back(), Some(Some(p)) if p.buf.len() + need <= p.buf.capacity());
+        if !fits {
+            // Oversized keys get a page of their own; offsets stay < 2^20.
+            self.pages.push_back(Some(Page {
+                buf: Vec::with_capacity(PAGE_SIZE.max(need)),
+                dead: 0,
+            }));
+        }
+        let id = self.base + self.pages.len() as u64 - 1;
+        let p = self.pages.back_mut().unwrap().as_mut().unwrap();
+        let off = p.buf.len();
+        let mut raw = key.len() as u32;
+        if has_ttl {
+            raw |= TTL_BIT;
+        }
+        p.buf.extend_from_slice(&raw.to_le_bytes());
+        p.buf.extend_from_slice(&[0u8; HDR - 4]);
+        p.buf.extend_from_slice(key);
+        self.live_bytes += need;
+        let rf = r(id, off);
+        self.write_entry(rf, loc, has_ttl);
+        rf
+    }
+
+    fn kill(&mut self, rf: u64) {
+        let id = rf >> 32;
+        let off = (rf & 0xffff_ffff) as usize;
+        let idx = (id - self.base) as usize;
+        let is_last = idx + 1 == self.pages.len();
+        let p = self.pages[idx].as_mut().unwrap();
+        let raw = u32::from_le_bytes(p.buf[off..off + 4].try_into().unwrap());
+        p.buf[off..off + 4].copy_from_slice(&(raw | DEAD_BIT).to_le_bytes());
+        let size = HDR + (raw & LEN_MASK) as usize;
+        p.dead += size;
+        self.live_bytes -= size;
+        if !is_last && p.dead * 2 > p.buf.len() {
+            self.evacuate(idx);
+        }
+    }
+
+    /// Moves the live entries of page `idx` to the newest page and drops it.
+    fn evacuate(&mut self, idx: usize) {
+        let page = self.pages[idx].take().unwrap();
+        let id = self.base + idx as u64;
+        let mut off = 0;
+        while off < page.buf.len() {
+            let b = &page.buf[off..];
+            let raw = u32::from_le_bytes(b[0..4].try_into().unwrap());
+            let klen = (raw & LEN_MASK) as usize;
+            if raw & DEAD_BIT == 0 {
+                let key = &b[HDR..HDR + klen];
+                let e = decode(b);
+                self.live_bytes -= HDR + klen;
+                let new = self.append(key, e.loc, e.has_ttl);
+                let old = r(id, off);
+                let h = self.hasher.hash_one(key);
+                let slot = self
+                    .table
+                    .find_mut(h, |&x| x == old)
+                    .expect("live keydir entry missing from the table");
+                *slot = new;
+            }
+            off += HDR + klen;
+        }
+        while let Some(None) = self.pages.front() {
+            self.pages.pop_front();
+            self.base += 1;
+        }
+    }
+}
+
+fn key_at(pages: &VecDeque<Option<Page>>, base: u64, rf: u64) -> &[u8] {
+    let p = pages[((rf >> 32) - base) as usize].as_ref().unwrap();
+    let b = &p.buf[(rf & 0xffff_ffff) as usize..];
+    let klen = (u32::from_le_bytes(b[0..4].try_into().unwrap()) & LEN_MASK) as usize;
+    &b[HDR..HDR + klen]
+}
+
+fn decode(b: &[u8]) -> Entry {
+    let raw = u32::from_le_bytes(b[0..4].try_into().unwrap());
+    Entry {
+        loc: Loc {
+            file: u32::from_le_bytes(b[4..8].try_into().unwrap()),
+            offset: u32::from_le_bytes(b[8..12].try_into().unwrap()),
+            len: u32::from_le_bytes(b[12..16].try_into().unwrap()),
+            seq: u64::from_le_bytes(b[16..24].try_into().unwrap()),
+        },
+        has_ttl: raw & TTL_BIT != 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn loc(n: u64) -> Loc {
+        Loc {
+            file: n as u32,
+            offset: (n * 3) as u32,
+            len: 7,
+            seq: n,
+        }
+    }
+
+    #[test]
+    fn insert_get_remove_match_a_hashmap_through_page_evacuations() {
+        let mut kd = Keydir::default();
+        let mut model = HashMap::new();
+        // Enough keys to fill several pages, then remove most so pages evacuate.
+        for i in 0..60_000u64 {
+            let k = format!("key-{i:08}-{}", "x".repeat((i % 17) as usize));
+            assert_eq!(kd.insert(k.as_bytes(), loc(i), i % 3 == 0), None);
+            model.insert(k, i);
+        }
+        let keys: Vec<String> = model.keys().cloned().collect();
+        for (n, k) in keys.iter().enumerate() {
+            if n % 4 != 0 {
+                let e = kd.remove(k.as_bytes()).unwrap();
+                assert_eq!(e.loc, loc(model[k]));
+                model.remove(k);
+            }
+        }
+        assert!(kd.base > 0, "mostly-dead pages were evacuated and dropped");
+        assert_eq!(kd.len(), model.len());
+        for (k, &i) in &model {
+            let e = kd.get(k.as_bytes()).unwrap();
+            assert_eq!(e.loc, loc(i));
+            assert_eq!(e.has_ttl, i % 3 == 0);
+        }
+        let mut seen = 0;
+        kd.for_each(|_, _| seen += 1);
+        assert_eq!(seen, model.len());
+    }
+
+    #[test]
+    fn scan_with_cursor_returns_every_key_that_lived_throughout() {
+        let mut kd = Keydir::default();
+        for i in 0..50_000u64 {
+            kd.insert(format!("k{i}").as_bytes(), loc(i), false);
+        }
+        let mut found = std::collections::HashSet::new();
+        let mut cursor = 0;
+        let mut rounds = 0;
+        loop {
+            cursor = kd.scan(cursor, 1000, |k, _| {
+                found.insert(k.to_vec());
+                true
+            });
+            // Churn between calls: remove and add keys outside the stable set.
+            if rounds < 40 {
+                for j in 0..500u64 {
+                    let k = format!("k{}", 25_000 + rounds * 500 + j);
+                    kd.remove(k.as_bytes());
+                    kd.insert(format!("new{rounds}-{j}").as_bytes(), loc(j), false);
+                }
+            }
+            rounds += 1;
+            if cursor == 0 || rounds > 10_000 {
+                break;
+            }
+        }
+        for i in 0..25_000u64 {
+            assert!(found.contains(format!("k{i}").as_bytes()), "k{i} missed");
+        }
+    }
+
+    #[test]
+    fn update_if_only_moves_an_entry_still_at_the_expected_place() {
+        let mut kd = Keydir::default();
+        kd.insert(b"a", loc(1), true);
+        assert!(!kd.update_if(b"a", 9, 9, loc(5)));
+        assert!(kd.update_if(b"a", 1, 3, loc(5)));
+        let e = kd.get(b"a").unwrap();
+        assert_eq!(e.loc, loc(5));
+        assert!(e.has_ttl);
+        assert!(!kd.update_if(b"missing", 1, 3, loc(5)));
+    }
+}

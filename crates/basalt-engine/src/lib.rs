@@ -1,0 +1,55 @@
+//! # basalt-engine
+//!
+//! An embeddable, crash-safe, sharded Bitcask storage engine. Keys and their
+//! index live in RAM; values live in append-only data files, so a lookup is
+//! one hash probe and one disk read, and a write is one sequential append.
+//!
+//! ```
+//! use basalt_engine::{Db, Options};
+//! let dir = tempfile::tempdir().unwrap();
+//! let db = Db::open(dir.path(), Options::default()).unwrap();
+//! let v1 = db.put(b"greeting", b"hello").unwrap();
+//! assert_eq!(db.get(b"greeting").unwrap().as_deref(), Some(&b"hello"[..]));
+//! assert_eq!(db.version(b"greeting"), v1);
+//! db.put_field(b"user:1", b"name", b"ada").unwrap();
+//! assert_eq!(db.get_field(b"user:1", b"name").unwrap().as_deref(), Some(&b"ada"[..]));
+//! db.close().unwrap();
+//! ```
+//!
+//! ## Design, and where it departs from the Bitcask paper
+//! - **Shards.** The key space is split into N shards (a power of two) by
+//!   CRC32C of the key. Each shard has its own directory of data files, its
+//!   own active file with a writer lock, and its own index under a
+//!   reader-writer lock, so writers to different shards never meet.
+//! - **Maps.** A key holds either a value or a map of fields (what a server
+//!   needs for hashes, sets, sorted sets and lists). Each field is its own
+//!   record, so changing one field of a huge map writes one small record, and
+//!   deleting the key drops the whole map with one record.
+//! - **Sequence numbers.** Every record carries a database-wide sequence
+//!   number; it is the key's version, and recovery uses it to pick the newest
+//!   record whatever order files are read in (compaction moves old records
+//!   into new files).
+//! - **Expiry** lives in the records (values) or in a map-metadata record
+//!   (maps). Expired keys are never returned; a background sweep writes a
+//!   deletion for each so the data does not linger.
+//! - **Durability.** A write has reached the OS before it is acknowledged;
+//!   [`SyncPolicy`] decides when it reaches the disk. A failed write or fsync
+//!   poisons the engine: later writes fail and say why.
+//! - **Hint files** list every record of a sealed file without its value;
+//!   open reads them (shards in parallel) instead of the data files.
+//!
+//! The byte layouts are specified in `docs/file-format.md`.
+
+mod compaction;
+mod db;
+mod error;
+pub mod format;
+mod keydir;
+mod options;
+mod recovery;
+pub mod vfs;
+
+pub use compaction::CompactionReport;
+pub use db::{Db, FileStats, KeyKind, KeyMeta, Stats, Versioned};
+pub use error::{Error, Result};
+pub use options::{Clock, ExpiryListener, ManualClock, Options, SyncPolicy, SystemClock};

@@ -1,0 +1,721 @@
+//! Opening a directory: lock it, load every shard's files in parallel (hint
+//! files where they are valid, a scan of the data file otherwise), cut a
+//! torn tail off the newest log file, and rebuild the index.
+//!
+//! The one idea: files may be loaded in any order, because compaction writes
+//! old records into new files. Every record carries its sequence number, and
+//! the loader keeps, per key and per field, only what the highest sequence
+//! number says; tombstones seen while loading are remembered (in maps that
+//! are dropped when loading ends) so an older record met later cannot
+//! resurrect what they deleted.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use hashbrown::HashMap;
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use crate::db::{
+    data_path, hint_path, sync_dir, Counters, Db, FileInfo, Index, Inner, MapEntry, Shard, Writer,
+};
+use crate::format::{
+    self, FileHeader, HintEntry, Kind, Origin, RecordHeader, DATA_MAGIC, FILE_HEADER_LEN,
+    RECORD_HEADER_LEN,
+};
+use crate::keydir::{Loc, MAP_FILE};
+use crate::options::Options;
+use crate::vfs::VFile;
+use crate::{Error, Result};
+
+const META_MAGIC: [u8; 8] = *b"BSLTMETA";
+const READ_CHUNK: usize = 4 << 20;
+
+/// Reads a file front to back through a large buffer.
+pub(crate) struct SeqReader<'a> {
+    file: &'a dyn VFile,
+    len: u64,
+    start: u64,
+    buf: Vec<u8>,
+}
+
+impl<'a> SeqReader<'a> {
+    pub fn new(file: &'a dyn VFile, len: u64) -> Self {
+        SeqReader {
+            file,
+            len,
+            start: 0,
+            buf: Vec::new(),
+        }
+    }
+    /// Bytes `[off, off + n)`; the caller keeps `off + n <= len`.
+    pub fn get(&mut self, off: u64, n: usize) -> io::Result<&[u8]> {
+        let end = self.start + self.buf.len() as u64;
+        if off < self.start || off + n as u64 > end {
+            let want = (n.max(READ_CHUNK) as u64).min(self.len - off) as usize;
+            self.buf.resize(want, 0);
+            self.file.read_exact_at(&mut self.buf, off)?;
+            self.start = off;
+        }
+        let s = (off - self.start) as usize;
+        Ok(&self.buf[s..s + n])
+    }
+}
+
+/// Where a scan stopped.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum ScanEnd {
+    /// At the end of the file, every record good.
+    Clean,
+    /// At a record that failed its checks.
+    Bad { offset: u64, reason: String },
+}
+
+/// Calls `f(offset, header, record bytes)` for each good record from
+/// `FILE_HEADER_LEN` on, stopping at the end or at the first bad record.
+pub(crate) fn scan_records(
+    file: &dyn VFile,
+    len: u64,
+    path: &Path,
+    mut f: impl FnMut(u64, &RecordHeader, &[u8]) -> Result<()>,
+) -> Result<ScanEnd> {
+    let mut r = SeqReader::new(file, len);
+    let mut off = FILE_HEADER_LEN as u64;
+    while off < len {
+        match check_record_at(&mut r, off, len) {
+            Ok(Ok(h)) => {
+                let n = h.record_len() as usize;
+                let bytes = r.get(off, n).map_err(|e| Error::io("read", path, e))?;
+                f(off, &h, bytes)?;
+                off += n as u64;
+            }
+            Ok(Err(reason)) => {
+                return Ok(ScanEnd::Bad {
+                    offset: off,
+                    reason: reason.into(),
+                })
+            }
+            Err(e) => return Err(Error::io("read", path, e)),
+        }
+    }
+    Ok(ScanEnd::Clean)
+}
+
+/// Checks the record at `off`: header, length and CRC.
+fn check_record_at(
+    r: &mut SeqReader<'_>,
+    off: u64,
+    len: u64,
+) -> io::Result<std::result::Result<RecordHeader, &'static str>> {
+    if len - off < RECORD_HEADER_LEN as u64 {
+        return Ok(Err("truncated record header"));
+    }
+    let (crc, h) = match RecordHeader::parse(r.get(off, RECORD_HEADER_LEN)?) {
+        Ok(x) => x,
+        Err(e) => return Ok(Err(e)),
+    };
+    if h.record_len() > len - off {
+        return Ok(Err("record runs past the end of the file"));
+    }
+    let bytes = r.get(off, h.record_len() as usize)?;
+    if crc != crc32c::crc32c(&bytes[4..]) {
+        return Ok(Err("record checksum mismatch"));
+    }
+    Ok(Ok(h))
+}
+
+/// Whether any good record starts after `from`: tells a torn tail (nothing
+/// good follows) from damage in the middle of a file.
+fn good_record_after(file: &dyn VFile, from: u64, len: u64) -> io::Result<Option<u64>> {
+    let mut r = SeqReader::new(file, len);
+    let mut off = from + 1;
+    while off + RECORD_HEADER_LEN as u64 <= len {
+        if let Ok(Ok(_)) = check_record_at(&mut r, off, len) {
+            return Ok(Some(off));
+        }
+        off += 1;
+    }
+    Ok(None)
+}
+
+/// One record as the loader sees it (from a hint entry or a scan).
+struct Item<'a> {
+    kind: Kind,
+    tag: u8,
+    expiry: u64,
+    key: &'a [u8],
+    field: &'a [u8],
+    loc: Loc,
+}
+
+/// (key, field).
+type FieldKey = (Box<[u8]>, Box<[u8]>);
+
+/// Rebuilds one shard's index from records met in any order.
+#[derive(Default)]
+struct Loader {
+    idx: Index,
+    dead_keys: HashMap<Box<[u8]>, u64>,
+    dead_fields: HashMap<FieldKey, u64>,
+    metas: HashMap<Box<[u8]>, (Loc, u64)>,
+    max_seq: u64,
+}
+
+impl Loader {
+    fn apply(&mut self, it: Item<'_>) {
+        let seq = it.loc.seq;
+        self.max_seq = self.max_seq.max(seq);
+        if let Some(f) = self.idx.files.get_mut(&it.loc.file) {
+            f.note_record(seq, it.kind, it.loc.len as u64);
+        }
+        let key_dead_at = self.dead_keys.get(it.key).copied().unwrap_or(0);
+        match it.kind {
+            Kind::Put => {
+                if key_dead_at >= seq {
+                    return;
+                }
+                if let Some(e) = self.idx.keys.get(it.key) {
+                    if e.loc.seq >= seq {
+                        return;
+                    }
+                }
+                if let Some(m) = self.idx.maps.get(it.key) {
+                    if m.fields.values().any(|l| l.seq > seq) {
+                        return;
+                    }
+                    self.idx.maps.remove(it.key);
+                }
+                self.idx.keys.insert(it.key, it.loc, it.expiry != 0);
+                self.idx.set_expiry(it.key, it.expiry);
+            }
+            Kind::Delete => {
+                if key_dead_at < seq {
+                    self.dead_keys.insert(it.key.into(), seq);
+                }
+                if let Some(e) = self.idx.keys.get(it.key) {
+                    if e.loc.seq < seq {
+                        self.idx.keys.remove(it.key);
+                        self.idx.set_expiry(it.key, 0);
+                    }
+                }
+                if let Some(m) = self.idx.maps.get_mut(it.key) {
+                    m.fields.retain(|_, l| l.seq > seq);
+                    if m.fields.is_empty() {
+                        self.idx.maps.remove(it.key);
+                    }
+                }
+            }
+            Kind::Field => {
+                if key_dead_at >= seq {
+                    return;
+                }
+                let fk = (Box::from(it.key), Box::from(it.field));
+                if self.dead_fields.get(&fk).is_some_and(|&s| s >= seq) {
+                    return;
+                }
+                if let Some(e) = self.idx.keys.get(it.key) {
+                    if e.loc.seq > seq {
+                        return;
+                    }
+                    self.idx.keys.remove(it.key);
+                    self.idx.set_expiry(it.key, 0);
+                }
+                let m = self.idx.maps.entry(fk.0).or_insert_with(|| MapEntry {
+                    tag: it.tag,
+                    ..MapEntry::default()
+                });
+                m.version = m.version.max(seq);
+                match m.fields.get_mut(&fk.1) {
+                    Some(l) if l.seq >= seq => {}
+                    Some(l) => *l = it.loc,
+                    None => {
+                        m.fields.insert(fk.1, it.loc);
+                    }
+                }
+            }
+            Kind::DeleteField => {
+                let fk = (Box::from(it.key), Box::from(it.field));
+                let e = self.dead_fields.entry(fk).or_insert(0);
+                *e = (*e).max(seq);
+                if let Some(m) = self.idx.maps.get_mut(it.key) {
+                    if m.fields.get(it.field).is_some_and(|l| l.seq < seq) {
+                        m.fields.remove(it.field);
+                        if m.fields.is_empty() {
+                            self.idx.maps.remove(it.key);
+                        }
+                    }
+                }
+            }
+            Kind::MapMeta => {
+                if key_dead_at >= seq {
+                    return;
+                }
+                match self.metas.get_mut(it.key) {
+                    Some((l, _)) if l.seq >= seq => {}
+                    Some(slot) => *slot = (it.loc, it.expiry),
+                    None => {
+                        self.metas.insert(it.key.into(), (it.loc, it.expiry));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Joins map metadata and field tombstones to their maps, puts map keys
+    /// into the key index and computes live bytes per file.
+    fn finish(mut self) -> (Index, u64) {
+        for m in self.idx.maps.values_mut() {
+            m.version = m.fields.values().map(|l| l.seq).max().unwrap_or(0);
+        }
+        for (key, (loc, expiry)) in std::mem::take(&mut self.metas) {
+            if self.dead_keys.get(&key).is_some_and(|&s| s >= loc.seq) {
+                continue;
+            }
+            if let Some(m) = self.idx.maps.get_mut(&key) {
+                m.meta = Some(loc);
+                m.expiry = expiry;
+                m.version = m.version.max(loc.seq);
+            }
+        }
+        for ((key, _), seq) in std::mem::take(&mut self.dead_fields) {
+            let dead_at = self.dead_keys.get(&key).copied().unwrap_or(0);
+            if let Some(m) = self.idx.maps.get_mut(&key) {
+                if seq > dead_at {
+                    m.version = m.version.max(seq);
+                }
+            }
+        }
+        let mut idx = self.idx;
+        let maps: Vec<(Box<[u8]>, u64, u64)> = idx
+            .maps
+            .iter()
+            .map(|(k, m)| (k.clone(), m.version, m.expiry))
+            .collect();
+        for (key, version, expiry) in maps {
+            let loc = Loc {
+                file: MAP_FILE,
+                offset: 0,
+                len: 0,
+                seq: version,
+            };
+            idx.keys.insert(&key, loc, expiry != 0);
+            idx.set_expiry(&key, expiry);
+        }
+        let mut live: Vec<Loc> = Vec::new();
+        idx.keys.for_each(|_, e| {
+            if e.loc.file != MAP_FILE {
+                live.push(e.loc);
+            }
+        });
+        for m in idx.maps.values() {
+            live.extend(m.fields.values().copied());
+            live.extend(m.meta);
+        }
+        for l in live {
+            idx.add_live(l);
+        }
+        (idx, self.max_seq)
+    }
+}
+
+struct LoadedShard {
+    index: Index,
+    writer: Writer,
+    next_file: u32,
+    max_seq: u64,
+    pending_hints: Vec<u32>,
+}
+
+fn parse_name(name: &str) -> Option<(u32, &str)> {
+    let (stem, ext) = name.split_once('.')?;
+    if stem.len() != 10 || !stem.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((stem.parse().ok()?, ext))
+}
+
+fn load_hint(path: &Path, data_len: u64) -> std::result::Result<Vec<HintEntry>, String> {
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    let (len, entries) = format::decode_hint_file(&bytes)?;
+    if len != data_len {
+        return Err(format!(
+            "hint describes {len} bytes of data, the data file has {data_len}"
+        ));
+    }
+    Ok(entries)
+}
+
+fn load_shard(opts: &Options, id: usize, dir: &Path, base_seq: &AtomicU64) -> Result<LoadedShard> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
+    let mut ids = Vec::new();
+    let mut hints = std::collections::HashSet::new();
+    for ent in std::fs::read_dir(dir).map_err(|e| Error::io("list", dir, e))? {
+        let ent = ent.map_err(|e| Error::io("list", dir, e))?;
+        let name = ent.file_name();
+        let Some(name) = name.to_str() else { continue };
+        match parse_name(name) {
+            Some((n, "data")) => ids.push(n),
+            Some((n, "hint")) => {
+                hints.insert(n);
+            }
+            Some((_, ext)) if ext.ends_with("tmp") => {
+                // Unfinished compaction output or hint: the inputs are intact.
+                let p = ent.path();
+                std::fs::remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
+            }
+            _ => {
+                tracing::warn!(file = %ent.path().display(), "ignoring unknown file in shard directory")
+            }
+        }
+    }
+    ids.sort_unstable();
+    let max_id = ids.last().copied();
+    // A hint whose data file is gone (its file was compacted while the hint
+    // was being written) describes nothing.
+    for orphan in hints.iter().filter(|h| ids.binary_search(h).is_err()) {
+        let p = hint_path(dir, *orphan);
+        std::fs::remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
+    }
+
+    // Headers first: they say which file is the newest log file, the only
+    // one allowed a torn tail.
+    let mut files: Vec<(u32, Arc<dyn VFile>, u64, FileHeader)> = Vec::new();
+    for &fid in &ids {
+        let path = data_path(dir, fid);
+        let handle = opts
+            .vfs
+            .open(&path)
+            .map_err(|e| Error::io("open", &path, e))?;
+        let len = handle.len().map_err(|e| Error::io("stat", &path, e))?;
+        let mut hb = [0u8; FILE_HEADER_LEN];
+        let hdr = if len >= FILE_HEADER_LEN as u64 {
+            handle
+                .read_exact_at(&mut hb, 0)
+                .map_err(|e| Error::io("read", &path, e))?;
+            FileHeader::decode(&hb, &DATA_MAGIC)
+        } else {
+            Err("file shorter than its header".into())
+        };
+        match hdr {
+            Ok(h) => {
+                base_seq.fetch_max(h.base_seq, Ordering::SeqCst);
+                files.push((fid, handle, len, h));
+            }
+            // A crash while creating the newest file leaves it without a
+            // complete header and without records: nothing to lose.
+            Err(_) if Some(fid) == max_id && len <= FILE_HEADER_LEN as u64 => {
+                tracing::warn!(file = %path.display(), "removing a data file torn while it was created");
+                drop(handle);
+                std::fs::remove_file(&path).map_err(|e| Error::io("remove", &path, e))?;
+                let h = hint_path(dir, fid);
+                if hints.remove(&fid) {
+                    std::fs::remove_file(&h).map_err(|e| Error::io("remove", &h, e))?;
+                }
+            }
+            Err(reason) => {
+                return Err(Error::Corrupt {
+                    path,
+                    offset: 0,
+                    reason,
+                })
+            }
+        }
+    }
+    let last_log = files
+        .iter()
+        .filter(|f| f.3.origin == Origin::Log)
+        .map(|f| f.0)
+        .max();
+
+    let mut loader = Loader::default();
+    let mut pending_hints = Vec::new();
+    let mut active: Option<(u32, Arc<dyn VFile>, u64, bool)> = None;
+    for (fid, handle, mut len, hdr) in files {
+        let path = data_path(dir, fid);
+        loader
+            .idx
+            .files
+            .insert(fid, FileInfo::new(handle.clone(), hdr.origin, len));
+        let mut from_hint = false;
+        if hints.contains(&fid) {
+            let hp = hint_path(dir, fid);
+            match load_hint(&hp, len) {
+                Ok(entries) => {
+                    for e in &entries {
+                        loader.apply(Item {
+                            kind: e.kind,
+                            tag: e.tag,
+                            expiry: e.expiry,
+                            key: &e.key,
+                            field: &e.field,
+                            loc: Loc {
+                                file: fid,
+                                offset: e.offset,
+                                len: e.record_len,
+                                seq: e.seq,
+                            },
+                        });
+                    }
+                    from_hint = true;
+                }
+                Err(why) => {
+                    tracing::warn!(hint = %hp.display(), %why, "hint file unusable; scanning the data file instead");
+                    std::fs::remove_file(&hp).map_err(|e| Error::io("remove", &hp, e))?;
+                }
+            }
+        }
+        if !from_hint {
+            let end = scan_records(&*handle, len, &path, |off, h, bytes| {
+                let k0 = RECORD_HEADER_LEN;
+                let k1 = k0 + h.key_len as usize;
+                loader.apply(Item {
+                    kind: h.kind,
+                    tag: h.tag,
+                    expiry: h.expiry,
+                    key: &bytes[k0..k1],
+                    field: &bytes[k1..k1 + h.field_len as usize],
+                    loc: Loc {
+                        file: fid,
+                        offset: off as u32,
+                        len: h.record_len() as u32,
+                        seq: h.seq,
+                    },
+                });
+                Ok(())
+            })?;
+            if let ScanEnd::Bad { offset, reason } = end {
+                if Some(fid) != last_log {
+                    return Err(Error::Corrupt {
+                        path,
+                        offset,
+                        reason,
+                    });
+                }
+                if let Some(later) = good_record_after(&*handle, offset, len)
+                    .map_err(|e| Error::io("read", &path, e))?
+                {
+                    return Err(Error::Corrupt {
+                        path,
+                        offset,
+                        reason: format!("{reason}, and a good record follows at {later}"),
+                    });
+                }
+                tracing::warn!(file = %path.display(), offset, dropped = len - offset, %reason,
+                    "cutting a torn tail off the newest log file");
+                handle
+                    .set_len(offset)
+                    .and_then(|_| handle.sync_data())
+                    .map_err(|e| Error::io("truncate", &path, e))?;
+                len = offset;
+                loader.idx.files.get_mut(&fid).unwrap().total = len;
+            }
+        }
+        if Some(fid) == last_log {
+            active = Some((fid, handle, len, from_hint));
+        } else if !from_hint && hdr.origin == Origin::Log {
+            pending_hints.push(fid);
+        }
+    }
+
+    let (mut index, max_seq) = loader.finish();
+    let mut next_file = max_id.map_or(1, |m| m + 1);
+    let writer = match active {
+        // Keep appending to the newest log file; its hint (from a clean
+        // close) goes stale with the first append, so it goes first.
+        Some((fid, handle, len, had_hint)) if len < opts.max_file_size => {
+            if had_hint {
+                let hp = hint_path(dir, fid);
+                std::fs::remove_file(&hp).map_err(|e| Error::io("remove", &hp, e))?;
+            }
+            index.files.get_mut(&fid).unwrap().active = true;
+            Writer {
+                file_id: fid,
+                file: handle,
+                len,
+                buf: Vec::new(),
+            }
+        }
+        other => {
+            if let Some((fid, _, _, false)) = other {
+                pending_hints.push(fid);
+            }
+            let fid = next_file;
+            next_file += 1;
+            let path = data_path(dir, fid);
+            let handle = opts
+                .vfs
+                .create(&path)
+                .map_err(|e| Error::io("create", &path, e))?;
+            let hdr = FileHeader {
+                origin: Origin::Log,
+                base_seq: base_seq.load(Ordering::SeqCst).max(max_seq + 1),
+            }
+            .encode(&DATA_MAGIC);
+            handle
+                .write_all_at(&hdr, 0)
+                .and_then(|_| handle.sync_data())
+                .map_err(|e| Error::io("write", &path, e))?;
+            sync_dir(dir)?;
+            let mut info = FileInfo::new(handle.clone(), Origin::Log, FILE_HEADER_LEN as u64);
+            info.active = true;
+            index.files.insert(fid, info);
+            Writer {
+                file_id: fid,
+                file: handle,
+                len: FILE_HEADER_LEN as u64,
+                buf: Vec::new(),
+            }
+        }
+    };
+    tracing::debug!(
+        shard = id,
+        keys = index.keys.len(),
+        files = index.files.len(),
+        "shard loaded"
+    );
+    Ok(LoadedShard {
+        index,
+        writer,
+        next_file,
+        max_seq,
+        pending_hints,
+    })
+}
+
+fn read_or_write_meta(dir: &Path, shards: usize) -> Result<usize> {
+    let path = dir.join("BASALT");
+    match std::fs::read(&path) {
+        Ok(b) => {
+            let bad = |reason: &str| Error::Corrupt {
+                path: path.clone(),
+                offset: 0,
+                reason: reason.into(),
+            };
+            if b.len() != 20 || b[0..8] != META_MAGIC {
+                return Err(bad("not a Basalt directory metadata file"));
+            }
+            if u32::from_le_bytes(b[16..20].try_into().unwrap()) != crc32c::crc32c(&b[0..16]) {
+                return Err(bad("metadata checksum mismatch"));
+            }
+            let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
+            if version != format::FORMAT_VERSION {
+                return Err(bad(&format!(
+                    "format version {version}, this build reads version {}",
+                    format::FORMAT_VERSION
+                )));
+            }
+            let n = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
+            if !n.is_power_of_two() || n > 1024 {
+                return Err(bad("invalid shard count"));
+            }
+            Ok(n)
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let mut b = Vec::with_capacity(20);
+            b.extend_from_slice(&META_MAGIC);
+            b.extend_from_slice(&format::FORMAT_VERSION.to_le_bytes());
+            b.extend_from_slice(&(shards as u32).to_le_bytes());
+            let crc = crc32c::crc32c(&b);
+            b.extend_from_slice(&crc.to_le_bytes());
+            let tmp = dir.join("BASALT.tmp");
+            std::fs::write(&tmp, &b)
+                .and_then(|_| std::fs::File::open(&tmp)?.sync_all())
+                .map_err(|e| Error::io("write", &tmp, e))?;
+            std::fs::rename(&tmp, &path).map_err(|e| Error::io("rename", &path, e))?;
+            sync_dir(dir)?;
+            Ok(shards)
+        }
+        Err(e) => Err(Error::io("read", &path, e)),
+    }
+}
+
+impl Db {
+    /// Opens (creating if needed) the database in `dir`.
+    ///
+    /// Takes an exclusive lock on `dir/LOCK` (a second open fails with
+    /// [`Error::Locked`]), loads every shard in parallel and starts the
+    /// background threads the options ask for.
+    pub fn open(dir: impl AsRef<Path>, opts: Options) -> Result<Db> {
+        let started = Instant::now();
+        opts.validate()?;
+        let dir: PathBuf = dir.as_ref().to_path_buf();
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io("create directory", &dir, e))?;
+        let lock_path = dir.join("LOCK");
+        let lock_file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| Error::io("open", &lock_path, e))?;
+        match lock_file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Err(Error::Locked { path: dir }),
+            Err(std::fs::TryLockError::Error(e)) => return Err(Error::io("lock", &lock_path, e)),
+        }
+        let nshards = read_or_write_meta(&dir, opts.shards)?;
+        if nshards != opts.shards {
+            tracing::info!(
+                recorded = nshards,
+                requested = opts.shards,
+                "using the shard count recorded in the directory"
+            );
+        }
+        let base_seq = AtomicU64::new(1);
+        let loaded: Vec<Result<LoadedShard>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..nshards)
+                .map(|i| {
+                    let (opts, dir, base_seq) = (&opts, &dir, &base_seq);
+                    s.spawn(move || load_shard(opts, i, &shard_dir(dir, i), base_seq))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("shard loader panicked"))
+                .collect()
+        });
+        let mut shards = Vec::with_capacity(nshards);
+        let mut next_seq = base_seq.load(Ordering::SeqCst).max(1);
+        for (i, l) in loaded.into_iter().enumerate() {
+            let l = l?;
+            next_seq = next_seq.max(l.max_seq + 1);
+            let w = &l.writer;
+            shards.push(Shard {
+                id: i,
+                dir: shard_dir(&dir, i),
+                synced: Mutex::new((w.file_id, w.len)),
+                appended: AtomicU64::new(((w.file_id as u64) << 32) | w.len),
+                index: RwLock::new(l.index),
+                writer: Mutex::new(l.writer),
+                next_file: AtomicU32::new(l.next_file),
+                pending_hints: Mutex::new(l.pending_hints),
+            });
+        }
+        let inner = Arc::new(Inner {
+            dir,
+            opts,
+            shards,
+            seq: AtomicU64::new(next_seq),
+            poisoned: AtomicBool::new(false),
+            poison_reason: Mutex::new(None),
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+            counters: Counters::default(),
+            compaction: Mutex::new(()),
+            lock_file,
+        });
+        let workers = crate::compaction::spawn_workers(&inner);
+        let db = Db {
+            inner,
+            workers,
+            closed: false,
+        };
+        tracing::info!(dir = %db.inner.dir.display(), keys = db.len(), ms = started.elapsed().as_millis() as u64, "opened");
+        Ok(db)
+    }
+}
+
+pub(crate) fn shard_dir(dir: &Path, i: usize) -> PathBuf {
+    dir.join(format!("shard-{i:04}"))
+}

@@ -1,0 +1,1 @@
+//! RESP2/RESP3 protocol frames for Basalt (being written).
