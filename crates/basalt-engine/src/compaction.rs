@@ -509,22 +509,20 @@ pub(crate) fn compact_files(
         }
     }
     let written = c.finish()?;
-    // The outputs are durable: drop the inputs.
+    // The outputs are durable. The inputs go next, but not one by one
+    // unguarded: a crash between two unlinks could leave a record whose
+    // tombstone was dropped with an input already gone. So first a marker
+    // lists every input; open finishes the job if it finds one.
+    let ids: Vec<u32> = inputs.iter().map(|(id, _, _)| *id).collect();
+    let marker = write_victims_marker(shard, &ids)?;
     {
         let mut idx = shard.index.write();
-        for (fid, _, _) in &inputs {
-            idx.files.remove(fid);
+        for id in &ids {
+            idx.files.remove(id);
         }
     }
-    for (fid, _, _) in &inputs {
-        for p in [shard.data_path(*fid), shard.hint_path(*fid)] {
-            match std::fs::remove_file(&p) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::io("remove", &p, e)),
-            }
-        }
-    }
+    remove_files(shard, &ids)?;
+    std::fs::remove_file(&marker).map_err(|e| Error::io("remove", &marker, e))?;
     sync_dir(&shard.dir)?;
     inner.counters.compactions.fetch_add(1, Ordering::Relaxed);
     inner
@@ -547,6 +545,38 @@ pub(crate) fn compact_files(
         bytes_read: read,
         bytes_written: written,
     })
+}
+
+/// Writes `<id>.victims`: the ids of compaction inputs to delete.
+fn write_victims_marker(shard: &Shard, ids: &[u32]) -> Result<std::path::PathBuf> {
+    let id = shard.next_file.fetch_add(1, Ordering::SeqCst);
+    let path = shard.dir.join(format!("{id:010}.victims"));
+    let tmp = path.with_extension("victims.tmp");
+    let b = format::encode_victims(ids);
+    std::fs::write(&tmp, &b)
+        .and_then(|_| std::fs::File::open(&tmp)?.sync_all())
+        .map_err(|e| Error::io("write", &tmp, e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| Error::io("rename", &path, e))?;
+    sync_dir(&shard.dir)?;
+    Ok(path)
+}
+
+/// Deletes the data and hint files of `ids` (already-missing ones are fine).
+pub(crate) fn remove_files(shard: &Shard, ids: &[u32]) -> Result<()> {
+    remove_files_in(&shard.dir, ids)
+}
+
+pub(crate) fn remove_files_in(dir: &std::path::Path, ids: &[u32]) -> Result<()> {
+    for &id in ids {
+        for p in [crate::db::data_path(dir, id), crate::db::hint_path(dir, id)] {
+            match std::fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io("remove", &p, e)),
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Db {
@@ -606,8 +636,10 @@ impl Db {
         for w in self.workers.drain(..) {
             let _ = w.join();
         }
-        let mut result = Ok(());
-        if inner.check_writable().is_ok() {
+        // A poisoned engine cannot promise its last writes reached the disk:
+        // closing it reports why instead of claiming success.
+        let mut result = inner.check_writable();
+        if result.is_ok() {
             let _g = inner.compaction.lock();
             for s in &inner.shards {
                 let r = inner.sync_shard(s).and_then(|_| {

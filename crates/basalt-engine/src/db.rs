@@ -406,9 +406,17 @@ impl Inner {
 
     /// Appends one record to the active file; the caller holds the writer
     /// lock. The bytes have reached the OS when this returns.
+    ///
+    /// A record that would take the active file past `max_file_size` first
+    /// rotates it, so that a failed rotation fails *this* write before it
+    /// takes effect (rotating after the append would report an error for a
+    /// write that is already in the log).
     pub fn append(&self, shard: &Shard, w: &mut Writer, rec: RecordRef<'_>) -> Result<Loc> {
         w.buf.clear();
         let len = rec.encode_into(&mut w.buf);
+        if w.len > format::FILE_HEADER_LEN as u64 && w.len + len as u64 > self.opts.max_file_size {
+            self.rotate(shard, w)?;
+        }
         if let Err(e) = w.file.write_all_at(&w.buf, w.len) {
             return Err(self.poison(Error::io("write", shard.data_path(w.file_id), e)));
         }
@@ -428,16 +436,9 @@ impl Inner {
         Ok(loc)
     }
 
-    /// Called after every write, still holding the writer lock: rotates a full
-    /// file, then (after the lock is dropped) fsyncs under `SyncPolicy::Always`.
-    fn finish_write(
-        &self,
-        shard: &Shard,
-        mut w: parking_lot::MutexGuard<'_, Writer>,
-    ) -> Result<()> {
-        if w.len >= self.opts.max_file_size {
-            self.rotate(shard, &mut w)?;
-        }
+    /// Called after every write, still holding the writer lock: (after the
+    /// lock is dropped) fsyncs under `SyncPolicy::Always`.
+    fn finish_write(&self, shard: &Shard, w: parking_lot::MutexGuard<'_, Writer>) -> Result<()> {
         if self.opts.sync == SyncPolicy::Always {
             let (id, end, file) = (w.file_id, w.len, w.file.clone());
             drop(w);

@@ -325,68 +325,141 @@ pub fn encode_hint_footer(entries: u64, data_len: u64) -> [u8; HINT_FOOTER_LEN] 
     b
 }
 
-/// Parses a whole hint file. Returns the data file length it describes and
-/// its entries; any damage is an `Err` describing it (the caller then scans
-/// the data file instead).
-pub fn decode_hint_file(b: &[u8]) -> std::result::Result<(u64, Vec<HintEntry>), String> {
+/// One hint entry borrowed from a hint file's bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct HintRef<'a> {
+    /// Sequence number.
+    pub seq: u64,
+    /// Expiry, 0 = none.
+    pub expiry: u64,
+    /// Record kind.
+    pub kind: Kind,
+    /// Record flags.
+    pub flags: u8,
+    /// Map tag.
+    pub tag: u8,
+    /// Offset of the record in its data file.
+    pub offset: u32,
+    /// Length of the record.
+    pub record_len: u32,
+    /// Key bytes.
+    pub key: &'a [u8],
+    /// Field bytes.
+    pub field: &'a [u8],
+}
+
+/// Checks a whole hint file (header, footer, every entry's CRC, the entry
+/// count) and only then calls `f` for each entry, so a damaged hint applies
+/// nothing, and a hint describing another length of data than `data_len`
+/// (the data file's actual length) is refused the same way. Any damage is an
+/// `Err` describing it (the caller then scans the data file instead).
+pub fn read_hint_file(
+    b: &[u8],
+    data_len: u64,
+    mut f: impl FnMut(HintRef<'_>),
+) -> std::result::Result<(), String> {
     FileHeader::decode(b, &HINT_MAGIC)?;
     if b.len() < FILE_HEADER_LEN + HINT_FOOTER_LEN {
         return Err("hint file has no footer".into());
     }
-    let f = &b[b.len() - HINT_FOOTER_LEN..];
-    if f[0..8] != HINT_FOOTER_MAGIC
-        || u32::from_le_bytes(f[24..28].try_into().unwrap()) != crc32c::crc32c(&f[0..24])
+    let foot = &b[b.len() - HINT_FOOTER_LEN..];
+    if foot[0..8] != HINT_FOOTER_MAGIC
+        || u32::from_le_bytes(foot[24..28].try_into().unwrap()) != crc32c::crc32c(&foot[0..24])
     {
         return Err("hint footer missing or damaged".into());
     }
-    let count = u64::from_le_bytes(f[8..16].try_into().unwrap());
-    let data_len = u64::from_le_bytes(f[16..24].try_into().unwrap());
-    let body = &b[FILE_HEADER_LEN..b.len() - HINT_FOOTER_LEN];
-    let mut entries = Vec::with_capacity(count.min(1 << 24) as usize);
-    let mut pos = 0usize;
-    while pos < body.len() {
-        let rest = &body[pos..];
-        if rest.len() < HINT_ENTRY_HEADER_LEN {
-            return Err(format!("truncated hint entry at {}", FILE_HEADER_LEN + pos));
-        }
-        let u32_at = |i: usize| u32::from_le_bytes(rest[i..i + 4].try_into().unwrap());
-        let u64_at = |i: usize| u64::from_le_bytes(rest[i..i + 8].try_into().unwrap());
-        let key_len = u32_at(24) as usize;
-        let field_len = u32_at(28) as usize;
-        let len = HINT_ENTRY_HEADER_LEN
-            .checked_add(key_len)
-            .and_then(|l| l.checked_add(field_len))
-            .filter(|&l| l <= rest.len())
-            .ok_or_else(|| format!("hint entry at {} overruns the file", FILE_HEADER_LEN + pos))?;
-        if u32_at(0) != crc32c::crc32c(&rest[4..len]) {
-            return Err(format!(
-                "hint entry checksum mismatch at {}",
-                FILE_HEADER_LEN + pos
-            ));
-        }
-        let kind = Kind::from_u8(rest[20])
-            .ok_or_else(|| format!("unknown kind in hint entry at {}", FILE_HEADER_LEN + pos))?;
-        let k0 = HINT_ENTRY_HEADER_LEN;
-        entries.push(HintEntry {
-            seq: u64_at(4),
-            expiry: u64_at(12),
-            kind,
-            flags: rest[21],
-            tag: rest[22],
-            offset: u32_at(32),
-            record_len: u32_at(36),
-            key: rest[k0..k0 + key_len].to_vec(),
-            field: rest[k0 + key_len..len].to_vec(),
-        });
-        pos += len;
-    }
-    if entries.len() as u64 != count {
+    let count = u64::from_le_bytes(foot[8..16].try_into().unwrap());
+    let described = u64::from_le_bytes(foot[16..24].try_into().unwrap());
+    if described != data_len {
         return Err(format!(
-            "hint footer promises {count} entries, file holds {}",
-            entries.len()
+            "hint describes {described} bytes of data, the data file has {data_len}"
         ));
     }
-    Ok((data_len, entries))
+    let body = &b[FILE_HEADER_LEN..b.len() - HINT_FOOTER_LEN];
+    let walk = |visit: &mut dyn FnMut(HintRef<'_>)| -> std::result::Result<u64, String> {
+        let mut pos = 0usize;
+        let mut n = 0u64;
+        while pos < body.len() {
+            let at = FILE_HEADER_LEN + pos;
+            let rest = &body[pos..];
+            if rest.len() < HINT_ENTRY_HEADER_LEN {
+                return Err(format!("truncated hint entry at {at}"));
+            }
+            let u32_at = |i: usize| u32::from_le_bytes(rest[i..i + 4].try_into().unwrap());
+            let u64_at = |i: usize| u64::from_le_bytes(rest[i..i + 8].try_into().unwrap());
+            let key_len = u32_at(24) as usize;
+            let field_len = u32_at(28) as usize;
+            let len = HINT_ENTRY_HEADER_LEN
+                .checked_add(key_len)
+                .and_then(|l| l.checked_add(field_len))
+                .filter(|&l| l <= rest.len())
+                .ok_or_else(|| format!("hint entry at {at} overruns the file"))?;
+            if u32_at(0) != crc32c::crc32c(&rest[4..len]) {
+                return Err(format!("hint entry checksum mismatch at {at}"));
+            }
+            let kind = Kind::from_u8(rest[20])
+                .ok_or_else(|| format!("unknown kind in hint entry at {at}"))?;
+            let k0 = HINT_ENTRY_HEADER_LEN;
+            visit(HintRef {
+                seq: u64_at(4),
+                expiry: u64_at(12),
+                kind,
+                flags: rest[21],
+                tag: rest[22],
+                offset: u32_at(32),
+                record_len: u32_at(36),
+                key: &rest[k0..k0 + key_len],
+                field: &rest[k0 + key_len..len],
+            });
+            pos += len;
+            n += 1;
+        }
+        Ok(n)
+    };
+    let n = walk(&mut |_| {})?;
+    if n != count {
+        return Err(format!(
+            "hint footer promises {count} entries, file holds {n}"
+        ));
+    }
+    walk(&mut f)?;
+    Ok(())
+}
+
+/// Magic at the start of a compaction's victims marker.
+pub const VICTIMS_MAGIC: [u8; 8] = *b"BSLTVICT";
+
+/// Encodes a victims marker: magic, count (u32), the file ids (u32 each),
+/// CRC32C of everything before it.
+pub fn encode_victims(ids: &[u32]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(16 + 4 * ids.len());
+    b.extend_from_slice(&VICTIMS_MAGIC);
+    b.extend_from_slice(&(ids.len() as u32).to_le_bytes());
+    for id in ids {
+        b.extend_from_slice(&id.to_le_bytes());
+    }
+    let crc = crc32c::crc32c(&b);
+    b.extend_from_slice(&crc.to_le_bytes());
+    b
+}
+
+/// Decodes a victims marker.
+pub fn decode_victims(b: &[u8]) -> std::result::Result<Vec<u32>, String> {
+    if b.len() < 16 || b[0..8] != VICTIMS_MAGIC {
+        return Err("not a victims marker".into());
+    }
+    let n = u32::from_le_bytes(b[8..12].try_into().unwrap()) as usize;
+    if b.len() != 16 + 4 * n {
+        return Err("victims marker has the wrong length".into());
+    }
+    let body = &b[..b.len() - 4];
+    if u32::from_le_bytes(b[b.len() - 4..].try_into().unwrap()) != crc32c::crc32c(body) {
+        return Err("victims marker checksum mismatch".into());
+    }
+    Ok(body[12..]
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .collect())
 }
 
 /// Checks that key, field and value fit the format's 32-bit lengths and the

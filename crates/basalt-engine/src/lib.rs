@@ -34,7 +34,10 @@
 //!   deletion for each so the data does not linger.
 //! - **Durability.** A write has reached the OS before it is acknowledged;
 //!   [`SyncPolicy`] decides when it reaches the disk. A failed write or fsync
-//!   poisons the engine: later writes fail and say why.
+//!   poisons the engine: later writes fail and say why. A write that
+//!   returns an I/O error did not take effect, except under
+//!   [`SyncPolicy::Always`] when only its fsync failed: then its outcome is
+//!   unknown (it is visible, and may or may not survive a crash).
 //! - **Hint files** list every record of a sealed file without its value;
 //!   open reads them (shards in parallel) instead of the data files.
 //!

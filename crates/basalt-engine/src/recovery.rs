@@ -22,8 +22,7 @@ use crate::db::{
     data_path, hint_path, sync_dir, Counters, Db, FileInfo, Index, Inner, MapEntry, Shard, Writer,
 };
 use crate::format::{
-    self, FileHeader, HintEntry, Kind, Origin, RecordHeader, DATA_MAGIC, FILE_HEADER_LEN,
-    RECORD_HEADER_LEN,
+    self, FileHeader, Kind, Origin, RecordHeader, DATA_MAGIC, FILE_HEADER_LEN, RECORD_HEADER_LEN,
 };
 use crate::keydir::{Loc, MAP_FILE};
 use crate::options::Options;
@@ -170,25 +169,34 @@ impl Loader {
         if let Some(f) = self.idx.files.get_mut(&it.loc.file) {
             f.note_record(seq, it.kind, it.loc.len as u64);
         }
-        let key_dead_at = self.dead_keys.get(it.key).copied().unwrap_or(0);
+        // The empty checks skip hash probes in the common case: a directory
+        // of plain values with few deletions.
+        let key_dead_at = if self.dead_keys.is_empty() {
+            0
+        } else {
+            self.dead_keys.get(it.key).copied().unwrap_or(0)
+        };
         match it.kind {
             Kind::Put => {
                 if key_dead_at >= seq {
                     return;
                 }
-                if let Some(e) = self.idx.keys.get(it.key) {
-                    if e.loc.seq >= seq {
-                        return;
-                    }
+                let old = self.idx.keys.get(it.key);
+                if old.is_some_and(|e| e.loc.seq >= seq) {
+                    return;
                 }
-                if let Some(m) = self.idx.maps.get(it.key) {
-                    if m.fields.values().any(|l| l.seq > seq) {
-                        return;
+                if !self.idx.maps.is_empty() {
+                    if let Some(m) = self.idx.maps.get(it.key) {
+                        if m.fields.values().any(|l| l.seq > seq) {
+                            return;
+                        }
+                        self.idx.maps.remove(it.key);
                     }
-                    self.idx.maps.remove(it.key);
                 }
                 self.idx.keys.insert(it.key, it.loc, it.expiry != 0);
-                self.idx.set_expiry(it.key, it.expiry);
+                if it.expiry != 0 || old.is_some_and(|e| e.has_ttl) {
+                    self.idx.set_expiry(it.key, it.expiry);
+                }
             }
             Kind::Delete => {
                 if key_dead_at < seq {
@@ -336,19 +344,9 @@ fn parse_name(name: &str) -> Option<(u32, &str)> {
     Some((stem.parse().ok()?, ext))
 }
 
-fn load_hint(path: &Path, data_len: u64) -> std::result::Result<Vec<HintEntry>, String> {
-    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
-    let (len, entries) = format::decode_hint_file(&bytes)?;
-    if len != data_len {
-        return Err(format!(
-            "hint describes {len} bytes of data, the data file has {data_len}"
-        ));
-    }
-    Ok(entries)
-}
-
 fn load_shard(opts: &Options, id: usize, dir: &Path, base_seq: &AtomicU64) -> Result<LoadedShard> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
+    finish_interrupted_compactions(dir)?;
     let mut ids = Vec::new();
     let mut hints = std::collections::HashSet::new();
     for ent in std::fs::read_dir(dir).map_err(|e| Error::io("list", dir, e))? {
@@ -441,25 +439,28 @@ fn load_shard(opts: &Options, id: usize, dir: &Path, base_seq: &AtomicU64) -> Re
         let mut from_hint = false;
         if hints.contains(&fid) {
             let hp = hint_path(dir, fid);
-            match load_hint(&hp, len) {
-                Ok(entries) => {
-                    for e in &entries {
+            let applied = std::fs::read(&hp)
+                .map_err(|e| e.to_string())
+                .and_then(|bytes| {
+                    // Checked whole before the first entry is applied.
+                    format::read_hint_file(&bytes, len, |e| {
                         loader.apply(Item {
                             kind: e.kind,
                             tag: e.tag,
                             expiry: e.expiry,
-                            key: &e.key,
-                            field: &e.field,
+                            key: e.key,
+                            field: e.field,
                             loc: Loc {
                                 file: fid,
                                 offset: e.offset,
                                 len: e.record_len,
                                 seq: e.seq,
                             },
-                        });
-                    }
-                    from_hint = true;
-                }
+                        })
+                    })
+                });
+            match applied {
+                Ok(()) => from_hint = true,
                 Err(why) => {
                     tracing::warn!(hint = %hp.display(), %why, "hint file unusable; scanning the data file instead");
                     std::fs::remove_file(&hp).map_err(|e| Error::io("remove", &hp, e))?;
@@ -582,6 +583,27 @@ fn load_shard(opts: &Options, id: usize, dir: &Path, base_seq: &AtomicU64) -> Re
         max_seq,
         pending_hints,
     })
+}
+
+/// A compaction that wrote its victims marker had made its outputs durable;
+/// deleting the inputs it lists completes it. Only then are files listed.
+fn finish_interrupted_compactions(dir: &Path) -> Result<()> {
+    for ent in std::fs::read_dir(dir).map_err(|e| Error::io("list", dir, e))? {
+        let p = ent.map_err(|e| Error::io("list", dir, e))?.path();
+        if p.extension().is_some_and(|e| e == "victims") {
+            let b = std::fs::read(&p).map_err(|e| Error::io("read", &p, e))?;
+            let ids = format::decode_victims(&b).map_err(|reason| Error::Corrupt {
+                path: p.clone(),
+                offset: 0,
+                reason,
+            })?;
+            tracing::info!(marker = %p.display(), files = ids.len(), "finishing an interrupted compaction");
+            crate::compaction::remove_files_in(dir, &ids)?;
+            std::fs::remove_file(&p).map_err(|e| Error::io("remove", &p, e))?;
+            sync_dir(dir)?;
+        }
+    }
+    Ok(())
 }
 
 fn read_or_write_meta(dir: &Path, shards: usize) -> Result<usize> {
