@@ -1,0 +1,591 @@
+//! The command table: every command's name, arity, flags and key positions
+//! (Redis's conventions), the single source of truth for dispatch and for
+//! `COMMAND`. Each family lives in its own file and exports a `COMMANDS`
+//! slice; adding a family is one line in [`FAMILIES`].
+//!
+//! A handler gets a [`Ctx`] (the connection, the shared state, the output
+//! buffer and the command's start time) and the arguments, writes its reply
+//! with the `Ctx` helpers, or returns an [`Error`] that [`execute`] turns
+//! into the error reply.
+
+pub mod connection;
+pub mod expiry;
+pub mod keys;
+pub mod server;
+pub mod strings;
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use basalt_engine::Db;
+use basalt_resp::{Args, Encoder, Protocol};
+use parking_lot::{MappedRwLockReadGuard, RwLockReadGuard};
+
+use crate::keyspace::{RedisType, Slot};
+use crate::state::{ClientInfo, Shared};
+
+/// A command's flags, as `COMMAND INFO` names them.
+pub mod flags {
+    /// May modify the keyspace.
+    pub const WRITE: u32 = 1;
+    /// Only reads.
+    pub const READONLY: u32 = 1 << 1;
+    /// May grow memory.
+    pub const DENYOOM: u32 = 1 << 2;
+    /// Administrative.
+    pub const ADMIN: u32 = 1 << 3;
+    /// May block the client.
+    pub const BLOCKING: u32 = 1 << 4;
+    /// Allowed while loading.
+    pub const LOADING: u32 = 1 << 5;
+    /// Allowed on a stale replica.
+    pub const STALE: u32 = 1 << 6;
+    /// O(1) or O(log N).
+    pub const FAST: u32 = 1 << 7;
+    /// Allowed before AUTH.
+    pub const NO_AUTH: u32 = 1 << 8;
+    /// Not allowed from scripts.
+    pub const NOSCRIPT: u32 = 1 << 9;
+    /// Not allowed inside MULTI.
+    pub const NO_MULTI: u32 = 1 << 10;
+    /// Hidden from MONITOR.
+    pub const SKIP_MONITOR: u32 = 1 << 11;
+    /// Hidden from SLOWLOG.
+    pub const SKIP_SLOWLOG: u32 = 1 << 12;
+    /// May replicate even though read-only.
+    pub const MAY_REPLICATE: u32 = 1 << 13;
+    /// Allowed while a script is busy.
+    pub const ALLOW_BUSY: u32 = 1 << 14;
+    /// Key positions depend on the arguments.
+    pub const MOVABLE_KEYS: u32 = 1 << 15;
+
+    /// Names in COMMAND INFO order.
+    pub const NAMES: &[(u32, &str)] = &[
+        (WRITE, "write"),
+        (READONLY, "readonly"),
+        (DENYOOM, "denyoom"),
+        (ADMIN, "admin"),
+        (NOSCRIPT, "noscript"),
+        (BLOCKING, "blocking"),
+        (LOADING, "loading"),
+        (STALE, "stale"),
+        (SKIP_MONITOR, "skip_monitor"),
+        (SKIP_SLOWLOG, "skip_slowlog"),
+        (FAST, "fast"),
+        (NO_AUTH, "no_auth"),
+        (MAY_REPLICATE, "may_replicate"),
+        (NO_MULTI, "no_multi"),
+        (MOVABLE_KEYS, "movablekeys"),
+        (ALLOW_BUSY, "allow_busy"),
+    ];
+}
+
+/// The Redis command group (COMMAND DOCS `group`, ACL category).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Group {
+    /// Strings.
+    String,
+    /// Generic key commands.
+    Generic,
+    /// Connection commands.
+    Connection,
+    /// Server commands.
+    Server,
+}
+
+impl Group {
+    /// The name COMMAND DOCS shows.
+    pub fn name(self) -> &'static str {
+        match self {
+            Group::String => "string",
+            Group::Generic => "generic",
+            Group::Connection => "connection",
+            Group::Server => "server",
+        }
+    }
+}
+
+/// A handler: runs one command, writing its reply to `ctx`.
+pub type Handler = fn(&mut Ctx<'_>, Args<'_>) -> Result<()>;
+
+/// One entry of the command table.
+#[derive(Debug)]
+pub struct CommandDef {
+    /// Lower-case name.
+    pub name: &'static str,
+    /// Redis arity: `n > 0` exactly n arguments (with the name), `-n` at least n.
+    pub arity: i32,
+    /// Bits of [`flags`].
+    pub flags: u32,
+    /// Position of the first key (0 = none).
+    pub first_key: i32,
+    /// Position of the last key (-1 = the last argument).
+    pub last_key: i32,
+    /// Step between keys.
+    pub step: i32,
+    /// The command group.
+    pub group: Group,
+    /// One-line summary (COMMAND DOCS).
+    pub summary: &'static str,
+    /// Redis version that introduced it (COMMAND DOCS).
+    pub since: &'static str,
+    /// The code.
+    pub run: Handler,
+}
+
+impl CommandDef {
+    /// Whether the command may write.
+    pub fn is_write(&self) -> bool {
+        self.flags & flags::WRITE != 0
+    }
+
+    fn arity_ok(&self, argc: usize) -> bool {
+        let argc = argc as i64;
+        let a = self.arity as i64;
+        if a > 0 {
+            argc == a
+        } else {
+            argc >= -a
+        }
+    }
+}
+
+/// Every family's table.
+const FAMILIES: &[&[CommandDef]] = &[
+    strings::COMMANDS,
+    keys::COMMANDS,
+    expiry::COMMANDS,
+    connection::COMMANDS,
+    server::COMMANDS,
+];
+
+/// Every command, in table order.
+pub fn all() -> impl Iterator<Item = &'static CommandDef> {
+    FAMILIES.iter().flat_map(|f| f.iter())
+}
+
+/// Longest command name accepted by [`lookup`].
+const MAX_NAME: usize = 32;
+
+fn table() -> &'static HashMap<&'static [u8], &'static CommandDef> {
+    static TABLE: OnceLock<HashMap<&'static [u8], &'static CommandDef>> = OnceLock::new();
+    TABLE.get_or_init(|| all().map(|c| (c.name.as_bytes(), c)).collect())
+}
+
+/// Finds a command by name, case-insensitively, without allocating.
+pub fn lookup(name: &[u8]) -> Option<&'static CommandDef> {
+    if name.len() > MAX_NAME {
+        return None;
+    }
+    let mut buf = [0u8; MAX_NAME];
+    let lower = &mut buf[..name.len()];
+    lower.copy_from_slice(name);
+    lower.make_ascii_lowercase();
+    table().get(&*lower).copied()
+}
+
+/// A command's failure, turned into an error reply by [`execute`].
+#[derive(Debug)]
+pub enum Error {
+    /// `-ERR syntax error`
+    Syntax,
+    /// `-WRONGTYPE ...`
+    WrongType,
+    /// `-ERR value is not an integer or out of range`
+    NotInteger,
+    /// `-ERR value is not a valid float`
+    NotFloat,
+    /// `-ERR DB index is out of range`
+    DbRange,
+    /// `-ERR no such key`
+    NoSuchKey,
+    /// `-ERR wrong number of arguments for '<name>' command`
+    Arity(Cow<'static, str>),
+    /// A whole error line without the `-`, e.g. `ERR increment or decrement would overflow`.
+    Msg(Cow<'static, str>),
+    /// The engine failed.
+    Engine(basalt_engine::Error),
+}
+
+/// Result of a handler.
+pub type Result<T = (), E = Error> = std::result::Result<T, E>;
+
+impl From<basalt_engine::Error> for Error {
+    fn from(e: basalt_engine::Error) -> Self {
+        match e {
+            basalt_engine::Error::WrongKind { .. } => Error::WrongType,
+            basalt_engine::Error::TooLarge { .. } => {
+                Error::Msg("ERR string exceeds maximum allowed size (proto-max-bulk-len)".into())
+            }
+            e => Error::Engine(e),
+        }
+    }
+}
+
+impl Error {
+    /// `ERR <text>`.
+    pub fn err(text: impl Into<Cow<'static, str>>) -> Error {
+        let text = text.into();
+        Error::Msg(format!("ERR {text}").into())
+    }
+
+    /// The reply line, without `-` and CRLF.
+    pub fn message(&self) -> Cow<'_, str> {
+        match self {
+            Error::Syntax => "ERR syntax error".into(),
+            Error::WrongType => {
+                "WRONGTYPE Operation against a key holding the wrong kind of value".into()
+            }
+            Error::NotInteger => "ERR value is not an integer or out of range".into(),
+            Error::NotFloat => "ERR value is not a valid float".into(),
+            Error::DbRange => "ERR DB index is out of range".into(),
+            Error::NoSuchKey => "ERR no such key".into(),
+            Error::Arity(name) => {
+                format!("ERR wrong number of arguments for '{name}' command").into()
+            }
+            Error::Msg(m) => Cow::Borrowed(m),
+            Error::Engine(e) => format!("ERR storage error: {e}").into(),
+        }
+    }
+}
+
+/// What the connection must do after the command's reply.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum After {
+    /// Close the connection once the batch's replies are written (QUIT,
+    /// CLIENT KILL of itself).
+    Close,
+    /// Wait this long before the next command (DEBUG SLEEP).
+    Sleep(Duration),
+    /// Close without replying and shut the server down (SHUTDOWN).
+    Shutdown,
+}
+
+/// Per-connection state that commands read and change.
+#[derive(Debug)]
+pub struct Conn {
+    /// The selected database.
+    pub db: usize,
+    /// RESP2 or RESP3 (HELLO).
+    pub protocol: Protocol,
+    /// The registry entry (name, id, ...).
+    pub info: Arc<ClientInfo>,
+}
+
+/// Everything a handler needs.
+#[derive(Debug)]
+pub struct Ctx<'a> {
+    /// Server-wide state.
+    pub shared: &'a Shared,
+    /// This connection.
+    pub conn: &'a mut Conn,
+    /// The batch's output buffer.
+    pub out: &'a mut Vec<u8>,
+    /// Wall-clock ms when the command started; every time a write computes
+    /// derives from it (brief decision 9).
+    pub now_ms: u64,
+    /// What to do after the reply, if anything.
+    pub after: Option<After>,
+    /// The command being run.
+    pub cmd: &'static CommandDef,
+}
+
+impl<'a> Ctx<'a> {
+    /// An encoder for the connection's protocol.
+    pub fn enc(&mut self) -> Encoder<'_> {
+        Encoder::new(self.out, self.conn.protocol)
+    }
+    /// `+OK`
+    pub fn ok(&mut self) {
+        self.out.extend_from_slice(b"+OK\r\n");
+    }
+    /// `+<s>`
+    pub fn simple(&mut self, s: &[u8]) {
+        self.enc().simple(s)
+    }
+    /// `:<n>`
+    pub fn int(&mut self, n: i64) {
+        self.enc().integer(n)
+    }
+    /// `$<len>\r\n<bytes>`
+    pub fn bulk(&mut self, b: &[u8]) {
+        self.enc().bulk(b)
+    }
+    /// Null bulk (RESP2 `$-1`, RESP3 `_`).
+    pub fn null(&mut self) {
+        self.enc().null()
+    }
+    /// Bulk or null.
+    pub fn opt_bulk(&mut self, b: Option<&[u8]>) {
+        match b {
+            Some(b) => self.bulk(b),
+            None => self.null(),
+        }
+    }
+    /// Array header.
+    pub fn array(&mut self, n: usize) {
+        self.enc().array(n)
+    }
+    /// An error reply from a full line such as `ERR ...`.
+    pub fn error_line(&mut self, line: &str) {
+        self.enc().error(line.as_bytes())
+    }
+
+    /// Read access to the selected database (may be unopened = empty).
+    pub fn slot(&self) -> RwLockReadGuard<'a, Slot> {
+        self.shared.keyspace.read(self.conn.db)
+    }
+
+    /// The selected database's engine, opened if needed, for a write.
+    pub fn db_w(&self) -> Result<MappedRwLockReadGuard<'a, Db>> {
+        Ok(self.shared.keyspace.write(self.conn.db)?)
+    }
+
+    /// Locks the stripe of `key` in the selected database.
+    pub fn lock(&self, key: &[u8]) -> parking_lot::MutexGuard<'a, ()> {
+        self.shared.keyspace.lock(self.conn.db, key)
+    }
+}
+
+/// Runs one command: lookup, arity check, handler, error reply.
+/// Returns the table entry if the handler ran (`None` for an unknown
+/// command or a wrong arity) and what the connection must do next.
+pub fn execute(
+    shared: &Shared,
+    conn: &mut Conn,
+    out: &mut Vec<u8>,
+    args: Args<'_>,
+) -> (Option<&'static CommandDef>, Option<After>) {
+    let name = &args[0];
+    let Some(cmd) = lookup(name) else {
+        unknown_command(conn.protocol, out, args);
+        return (None, None);
+    };
+    if !cmd.arity_ok(args.len()) {
+        let mut e = Encoder::new(out, conn.protocol);
+        e.error(Error::Arity(cmd.name.into()).message().as_bytes());
+        return (None, None);
+    }
+    let mut ctx = Ctx {
+        shared,
+        conn,
+        out,
+        now_ms: crate::state::now_ms(),
+        after: None,
+        cmd,
+    };
+    if let Err(e) = (cmd.run)(&mut ctx, args) {
+        if let Error::Engine(inner) = &e {
+            tracing::error!(command = cmd.name, error = %inner, "storage error");
+        }
+        let msg = e.message();
+        Encoder::new(ctx.out, ctx.conn.protocol).error(msg.as_bytes());
+    }
+    (Some(cmd), ctx.after)
+}
+
+/// Redis 7.0's reply to an unknown command: the name (at most 128 bytes)
+/// and the first arguments, each quoted and followed by a space, until the
+/// argument text reaches 128 bytes.
+fn unknown_command(protocol: Protocol, out: &mut Vec<u8>, args: Args<'_>) {
+    let mut line = b"ERR unknown command '".to_vec();
+    let name = &args[0];
+    line.extend_from_slice(&name[..name.len().min(128)]);
+    line.extend_from_slice(b"', with args beginning with: ");
+    let mut tail: Vec<u8> = Vec::new();
+    for arg in args.iter().skip(1) {
+        if tail.len() >= 128 {
+            break;
+        }
+        let room = 128 - tail.len();
+        tail.push(b'\'');
+        tail.extend_from_slice(&arg[..arg.len().min(room)]);
+        tail.extend_from_slice(b"' ");
+    }
+    line.extend_from_slice(&tail);
+    Encoder::new(out, protocol).error(&line);
+}
+
+/// `-ERR unknown subcommand '<sub>'. Try <CMD> HELP.`
+pub fn unknown_subcommand(cmd: &str, sub: &[u8]) -> Error {
+    let sub = String::from_utf8_lossy(&sub[..sub.len().min(128)]).into_owned();
+    Error::Msg(
+        format!(
+            "ERR unknown subcommand '{sub}'. Try {} HELP.",
+            cmd.to_ascii_uppercase()
+        )
+        .into(),
+    )
+}
+
+/// Checks a container subcommand's arity (e.g. `config|get`, -3).
+pub fn sub_arity(full: &'static str, arity: i32, args: &Args<'_>) -> Result {
+    let argc = args.len() as i32;
+    let ok = if arity > 0 {
+        argc == arity
+    } else {
+        argc >= -arity
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Arity(full.into()))
+    }
+}
+
+/// Redis `string2ll`: an optional `-`, then digits with no leading zero
+/// (except `0` itself), fitting an i64. No spaces, no `+`.
+pub fn parse_i64(s: &[u8]) -> Option<i64> {
+    if s.is_empty() || s.len() > 20 {
+        return None;
+    }
+    if s == b"0" {
+        return Some(0);
+    }
+    let (neg, digits) = match s[0] {
+        b'-' => (true, &s[1..]),
+        _ => (false, s),
+    };
+    if digits.is_empty() || !(b'1'..=b'9').contains(&digits[0]) {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add((d - b'0') as u64)?;
+    }
+    if neg {
+        if v > i64::MAX as u64 + 1 {
+            None
+        } else {
+            Some((v as i64).wrapping_neg())
+        }
+    } else {
+        i64::try_from(v).ok()
+    }
+}
+
+/// [`parse_i64`] or `-ERR value is not an integer or out of range`.
+pub fn int_arg(s: &[u8]) -> Result<i64> {
+    parse_i64(s).ok_or(Error::NotInteger)
+}
+
+/// A float as Redis's `strtold`-based parsing accepts it: finite, no
+/// surrounding spaces.
+pub fn parse_f64(s: &[u8]) -> Option<f64> {
+    if s.is_empty() || s[0].is_ascii_whitespace() || s[s.len() - 1].is_ascii_whitespace() {
+        return None;
+    }
+    let text = std::str::from_utf8(s).ok()?;
+    let v: f64 = text.parse().ok()?;
+    v.is_finite().then_some(v)
+}
+
+/// Case-insensitive comparison of an argument with an ASCII word.
+pub fn is(arg: &[u8], word: &str) -> bool {
+    arg.eq_ignore_ascii_case(word.as_bytes())
+}
+
+/// The Redis type of `key` in `db`, if it exists.
+pub fn type_of(db: Option<&Db>, key: &[u8]) -> Option<RedisType> {
+    db?.meta(key).map(|m| RedisType::of(&m))
+}
+
+/// A small xorshift generator (RANDOMKEY, run ids); not for secrets.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from a seed (0 is replaced).
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed | 1)
+    }
+    /// A generator seeded from the clock and a counter.
+    pub fn from_time() -> Rng {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let c = COUNTER.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed);
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        Rng::new(t ^ c)
+    }
+    /// The next number.
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+}
+
+/// Helper for building table entries tersely.
+#[allow(clippy::too_many_arguments)]
+pub(crate) const fn def(
+    name: &'static str,
+    arity: i32,
+    flags: u32,
+    keys: (i32, i32, i32),
+    group: Group,
+    since: &'static str,
+    summary: &'static str,
+    run: Handler,
+) -> CommandDef {
+    CommandDef {
+        name,
+        arity,
+        flags,
+        first_key: keys.0,
+        last_key: keys.1,
+        step: keys.2,
+        group,
+        summary,
+        since,
+        run,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn string2ll_rules() {
+        assert_eq!(parse_i64(b"0"), Some(0));
+        assert_eq!(parse_i64(b"-1"), Some(-1));
+        assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
+        for bad in [
+            &b""[..],
+            b"-0",
+            b"01",
+            b"+1",
+            b" 1",
+            b"1 ",
+            b"9223372036854775808",
+            b"1a",
+            b"-",
+        ] {
+            assert_eq!(parse_i64(bad), None, "{:?}", bad);
+        }
+    }
+
+    #[test]
+    fn table_names_are_lowercase_and_unique() {
+        let mut seen = std::collections::HashSet::new();
+        for c in all() {
+            assert_eq!(c.name, c.name.to_ascii_lowercase());
+            assert!(seen.insert(c.name), "duplicate {}", c.name);
+            assert!(c.name.len() <= MAX_NAME);
+        }
+        assert!(lookup(b"GeT").is_some());
+    }
+}

@@ -1,0 +1,1128 @@
+//! Server commands: COMMAND CLIENT INFO CONFIG TIME LASTSAVE SAVE BGSAVE
+//! DEBUG SHUTDOWN.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use basalt_resp::{Args, Encoder};
+
+use super::connection::{bad_client_name, valid_client_name, REDIS_VERSION};
+use super::flags::*;
+use super::{
+    def, is, lookup, parse_f64, sub_arity, unknown_subcommand, After, CommandDef, Ctx, Error,
+    Group, Result,
+};
+use crate::config::Appendfsync;
+use crate::glob;
+use crate::state::now_ms;
+
+const G: Group = Group::Server;
+
+/// The server family's table.
+pub const COMMANDS: &[CommandDef] = &[
+    def(
+        "command",
+        -1,
+        LOADING | STALE,
+        (0, 0, 0),
+        G,
+        "2.8.13",
+        "Returns detailed information about all commands.",
+        command,
+    ),
+    def(
+        "client",
+        -2,
+        NOSCRIPT | LOADING | STALE,
+        (0, 0, 0),
+        Group::Connection,
+        "2.4.0",
+        "A container for client connection commands.",
+        client,
+    ),
+    def(
+        "info",
+        -1,
+        LOADING | STALE,
+        (0, 0, 0),
+        G,
+        "1.0.0",
+        "Returns information and statistics about the server.",
+        info,
+    ),
+    def(
+        "config",
+        -2,
+        ADMIN | NOSCRIPT | LOADING | STALE,
+        (0, 0, 0),
+        G,
+        "2.0.0",
+        "A container for server configuration commands.",
+        config,
+    ),
+    def(
+        "time",
+        1,
+        LOADING | STALE | FAST,
+        (0, 0, 0),
+        G,
+        "2.6.0",
+        "Returns the server time.",
+        time,
+    ),
+    def(
+        "lastsave",
+        1,
+        LOADING | STALE | FAST,
+        (0, 0, 0),
+        G,
+        "1.0.0",
+        "Returns the Unix timestamp of the last successful save to disk.",
+        lastsave,
+    ),
+    def(
+        "save",
+        1,
+        ADMIN | NOSCRIPT | NO_MULTI,
+        (0, 0, 0),
+        G,
+        "1.0.0",
+        "Synchronously saves the database(s) to disk.",
+        save,
+    ),
+    def(
+        "bgsave",
+        -1,
+        ADMIN | NOSCRIPT,
+        (0, 0, 0),
+        G,
+        "1.0.0",
+        "Asynchronously saves the database(s) to disk.",
+        bgsave,
+    ),
+    def(
+        "debug",
+        -2,
+        ADMIN | NOSCRIPT | LOADING | STALE,
+        (0, 0, 0),
+        G,
+        "1.0.0",
+        "A container for debugging commands.",
+        debug,
+    ),
+    def(
+        "shutdown",
+        -1,
+        ADMIN | NOSCRIPT | LOADING | STALE | NO_MULTI | ALLOW_BUSY,
+        (0, 0, 0),
+        G,
+        "1.0.0",
+        "Synchronously saves the database(s) to disk and shuts down the Redis server.",
+        shutdown,
+    ),
+];
+
+fn help(ctx: &mut Ctx<'_>, cmd: &str, lines: &[&str]) {
+    ctx.array(lines.len() + 3);
+    ctx.simple(
+        format!("{cmd} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:").as_bytes(),
+    );
+    for l in lines {
+        ctx.simple(l.as_bytes());
+    }
+    ctx.simple(b"HELP");
+    ctx.simple(b"    Print this help.");
+}
+
+// ---------------------------------------------------------------- COMMAND
+
+fn categories(c: &CommandDef) -> Vec<&'static str> {
+    let mut v = Vec::new();
+    if c.flags & WRITE != 0 {
+        v.push("@write");
+    }
+    if c.flags & READONLY != 0 {
+        v.push("@read");
+    }
+    v.push(match c.group {
+        Group::String => "@string",
+        Group::Generic => "@keyspace",
+        Group::Connection => "@connection",
+        Group::Server => "@admin",
+    });
+    v.push(if c.flags & FAST != 0 {
+        "@fast"
+    } else {
+        "@slow"
+    });
+    if c.flags & ADMIN != 0 {
+        v.push("@dangerous");
+    }
+    v
+}
+
+fn command_info(e: &mut Encoder<'_>, c: &CommandDef) {
+    e.array(10);
+    e.bulk(c.name.as_bytes());
+    e.integer(c.arity as i64);
+    let names: Vec<&str> = NAMES
+        .iter()
+        .filter(|(bit, _)| c.flags & bit != 0)
+        .map(|(_, n)| *n)
+        .collect();
+    e.set(names.len());
+    for n in names {
+        e.simple(n.as_bytes());
+    }
+    e.integer(c.first_key as i64);
+    e.integer(c.last_key as i64);
+    e.integer(c.step as i64);
+    let cats = categories(c);
+    e.set(cats.len());
+    for cat in cats {
+        e.simple(cat.as_bytes());
+    }
+    e.set(0); // tips
+    if c.first_key > 0 {
+        // One range key spec derived from first/last/step.
+        e.array(1);
+        e.map(3);
+        e.bulk(b"flags");
+        e.array(1);
+        e.simple(if c.flags & WRITE != 0 { b"RW" } else { b"RO" });
+        e.bulk(b"begin_search");
+        e.map(2);
+        e.bulk(b"type");
+        e.bulk(b"index");
+        e.bulk(b"spec");
+        e.map(1);
+        e.bulk(b"index");
+        e.integer(c.first_key as i64);
+        e.bulk(b"find_keys");
+        e.map(2);
+        e.bulk(b"type");
+        e.bulk(b"range");
+        e.bulk(b"spec");
+        e.map(3);
+        e.bulk(b"lastkey");
+        e.integer(if c.last_key < 0 {
+            c.last_key as i64
+        } else {
+            (c.last_key - c.first_key) as i64
+        });
+        e.bulk(b"keystep");
+        e.integer(c.step as i64);
+        e.bulk(b"limit");
+        e.integer(0);
+    } else {
+        e.array(0);
+    }
+    e.array(0); // subcommands
+}
+
+fn command_docs(e: &mut Encoder<'_>, c: &CommandDef) {
+    e.bulk(c.name.as_bytes());
+    e.map(3);
+    e.bulk(b"summary");
+    e.bulk(c.summary.as_bytes());
+    e.bulk(b"since");
+    e.bulk(c.since.as_bytes());
+    e.bulk(b"group");
+    e.bulk(c.group.name().as_bytes());
+}
+
+fn command(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    if args.len() == 1 {
+        let all: Vec<_> = super::all().collect();
+        let mut e = ctx.enc();
+        e.array(all.len());
+        for c in all {
+            command_info(&mut e, c);
+        }
+        return Ok(());
+    }
+    let sub = &args[1];
+    if is(sub, "count") {
+        sub_arity("command|count", 2, &args)?;
+        ctx.int(super::all().count() as i64);
+    } else if is(sub, "info") {
+        let mut e = ctx.enc();
+        if args.len() == 2 {
+            let all: Vec<_> = super::all().collect();
+            e.array(all.len());
+            for c in all {
+                command_info(&mut e, c);
+            }
+        } else {
+            e.array(args.len() - 2);
+            for name in args.iter().skip(2) {
+                match lookup(name) {
+                    Some(c) => command_info(&mut e, c),
+                    None => e.null(),
+                }
+            }
+        }
+    } else if is(sub, "docs") {
+        let found: Vec<&CommandDef> = if args.len() == 2 {
+            super::all().collect()
+        } else {
+            args.iter().skip(2).filter_map(lookup).collect()
+        };
+        let mut e = ctx.enc();
+        e.map(found.len());
+        for c in found {
+            command_docs(&mut e, c);
+        }
+    } else if is(sub, "list") {
+        let names: Vec<&str> = match args.len() {
+            2 => super::all().map(|c| c.name).collect(),
+            5 if is(&args[2], "filterby") => {
+                let what = &args[3];
+                let arg = &args[4];
+                if is(what, "pattern") {
+                    super::all()
+                        .filter(|c| glob::matches(arg, c.name.as_bytes(), true))
+                        .map(|c| c.name)
+                        .collect()
+                } else if is(what, "aclcat") {
+                    let want = format!("@{}", String::from_utf8_lossy(arg).to_ascii_lowercase());
+                    super::all()
+                        .filter(|c| categories(c).contains(&want.as_str()))
+                        .map(|c| c.name)
+                        .collect()
+                } else if is(what, "module") {
+                    Vec::new()
+                } else {
+                    return Err(Error::Syntax);
+                }
+            }
+            _ => return Err(Error::Syntax),
+        };
+        ctx.array(names.len());
+        for n in names {
+            ctx.bulk(n.as_bytes());
+        }
+    } else if is(sub, "getkeys") {
+        sub_arity("command|getkeys", -4, &args)?;
+        let Some(c) = lookup(&args[2]) else {
+            return Err(Error::err("Invalid command specified"));
+        };
+        let argc = args.len() - 2;
+        if !(if c.arity > 0 {
+            argc as i32 == c.arity
+        } else {
+            argc as i32 >= -c.arity
+        }) {
+            return Err(Error::err(
+                "Invalid number of arguments specified for command",
+            ));
+        }
+        if c.first_key == 0 {
+            return Err(Error::err("The command has no key arguments"));
+        }
+        let first = c.first_key as usize;
+        let last = if c.last_key < 0 {
+            (argc as i64 + c.last_key as i64) as usize
+        } else {
+            c.last_key as usize
+        };
+        let keys: Vec<usize> = (first..=last.min(argc - 1))
+            .step_by(c.step.max(1) as usize)
+            .collect();
+        ctx.array(keys.len());
+        for i in keys {
+            ctx.bulk(&args[2 + i]);
+        }
+    } else if is(sub, "help") {
+        help(
+            ctx,
+            "COMMAND",
+            &[
+                "(no subcommand)",
+                "    Return details about all Redis commands.",
+                "COUNT",
+                "    Return the total number of commands in this Redis server.",
+                "LIST",
+                "    Return a list of all commands in this Redis server.",
+                "INFO [<command-name> ...]",
+                "    Return details about multiple Redis commands.",
+                "DOCS [<command-name> ...]",
+                "    Return documentation details about multiple Redis commands.",
+                "GETKEYS <full-command>",
+                "    Return the keys from a full Redis command.",
+            ],
+        );
+    } else {
+        return Err(unknown_subcommand("command", sub));
+    }
+    Ok(())
+}
+
+// ----------------------------------------------------------------- CLIENT
+
+fn client(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let sub = &args[1];
+    let info = ctx.conn.info.clone();
+    if is(sub, "id") {
+        sub_arity("client|id", 2, &args)?;
+        ctx.int(info.id as i64);
+    } else if is(sub, "setname") {
+        sub_arity("client|setname", 3, &args)?;
+        if !valid_client_name(&args[2]) {
+            return Err(bad_client_name());
+        }
+        *info.name.lock() = args[2].to_vec();
+        ctx.ok();
+    } else if is(sub, "getname") {
+        sub_arity("client|getname", 2, &args)?;
+        let name = info.name.lock().clone();
+        ctx.opt_bulk((!name.is_empty()).then_some(&name[..]));
+    } else if is(sub, "info") {
+        sub_arity("client|info", 2, &args)?;
+        let line = info.line() + "\n";
+        ctx.enc().verbatim(b"txt", line.as_bytes());
+    } else if is(sub, "list") {
+        let mut ids: Option<Vec<u64>> = None;
+        let mut j = 2;
+        while j < args.len() {
+            if is(&args[j], "type") && j + 1 < args.len() {
+                let t = &args[j + 1];
+                if !(is(t, "normal") || is(t, "master") || is(t, "replica") || is(t, "pubsub")) {
+                    return Err(Error::err(format!(
+                        "Unknown client type '{}'",
+                        String::from_utf8_lossy(t)
+                    )));
+                }
+                if !is(t, "normal") {
+                    ids = Some(Vec::new());
+                }
+                j += 2;
+            } else if is(&args[j], "id") && j + 1 < args.len() {
+                let mut v = ids.take().unwrap_or_default();
+                for a in args.iter().skip(j + 1) {
+                    match super::parse_i64(a) {
+                        Some(id) if id > 0 => v.push(id as u64),
+                        _ => return Err(Error::err("Invalid client ID")),
+                    }
+                }
+                ids = Some(v);
+                j = args.len();
+            } else {
+                return Err(Error::Syntax);
+            }
+        }
+        let mut text = String::new();
+        for c in ctx.shared.clients.all() {
+            if ids.as_ref().is_none_or(|ids| ids.contains(&c.id)) {
+                text.push_str(&c.line());
+                text.push('\n');
+            }
+        }
+        ctx.enc().verbatim(b"txt", text.as_bytes());
+    } else if is(sub, "kill") {
+        client_kill(ctx, args)?;
+    } else if is(sub, "setinfo") {
+        sub_arity("client|setinfo", 4, &args)?;
+        let attr = &args[2];
+        let slot = if is(attr, "lib-name") {
+            &info.lib_name
+        } else if is(attr, "lib-ver") {
+            &info.lib_ver
+        } else {
+            return Err(Error::err(format!(
+                "Unrecognized option '{}'",
+                String::from_utf8_lossy(attr)
+            )));
+        };
+        if !valid_client_name(&args[3]) {
+            return Err(Error::err(format!(
+                "{} cannot contain spaces, newlines or special characters.",
+                String::from_utf8_lossy(attr).to_ascii_lowercase()
+            )));
+        }
+        *slot.lock() = args[3].to_vec();
+        ctx.ok();
+    } else if is(sub, "no-evict") {
+        sub_arity("client|no-evict", 3, &args)?;
+        if is(&args[2], "on") {
+            info.no_evict.store(true, Ordering::Relaxed);
+        } else if is(&args[2], "off") {
+            info.no_evict.store(false, Ordering::Relaxed);
+        } else {
+            return Err(Error::Syntax);
+        }
+        ctx.ok();
+    } else if is(sub, "help") {
+        help(
+            ctx,
+            "CLIENT",
+            &[
+                "GETNAME",
+                "    Return the name of the current connection.",
+                "ID",
+                "    Return the ID of the current connection.",
+                "INFO",
+                "    Return information about the current client connection.",
+                "KILL <ip:port>",
+                "    Kill connection made from <ip:port>.",
+                "KILL <option> <value> [<option> <value> [...]]",
+                "    Kill connections. Options are: ID, ADDR, LADDR, TYPE, USER, SKIPME.",
+                "LIST [options ...]",
+                "    Return information about client connections.",
+                "SETNAME <name>",
+                "    Assign the name <name> to the current connection.",
+                "SETINFO <option> <value>",
+                "    Set client meta attr. Options are: LIB-NAME, LIB-VER.",
+                "NO-EVICT (ON|OFF)",
+                "    Protect current client connection from eviction.",
+            ],
+        );
+    } else {
+        return Err(unknown_subcommand("client", sub));
+    }
+    Ok(())
+}
+
+fn client_kill(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    sub_arity("client|kill", -3, &args)?;
+    let me = ctx.conn.info.id;
+    if args.len() == 3 {
+        // Old form: CLIENT KILL addr:port -> +OK or an error.
+        let addr = String::from_utf8_lossy(&args[2]).into_owned();
+        let target = ctx
+            .shared
+            .clients
+            .all()
+            .into_iter()
+            .find(|c| c.addr.to_string() == addr);
+        let Some(target) = target else {
+            return Err(Error::err("No such client"));
+        };
+        ctx.ok();
+        if target.id == me {
+            ctx.after = Some(After::Close);
+        } else {
+            target.kill();
+        }
+        return Ok(());
+    }
+    let (mut id, mut addr, mut laddr, mut user) = (None, None, None, None);
+    let mut typ_normal = true;
+    let mut skipme = true;
+    let mut j = 2;
+    while j < args.len() {
+        if j + 1 >= args.len() {
+            return Err(Error::Syntax);
+        }
+        let (opt, val) = (&args[j], &args[j + 1]);
+        if is(opt, "id") {
+            match super::parse_i64(val) {
+                Some(v) if v > 0 => id = Some(v as u64),
+                _ => return Err(Error::err("client-id should be greater than 0")),
+            }
+        } else if is(opt, "addr") {
+            addr = Some(String::from_utf8_lossy(val).into_owned());
+        } else if is(opt, "laddr") {
+            laddr = Some(String::from_utf8_lossy(val).into_owned());
+        } else if is(opt, "user") {
+            user = Some(val.to_vec());
+        } else if is(opt, "type") {
+            if is(val, "normal") {
+                typ_normal = true;
+            } else if is(val, "master")
+                || is(val, "replica")
+                || is(val, "slave")
+                || is(val, "pubsub")
+            {
+                typ_normal = false;
+            } else {
+                return Err(Error::err(format!(
+                    "Unknown client type '{}'",
+                    String::from_utf8_lossy(val)
+                )));
+            }
+        } else if is(opt, "skipme") {
+            if is(val, "yes") {
+                skipme = true;
+            } else if is(val, "no") {
+                skipme = false;
+            } else {
+                return Err(Error::Syntax);
+            }
+        } else {
+            return Err(Error::Syntax);
+        }
+        j += 2;
+    }
+    let mut killed = 0;
+    for c in ctx.shared.clients.all() {
+        let hit = typ_normal
+            && id.is_none_or(|i| c.id == i)
+            && addr.as_ref().is_none_or(|a| c.addr.to_string() == *a)
+            && laddr.as_ref().is_none_or(|a| c.laddr.to_string() == *a)
+            && user.as_ref().is_none_or(|u| u == b"default")
+            && !(skipme && c.id == me);
+        if hit {
+            killed += 1;
+            if c.id == me {
+                ctx.after = Some(After::Close);
+            } else {
+                c.kill();
+            }
+        }
+    }
+    ctx.int(killed);
+    Ok(())
+}
+
+// ------------------------------------------------------------------- INFO
+
+fn human(bytes: u64) -> String {
+    let b = bytes as f64;
+    if b < 1024.0 {
+        format!("{bytes}B")
+    } else if b < 1024.0 * 1024.0 {
+        format!("{:.2}K", b / 1024.0)
+    } else if b < 1024.0 * 1024.0 * 1024.0 {
+        format!("{:.2}M", b / 1024.0 / 1024.0)
+    } else {
+        format!("{:.2}G", b / 1024.0 / 1024.0 / 1024.0)
+    }
+}
+
+/// Resident set size from /proc (0 where unavailable).
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+fn cpu_times() -> (f64, f64) {
+    // SAFETY: getrusage writes into the zeroed struct we pass and has no
+    // other effect.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a valid pointer.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return (0.0, 0.0);
+    }
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    (t(ru.ru_stime), t(ru.ru_utime))
+}
+
+const SECTIONS: &[&str] = &[
+    "server",
+    "clients",
+    "memory",
+    "persistence",
+    "stats",
+    "replication",
+    "cpu",
+    "keyspace",
+];
+
+/// The INFO text for the named sections (lower-case).
+pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
+    let sh = ctx.shared;
+    let all = sections.is_empty()
+        || sections
+            .iter()
+            .any(|s| s == "all" || s == "default" || s == "everything");
+    let want = |s: &str| all || sections.iter().any(|x| x == s);
+    let mut out = String::new();
+    let mut n = 0;
+    let mut head = |out: &mut String, title: &str| {
+        if n > 0 {
+            out.push_str("\r\n");
+        }
+        n += 1;
+        let _ = write!(out, "# {title}\r\n");
+    };
+    macro_rules! kv {
+        ($out:expr, $k:expr, $v:expr) => {
+            let _ = write!($out, "{}:{}\r\n", $k, $v);
+        };
+    }
+    let uptime = sh.started.elapsed().as_secs();
+    if want("server") {
+        head(&mut out, "Server");
+        kv!(out, "redis_version", REDIS_VERSION);
+        kv!(out, "basalt_version", env!("CARGO_PKG_VERSION"));
+        kv!(out, "redis_git_sha1", "00000000");
+        kv!(out, "redis_git_dirty", 0);
+        kv!(out, "redis_build_id", "0");
+        kv!(out, "redis_mode", "standalone");
+        kv!(
+            out,
+            "os",
+            format!("{} {}", std::env::consts::OS, std::env::consts::ARCH)
+        );
+        kv!(out, "arch_bits", usize::BITS);
+        kv!(out, "monotonic_clock", "POSIX clock_gettime");
+        kv!(out, "multiplexing_api", "epoll");
+        kv!(out, "process_id", std::process::id());
+        kv!(out, "process_supervised", "no");
+        kv!(out, "run_id", sh.run_id);
+        kv!(out, "tcp_port", sh.addr.port());
+        kv!(out, "server_time_usec", now_ms() * 1000);
+        kv!(out, "uptime_in_seconds", uptime);
+        kv!(out, "uptime_in_days", uptime / 86400);
+        kv!(out, "hz", 10);
+        kv!(out, "configured_hz", 10);
+        kv!(
+            out,
+            "executable",
+            std::env::current_exe()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()
+        );
+        kv!(
+            out,
+            "config_file",
+            sh.config
+                .config_file
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()
+        );
+    }
+    if want("clients") {
+        head(&mut out, "Clients");
+        kv!(out, "connected_clients", sh.clients.len());
+        kv!(out, "cluster_connections", 0);
+        kv!(out, "maxclients", 10000);
+        kv!(out, "blocked_clients", 0);
+        kv!(out, "tracking_clients", 0);
+        kv!(out, "clients_in_timeout_table", 0);
+    }
+    if want("memory") {
+        head(&mut out, "Memory");
+        let rss = rss_bytes();
+        let index: u64 = (0..sh.keyspace.len())
+            .map(|n| sh.keyspace.figures(n).index_bytes)
+            .sum();
+        // Basalt has no allocator statistics: used_memory is the process's
+        // resident size; basalt_index_bytes is the engines' key index.
+        kv!(out, "used_memory", rss);
+        kv!(out, "used_memory_human", human(rss));
+        kv!(out, "used_memory_rss", rss);
+        kv!(out, "used_memory_rss_human", human(rss));
+        kv!(out, "basalt_index_bytes", index);
+        kv!(out, "maxmemory", 0);
+        kv!(out, "maxmemory_human", "0B");
+        kv!(out, "maxmemory_policy", "noeviction");
+        kv!(out, "mem_allocator", "libc");
+    }
+    if want("persistence") {
+        head(&mut out, "Persistence");
+        kv!(out, "loading", 0);
+        kv!(out, "async_loading", 0);
+        kv!(
+            out,
+            "rdb_changes_since_last_save",
+            sh.stats.dirty.load(Ordering::Relaxed)
+        );
+        kv!(out, "rdb_bgsave_in_progress", 0);
+        kv!(
+            out,
+            "rdb_last_save_time",
+            sh.lastsave.load(Ordering::Relaxed)
+        );
+        kv!(out, "rdb_last_bgsave_status", "ok");
+        kv!(out, "aof_enabled", 1);
+        kv!(out, "aof_rewrite_in_progress", 0);
+        kv!(out, "aof_last_write_status", "ok");
+        kv!(out, "appendfsync", sh.settings.appendfsync().as_str());
+    }
+    if want("stats") {
+        head(&mut out, "Stats");
+        let st = &sh.stats;
+        kv!(
+            out,
+            "total_connections_received",
+            st.connections.load(Ordering::Relaxed)
+        );
+        kv!(
+            out,
+            "total_commands_processed",
+            st.commands.load(Ordering::Relaxed)
+        );
+        kv!(
+            out,
+            "total_net_input_bytes",
+            st.net_input.load(Ordering::Relaxed)
+        );
+        kv!(
+            out,
+            "total_net_output_bytes",
+            st.net_output.load(Ordering::Relaxed)
+        );
+        kv!(out, "rejected_connections", 0);
+        kv!(out, "unexpected_error_replies", 0);
+        kv!(
+            out,
+            "basalt_rejected_commands",
+            st.rejected.load(Ordering::Relaxed)
+        );
+        kv!(out, "evicted_keys", 0);
+        kv!(out, "pubsub_channels", 0);
+        kv!(out, "pubsub_patterns", 0);
+    }
+    if want("replication") {
+        head(&mut out, "Replication");
+        kv!(out, "role", "master");
+        kv!(out, "connected_slaves", 0);
+        kv!(out, "master_failover_state", "no-failover");
+        kv!(out, "master_replid", sh.run_id);
+        kv!(
+            out,
+            "master_replid2",
+            "0000000000000000000000000000000000000000"
+        );
+        kv!(out, "master_repl_offset", 0);
+        kv!(out, "second_repl_offset", -1);
+        kv!(out, "repl_backlog_active", 0);
+    }
+    if want("cpu") {
+        head(&mut out, "CPU");
+        let (sys, user) = cpu_times();
+        kv!(out, "used_cpu_sys", format!("{sys:.6}"));
+        kv!(out, "used_cpu_user", format!("{user:.6}"));
+    }
+    if want("keyspace") {
+        head(&mut out, "Keyspace");
+        for db in 0..sh.keyspace.len() {
+            let f = sh.keyspace.figures(db);
+            if f.keys > 0 {
+                let _ = write!(
+                    out,
+                    "db{db}:keys={},expires={},avg_ttl=0\r\n",
+                    f.keys, f.expires
+                );
+            }
+        }
+    }
+    out
+}
+
+fn info(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let sections: Vec<String> = args
+        .iter()
+        .skip(1)
+        .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
+        .filter(|s| {
+            SECTIONS.contains(&s.as_str()) || s == "all" || s == "default" || s == "everything"
+        })
+        .collect();
+    let text = if args.len() > 1 && sections.is_empty() {
+        String::new()
+    } else {
+        info_text(ctx, &sections)
+    };
+    ctx.enc().verbatim(b"txt", text.as_bytes());
+    Ok(())
+}
+
+// ----------------------------------------------------------------- CONFIG
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Fixed at start-up.
+    Immutable,
+    /// appendfsync.
+    Appendfsync,
+    /// Any integer; accepted and recorded, no effect.
+    Int,
+    /// yes/no; accepted and recorded, no effect.
+    Bool,
+    /// Any string; accepted and recorded, no effect.
+    Str,
+}
+
+/// Settings CONFIG knows: (name, kind, default). Immutable ones read their
+/// value from the running configuration.
+const PARAMS: &[(&str, Kind, &str)] = &[
+    ("port", Kind::Immutable, ""),
+    ("bind", Kind::Immutable, ""),
+    ("dir", Kind::Immutable, ""),
+    ("databases", Kind::Immutable, ""),
+    ("loglevel", Kind::Immutable, ""),
+    ("appendfsync", Kind::Appendfsync, ""),
+    ("appendonly", Kind::Immutable, "yes"),
+    ("proto-max-bulk-len", Kind::Immutable, "536870912"),
+    ("maxmemory", Kind::Immutable, "0"),
+    ("maxmemory-policy", Kind::Immutable, "noeviction"),
+    ("maxclients", Kind::Immutable, "10000"),
+    ("save", Kind::Str, ""),
+    ("timeout", Kind::Int, "0"),
+    ("tcp-keepalive", Kind::Int, "300"),
+    ("hz", Kind::Int, "10"),
+    ("notify-keyspace-events", Kind::Str, ""),
+    ("slowlog-log-slower-than", Kind::Int, "10000"),
+    ("slowlog-max-len", Kind::Int, "128"),
+    ("latency-monitor-threshold", Kind::Int, "0"),
+    ("maxmemory-samples", Kind::Int, "5"),
+    ("activerehashing", Kind::Bool, "yes"),
+    ("lazyfree-lazy-eviction", Kind::Bool, "no"),
+    ("lazyfree-lazy-expire", Kind::Bool, "no"),
+    ("lazyfree-lazy-server-del", Kind::Bool, "no"),
+    ("lazyfree-lazy-user-del", Kind::Bool, "no"),
+    ("lazyfree-lazy-user-flush", Kind::Bool, "no"),
+    ("hash-max-listpack-entries", Kind::Int, "128"),
+    ("hash-max-listpack-value", Kind::Int, "64"),
+    ("hash-max-ziplist-entries", Kind::Int, "128"),
+    ("hash-max-ziplist-value", Kind::Int, "64"),
+    ("set-max-intset-entries", Kind::Int, "512"),
+    ("set-max-listpack-entries", Kind::Int, "128"),
+    ("set-max-listpack-value", Kind::Int, "64"),
+    ("zset-max-listpack-entries", Kind::Int, "128"),
+    ("zset-max-listpack-value", Kind::Int, "64"),
+    ("zset-max-ziplist-entries", Kind::Int, "128"),
+    ("zset-max-ziplist-value", Kind::Int, "64"),
+    ("list-max-listpack-size", Kind::Int, "-2"),
+    ("list-max-ziplist-size", Kind::Int, "-2"),
+    ("list-compress-depth", Kind::Int, "0"),
+    ("stream-node-max-bytes", Kind::Int, "4096"),
+    ("stream-node-max-entries", Kind::Int, "100"),
+];
+
+fn param_value(ctx: &Ctx<'_>, name: &'static str, kind: Kind, default: &str) -> String {
+    let c = &ctx.shared.config;
+    match name {
+        "port" => ctx.shared.addr.port().to_string(),
+        "bind" => c.bind.to_string(),
+        "dir" => std::fs::canonicalize(&c.dir)
+            .unwrap_or_else(|_| c.dir.clone())
+            .display()
+            .to_string(),
+        "databases" => c.databases.to_string(),
+        "loglevel" => c.loglevel.clone(),
+        "appendfsync" => ctx.shared.settings.appendfsync().as_str().to_string(),
+        _ if kind == Kind::Immutable => default.to_string(),
+        _ => ctx
+            .shared
+            .settings
+            .extra
+            .lock()
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| default.to_string()),
+    }
+}
+
+fn set_failed(name: &str, why: &str) -> Error {
+    Error::err(format!(
+        "CONFIG SET failed (possibly related to argument '{name}') - {why}"
+    ))
+}
+
+fn config(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let sub = &args[1];
+    if is(sub, "get") {
+        sub_arity("config|get", -3, &args)?;
+        let mut found: Vec<(&'static str, String)> = Vec::new();
+        for &(name, kind, default) in PARAMS {
+            if args
+                .iter()
+                .skip(2)
+                .any(|p| glob::matches(p, name.as_bytes(), true))
+            {
+                found.push((name, param_value(ctx, name, kind, default)));
+            }
+        }
+        let mut e = ctx.enc();
+        e.map(found.len());
+        for (k, v) in found {
+            e.bulk(k.as_bytes());
+            e.bulk(v.as_bytes());
+        }
+    } else if is(sub, "set") {
+        sub_arity("config|set", -4, &args)?;
+        if !args.len().is_multiple_of(2) {
+            return Err(Error::Arity("config|set".into()));
+        }
+        // Validate everything first, then apply: all or nothing, as in Redis.
+        let mut changes: Vec<(&'static str, Kind, String)> = Vec::new();
+        for j in (2..args.len()).step_by(2) {
+            let name = String::from_utf8_lossy(&args[j]).to_ascii_lowercase();
+            let value = String::from_utf8_lossy(&args[j + 1]).into_owned();
+            let Some(&(pname, kind, _)) = PARAMS.iter().find(|(n, _, _)| *n == name) else {
+                return Err(Error::err(format!(
+                    "Unknown option or number of arguments for CONFIG SET - '{name}'"
+                )));
+            };
+            match kind {
+                Kind::Immutable => return Err(set_failed(pname, "can't set immutable config")),
+                Kind::Appendfsync if Appendfsync::parse(value.as_bytes()).is_none() => {
+                    return Err(set_failed(
+                        pname,
+                        "argument(s) must be one of the following: everysec, always, no",
+                    ))
+                }
+                Kind::Int if value.parse::<i64>().is_err() => {
+                    return Err(set_failed(
+                        pname,
+                        "argument couldn't be parsed into an integer",
+                    ))
+                }
+                Kind::Bool
+                    if !(value.eq_ignore_ascii_case("yes") || value.eq_ignore_ascii_case("no")) =>
+                {
+                    return Err(set_failed(pname, "argument must be 'yes' or 'no'"))
+                }
+                _ => {}
+            }
+            changes.push((pname, kind, value));
+        }
+        for (name, kind, value) in changes {
+            match kind {
+                Kind::Appendfsync => {
+                    if let Some(a) = Appendfsync::parse(value.as_bytes()) {
+                        ctx.shared.settings.set_appendfsync(a);
+                    }
+                }
+                Kind::Bool => {
+                    ctx.shared
+                        .settings
+                        .extra
+                        .lock()
+                        .insert(name, value.to_ascii_lowercase());
+                }
+                _ => {
+                    ctx.shared.settings.extra.lock().insert(name, value);
+                }
+            }
+        }
+        ctx.ok();
+    } else if is(sub, "resetstat") {
+        sub_arity("config|resetstat", 2, &args)?;
+        let st = &ctx.shared.stats;
+        for c in [
+            &st.commands,
+            &st.connections,
+            &st.net_input,
+            &st.net_output,
+            &st.rejected,
+        ] {
+            c.store(0, Ordering::Relaxed);
+        }
+        ctx.ok();
+    } else if is(sub, "help") {
+        help(
+            ctx,
+            "CONFIG",
+            &[
+                "GET <pattern>",
+                "    Return parameters matching the glob-like <pattern> and their values.",
+                "SET <directive> <value>",
+                "    Set the configuration <directive> to <value>.",
+                "RESETSTAT",
+                "    Reset statistics reported by the INFO command.",
+            ],
+        );
+    } else {
+        return Err(unknown_subcommand("config", sub));
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------ TIME, SAVE & co.
+
+fn time(ctx: &mut Ctx<'_>, _args: Args<'_>) -> Result {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    ctx.array(2);
+    ctx.bulk(d.as_secs().to_string().as_bytes());
+    ctx.bulk(d.subsec_micros().to_string().as_bytes());
+    Ok(())
+}
+
+fn lastsave(ctx: &mut Ctx<'_>, _args: Args<'_>) -> Result {
+    let t = ctx.shared.lastsave.load(Ordering::Relaxed);
+    ctx.int(t as i64);
+    Ok(())
+}
+
+/// Writes pending hint files and fsyncs every database.
+fn save_now(ctx: &Ctx<'_>) -> Result {
+    ctx.shared.keyspace.sync_all()?;
+    ctx.shared
+        .lastsave
+        .store(now_ms() / 1000, Ordering::Relaxed);
+    ctx.shared.stats.dirty.store(0, Ordering::Relaxed);
+    Ok(())
+}
+
+fn save(ctx: &mut Ctx<'_>, _args: Args<'_>) -> Result {
+    save_now(ctx)?;
+    ctx.ok();
+    Ok(())
+}
+
+fn bgsave(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    match args.len() {
+        1 => {}
+        2 if is(&args[1], "schedule") => {}
+        _ => return Err(Error::Syntax),
+    }
+    // Nothing to serialize: the data is already in the log. A flush and
+    // fsync is quick, so it runs before the reply.
+    save_now(ctx)?;
+    ctx.simple(b"Background saving started");
+    Ok(())
+}
+
+fn debug(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let sub = &args[1];
+    if is(sub, "sleep") {
+        sub_arity("debug|sleep", 3, &args)?;
+        let secs = parse_f64(&args[2]).unwrap_or(0.0).max(0.0);
+        ctx.after = Some(After::Sleep(Duration::from_secs_f64(secs.min(1e6))));
+        ctx.ok();
+    } else if is(sub, "reload") {
+        ctx.shared.keyspace.reload()?;
+        ctx.ok();
+    } else if is(sub, "help") {
+        help(
+            ctx,
+            "DEBUG",
+            &[
+                "RELOAD",
+                "    Close and reopen every database (recovery from the files).",
+                "SLEEP <seconds>",
+                "    Stop the server for <seconds>. Decimals allowed.",
+            ],
+        );
+    } else {
+        return Err(unknown_subcommand("debug", sub));
+    }
+    Ok(())
+}
+
+fn shutdown(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let (mut save, mut nosave, mut abort) = (false, false, false);
+    for a in args.iter().skip(1) {
+        if is(a, "nosave") {
+            nosave = true;
+        } else if is(a, "save") {
+            save = true;
+        } else if is(a, "now") || is(a, "force") {
+        } else if is(a, "abort") {
+            abort = true;
+        } else {
+            return Err(Error::Syntax);
+        }
+    }
+    if (save && nosave) || (abort && args.len() > 2) {
+        return Err(Error::Syntax);
+    }
+    if abort {
+        return Err(Error::err("No shutdown in progress."));
+    }
+    // Every acknowledged write is already in the log; shutdown always syncs
+    // and closes the engines, whatever SAVE / NOSAVE say.
+    ctx.after = Some(After::Shutdown);
+    Ok(())
+}

@@ -1,0 +1,491 @@
+//! String commands (Redis `t_string.c`): values stored as plain engine
+//! values. Read-modify-write commands hold their key's stripe lock from the
+//! read to the write, so INCR from many clients never loses an update.
+//! Commands that modify a string in place in Redis (APPEND, SETRANGE, INCR*)
+//! keep the key's TTL; commands that replace it (SET, GETSET) drop it unless
+//! KEEPTTL.
+
+use basalt_engine::Db;
+use basalt_resp::Args;
+
+use super::flags::*;
+use super::{def, int_arg, is, parse_i64, CommandDef, Ctx, Error, Group, Result};
+
+/// Redis's `proto-max-bulk-len` default: the largest string a command may build.
+pub const MAX_STRING: u64 = 512 << 20;
+
+const G: Group = Group::String;
+
+/// The string family's table.
+pub const COMMANDS: &[CommandDef] = &[
+    def("get", 2, READONLY | FAST, (1, 1, 1), G, "1.0.0", "Returns the string value of a key.", get),
+    def("set", -3, WRITE | DENYOOM, (1, 1, 1), G, "1.0.0", "Sets the string value of a key, ignoring its type. The key is created if it doesn't exist.", set),
+    def("setnx", 3, WRITE | DENYOOM | FAST, (1, 1, 1), G, "1.0.0", "Set the string value of a key only when the key doesn't exist.", setnx),
+    def("setex", 4, WRITE | DENYOOM, (1, 1, 1), G, "2.0.0", "Sets the string value and expiration time of a key. Creates the key if it doesn't exist.", setex),
+    def("psetex", 4, WRITE | DENYOOM, (1, 1, 1), G, "2.6.0", "Sets both string value and expiration time in milliseconds of a key. The key is created if it doesn't exist.", psetex),
+    def("getset", 3, WRITE | DENYOOM | FAST, (1, 1, 1), G, "1.0.0", "Returns the previous string value of a key after setting it to a new value.", getset),
+    def("getdel", 2, WRITE | FAST, (1, 1, 1), G, "6.2.0", "Returns the string value of a key after deleting the key.", getdel),
+    def("getex", -2, WRITE | FAST, (1, 1, 1), G, "6.2.0", "Returns the string value of a key after setting its expiration time.", getex),
+    def("mget", -2, READONLY | FAST, (1, -1, 1), G, "1.0.0", "Atomically returns the string values of one or more keys.", mget),
+    def("mset", -3, WRITE | DENYOOM, (1, -1, 2), G, "1.0.1", "Atomically creates or modifies the string values of one or more keys.", mset),
+    def("msetnx", -3, WRITE | DENYOOM, (1, -1, 2), G, "1.0.1", "Atomically modifies the string values of one or more keys only when all keys don't exist.", msetnx),
+    def("append", 3, WRITE | DENYOOM | FAST, (1, 1, 1), G, "2.0.0", "Appends a string to the value of a key. Creates the key if it doesn't exist.", append),
+    def("strlen", 2, READONLY | FAST, (1, 1, 1), G, "2.2.0", "Returns the length of a string value.", strlen),
+    def("getrange", 4, READONLY, (1, 1, 1), G, "2.4.0", "Returns a substring of the string stored at a key.", getrange),
+    def("substr", 4, READONLY, (1, 1, 1), G, "1.0.0", "Returns a substring from a string value.", getrange),
+    def("setrange", 4, WRITE | DENYOOM, (1, 1, 1), G, "2.2.0", "Overwrites a part of a string value with another by an offset. Creates the key if it doesn't exist.", setrange),
+    def("incr", 2, WRITE | DENYOOM | FAST, (1, 1, 1), G, "1.0.0", "Increments the integer value of a key by one. Uses 0 as initial value if the key doesn't exist.", incr),
+    def("decr", 2, WRITE | DENYOOM | FAST, (1, 1, 1), G, "1.0.0", "Decrements the integer value of a key by one. Uses 0 as initial value if the key doesn't exist.", decr),
+    def("incrby", 3, WRITE | DENYOOM | FAST, (1, 1, 1), G, "1.0.0", "Increments the integer value of a key by a number. Uses 0 as initial value if the key doesn't exist.", incrby),
+    def("decrby", 3, WRITE | DENYOOM | FAST, (1, 1, 1), G, "1.0.0", "Decrements a number from the integer value of a key. Uses 0 as initial value if the key doesn't exist.", decrby),
+    def("incrbyfloat", 3, WRITE | DENYOOM | FAST, (1, 1, 1), G, "2.6.0", "Increment the floating point value of a key by a number. Uses 0 as initial value if the key doesn't exist.", incrbyfloat),
+];
+
+/// A string value, `None` if absent, WRONGTYPE if the key holds a map.
+pub fn read_string(db: Option<&Db>, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    match db {
+        Some(db) => Ok(db.get(key)?),
+        None => Ok(None),
+    }
+}
+
+/// A string with its expiry (for commands that keep the TTL).
+fn read_with_ttl(db: &Db, key: &[u8]) -> Result<Option<(Vec<u8>, Option<u64>)>> {
+    Ok(db.get_versioned(key)?.map(|v| (v.value, v.expires_at)))
+}
+
+fn get(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let v = read_string(ctx.slot().db(), &args[1])?;
+    ctx.opt_bulk(v.as_deref());
+    Ok(())
+}
+
+/// Which expiry option a SET / GETEX carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unit {
+    Ex,
+    Px,
+    ExAt,
+    PxAt,
+}
+
+#[derive(Debug, Default)]
+struct SetOpts<'a> {
+    nx: bool,
+    xx: bool,
+    get: bool,
+    keepttl: bool,
+    persist: bool,
+    expire: Option<(Unit, &'a [u8])>,
+}
+
+/// Redis's `parseExtendedStringArgumentsOrReply`: the same acceptance rules
+/// (a repeated option is allowed, conflicting ones are a syntax error).
+fn parse_opts<'a>(args: &Args<'a>, from: usize, for_set: bool) -> Result<SetOpts<'a>> {
+    let mut o = SetOpts::default();
+    let mut j = from;
+    while j < args.len() {
+        let a = args.get(j).expect("in range");
+        let next = args.get(j + 1);
+        let has_exp = o.expire.is_some();
+        let exp_is = |u: Unit| o.expire.map(|(x, _)| x) == Some(u);
+        let only_exp = |u: Unit| !o.keepttl && !o.persist && (!has_exp || exp_is(u));
+        if for_set && is(a, "nx") && !o.xx {
+            o.nx = true;
+        } else if for_set && is(a, "xx") && !o.nx {
+            o.xx = true;
+        } else if for_set && is(a, "get") {
+            o.get = true;
+        } else if for_set && is(a, "keepttl") && !o.persist && !has_exp {
+            o.keepttl = true;
+        } else if !for_set && is(a, "persist") && !has_exp && !o.keepttl {
+            o.persist = true;
+        } else if let (Some(unit), Some(n)) = (unit_of(a), next) {
+            if !only_exp(unit) {
+                return Err(Error::Syntax);
+            }
+            o.expire = Some((unit, n));
+            j += 1;
+        } else {
+            return Err(Error::Syntax);
+        }
+        j += 1;
+    }
+    Ok(o)
+}
+
+fn unit_of(a: &[u8]) -> Option<Unit> {
+    if is(a, "ex") {
+        Some(Unit::Ex)
+    } else if is(a, "px") {
+        Some(Unit::Px)
+    } else if is(a, "exat") {
+        Some(Unit::ExAt)
+    } else if is(a, "pxat") {
+        Some(Unit::PxAt)
+    } else {
+        None
+    }
+}
+
+/// `invalid expire time in '<cmd>' command`
+pub fn invalid_expire(cmd: &str) -> Error {
+    Error::Msg(format!("ERR invalid expire time in '{cmd}' command").into())
+}
+
+/// Redis's `getExpireMillisecondsOrReply`: the absolute expiry in ms.
+fn expire_ms(ctx: &Ctx<'_>, unit: Unit, arg: &[u8]) -> Result<u64> {
+    let v = int_arg(arg)?;
+    let seconds = matches!(unit, Unit::Ex | Unit::ExAt);
+    if v <= 0 || (seconds && v > i64::MAX / 1000) {
+        return Err(invalid_expire(ctx.cmd.name));
+    }
+    let mut ms = if seconds { v * 1000 } else { v };
+    if matches!(unit, Unit::Ex | Unit::Px) {
+        ms = ms
+            .checked_add(ctx.now_ms as i64)
+            .ok_or_else(|| invalid_expire(ctx.cmd.name))?;
+    }
+    Ok(ms as u64)
+}
+
+/// The shared body of SET, SETNX, SETEX and PSETEX.
+fn set_generic(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    value: &[u8],
+    o: &SetOpts<'_>,
+    abort: Option<i64>,
+    ok: Option<i64>,
+) -> Result {
+    let at = match o.expire {
+        Some((unit, arg)) => Some(expire_ms(ctx, unit, arg)?),
+        None => None,
+    };
+    let db = ctx.db_w()?;
+    let _g = ctx.lock(key);
+    let old = if o.get { Some(db.get(key)?) } else { None };
+    let found = match &old {
+        Some(v) => v.is_some(),
+        None => db.exists(key),
+    };
+    if (o.nx && found) || (o.xx && !found) {
+        match (&old, abort) {
+            (Some(v), _) => ctx.opt_bulk(v.as_deref()),
+            (None, Some(n)) => ctx.int(n),
+            (None, None) => ctx.null(),
+        }
+        return Ok(());
+    }
+    let at = if o.keepttl { db.expires_at(key) } else { at };
+    db.put_with_expiry(key, value, at)?;
+    match (&old, ok) {
+        (Some(v), _) => ctx.opt_bulk(v.as_deref()),
+        (None, Some(n)) => ctx.int(n),
+        (None, None) => ctx.ok(),
+    }
+    Ok(())
+}
+
+fn set(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let o = parse_opts(&args, 3, true)?;
+    set_generic(ctx, &args[1], &args[2], &o, None, None)
+}
+
+fn setnx(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let o = SetOpts {
+        nx: true,
+        ..SetOpts::default()
+    };
+    set_generic(ctx, &args[1], &args[2], &o, Some(0), Some(1))
+}
+
+fn setex(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let o = SetOpts {
+        expire: Some((Unit::Ex, &args[2])),
+        ..SetOpts::default()
+    };
+    set_generic(ctx, &args[1], &args[3], &o, None, None)
+}
+
+fn psetex(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let o = SetOpts {
+        expire: Some((Unit::Px, &args[2])),
+        ..SetOpts::default()
+    };
+    set_generic(ctx, &args[1], &args[3], &o, None, None)
+}
+
+fn getset(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let key = &args[1];
+    let db = ctx.db_w()?;
+    let _g = ctx.lock(key);
+    let old = db.get(key)?;
+    db.put(key, &args[2])?;
+    ctx.opt_bulk(old.as_deref());
+    Ok(())
+}
+
+fn getdel(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let key = &args[1];
+    let slot = ctx.slot();
+    let Some(db) = slot.db() else {
+        ctx.null();
+        return Ok(());
+    };
+    let _g = ctx.lock(key);
+    let old = db.get(key)?;
+    if old.is_some() {
+        db.delete(key)?;
+    }
+    ctx.opt_bulk(old.as_deref());
+    Ok(())
+}
+
+fn getex(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let key = &args[1];
+    let o = parse_opts(&args, 2, false)?;
+    let at = match o.expire {
+        Some((unit, arg)) => Some(expire_ms(ctx, unit, arg)?),
+        None => None,
+    };
+    let slot = ctx.slot();
+    let Some(db) = slot.db() else {
+        ctx.null();
+        return Ok(());
+    };
+    let _g = ctx.lock(key);
+    let Some(v) = db.get(key)? else {
+        ctx.null();
+        return Ok(());
+    };
+    if let Some(at) = at {
+        // A time already past deletes the key (engine: expire <= now).
+        db.expire(key, at)?;
+    } else if o.persist {
+        db.persist(key)?;
+    }
+    ctx.bulk(&v);
+    Ok(())
+}
+
+fn mget(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let slot = ctx.slot();
+    let db = slot.db();
+    ctx.array(args.len() - 1);
+    for key in args.iter().skip(1) {
+        // Keys of other types read as nil, as in Redis.
+        let v = match db {
+            Some(db) => db.get(key).ok().flatten(),
+            None => None,
+        };
+        ctx.opt_bulk(v.as_deref());
+    }
+    Ok(())
+}
+
+fn pairs_arity(ctx: &Ctx<'_>, args: &Args<'_>) -> Result {
+    if args.len().is_multiple_of(2) {
+        return Err(Error::Arity(ctx.cmd.name.into()));
+    }
+    Ok(())
+}
+
+fn mset(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    pairs_arity(ctx, &args)?;
+    let n = ctx.conn.db;
+    let db = ctx.db_w()?;
+    let _g = ctx
+        .shared
+        .keyspace
+        .lock_many(args.iter().skip(1).step_by(2).map(|k| (n, k)));
+    for j in (1..args.len()).step_by(2) {
+        db.put(&args[j], &args[j + 1])?;
+    }
+    ctx.ok();
+    Ok(())
+}
+
+fn msetnx(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    pairs_arity(ctx, &args)?;
+    let n = ctx.conn.db;
+    let db = ctx.db_w()?;
+    let _g = ctx
+        .shared
+        .keyspace
+        .lock_many(args.iter().skip(1).step_by(2).map(|k| (n, k)));
+    if args.iter().skip(1).step_by(2).any(|k| db.exists(k)) {
+        ctx.int(0);
+        return Ok(());
+    }
+    for j in (1..args.len()).step_by(2) {
+        db.put(&args[j], &args[j + 1])?;
+    }
+    ctx.int(1);
+    Ok(())
+}
+
+fn too_big() -> Error {
+    Error::err("string exceeds maximum allowed size (proto-max-bulk-len)")
+}
+
+fn append(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let key = &args[1];
+    let db = ctx.db_w()?;
+    let _g = ctx.lock(key);
+    let (mut value, at) = read_with_ttl(&db, key)?.unwrap_or_default();
+    if value.len() as u64 + args[2].len() as u64 > MAX_STRING {
+        return Err(too_big());
+    }
+    value.extend_from_slice(&args[2]);
+    db.put_with_expiry(key, &value, at)?;
+    ctx.int(value.len() as i64);
+    Ok(())
+}
+
+fn strlen(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    // The index's stored length counts the record's encoding, not the
+    // value, so the value is read (one disk read, like GET).
+    let len = read_string(ctx.slot().db(), &args[1])?.map_or(0, |v| v.len());
+    ctx.int(len as i64);
+    Ok(())
+}
+
+fn getrange(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let mut start = int_arg(&args[2])?;
+    let mut end = int_arg(&args[3])?;
+    let v = read_string(ctx.slot().db(), &args[1])?.unwrap_or_default();
+    let len = v.len() as i64;
+    if start < 0 && end < 0 && start > end {
+        ctx.bulk(b"");
+        return Ok(());
+    }
+    if start < 0 {
+        start = len.saturating_add(start);
+    }
+    if end < 0 {
+        end = len.saturating_add(end);
+    }
+    start = start.max(0);
+    end = end.max(0);
+    if end >= len {
+        end = len - 1;
+    }
+    if start > end || len == 0 {
+        ctx.bulk(b"");
+    } else {
+        ctx.bulk(&v[start as usize..=end as usize]);
+    }
+    Ok(())
+}
+
+fn setrange(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let key = &args[1];
+    let offset = int_arg(&args[2])?;
+    if offset < 0 {
+        return Err(Error::err("offset is out of range"));
+    }
+    let piece = &args[3];
+    let db = ctx.db_w()?;
+    let _g = ctx.lock(key);
+    let Some((mut value, at)) = read_with_ttl(&db, key)? else {
+        if piece.is_empty() {
+            ctx.int(0);
+            return Ok(());
+        }
+        if offset as u64 + piece.len() as u64 > MAX_STRING {
+            return Err(too_big());
+        }
+        let mut value = vec![0u8; offset as usize];
+        value.extend_from_slice(piece);
+        db.put(key, &value)?;
+        ctx.int(value.len() as i64);
+        return Ok(());
+    };
+    if piece.is_empty() {
+        ctx.int(value.len() as i64);
+        return Ok(());
+    }
+    if offset as u64 + piece.len() as u64 > MAX_STRING {
+        return Err(too_big());
+    }
+    let offset = offset as usize;
+    if value.len() < offset + piece.len() {
+        value.resize(offset + piece.len(), 0);
+    }
+    value[offset..offset + piece.len()].copy_from_slice(piece);
+    db.put_with_expiry(key, &value, at)?;
+    ctx.int(value.len() as i64);
+    Ok(())
+}
+
+fn incr_by(ctx: &mut Ctx<'_>, key: &[u8], incr: i64) -> Result {
+    let db = ctx.db_w()?;
+    let _g = ctx.lock(key);
+    let (old, at) = match read_with_ttl(&db, key)? {
+        Some((v, at)) => (parse_i64(&v).ok_or(Error::NotInteger)?, at),
+        None => (0, None),
+    };
+    let new = old
+        .checked_add(incr)
+        .ok_or_else(|| Error::err("increment or decrement would overflow"))?;
+    let mut buf = Vec::with_capacity(20);
+    use std::io::Write as _;
+    let _ = write!(buf, "{new}");
+    db.put_with_expiry(key, &buf, at)?;
+    ctx.int(new);
+    Ok(())
+}
+
+fn incr(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    incr_by(ctx, &args[1], 1)
+}
+
+fn decr(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    incr_by(ctx, &args[1], -1)
+}
+
+fn incrby(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let n = int_arg(&args[2])?;
+    incr_by(ctx, &args[1], n)
+}
+
+fn decrby(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let n = int_arg(&args[2])?;
+    if n == i64::MIN {
+        return Err(Error::err("decrement would overflow"));
+    }
+    incr_by(ctx, &args[1], -n)
+}
+
+/// What Redis's `string2ld` accepts: `strtold` syntax including `inf`, no
+/// surrounding space, not NaN.
+fn parse_ld(s: &[u8]) -> Option<f64> {
+    if s.is_empty() || s.len() >= 5 * 1024 || s[0].is_ascii_whitespace() {
+        return None;
+    }
+    let v: f64 = std::str::from_utf8(s).ok()?.parse().ok()?;
+    (!v.is_nan()).then_some(v)
+}
+
+fn incrbyfloat(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let key = &args[1];
+    let db = ctx.db_w()?;
+    let _g = ctx.lock(key);
+    let (old, at) = match read_with_ttl(&db, key)? {
+        Some((v, at)) => (parse_ld(&v).ok_or(Error::NotFloat)?, at),
+        None => (0.0, None),
+    };
+    let incr = parse_ld(&args[2]).ok_or(Error::NotFloat)?;
+    let new = old + incr;
+    if !new.is_finite() {
+        return Err(Error::err("increment would produce NaN or Infinity"));
+    }
+    // Redis prints `%.17Lf` of a long double and trims zeros; the shortest
+    // round-trip decimal of the f64 gives the same text for the values
+    // people use (10.5 + 0.1 = "10.6"), never an exponent.
+    let text = format!("{new}");
+    db.put_with_expiry(key, text.as_bytes(), at)?;
+    ctx.bulk(text.as_bytes());
+    Ok(())
+}

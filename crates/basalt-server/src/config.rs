@@ -1,0 +1,223 @@
+//! Server configuration: command-line flags, `BASALT_*` environment
+//! variables and an optional TOML file, merged with the precedence
+//! flags > environment > file > defaults.
+//!
+//! clap reads flags and environment variables together (a flag wins over its
+//! variable); every field is an `Option` so that "not given" can fall through
+//! to the file and then to the default written next to each field in
+//! [`Config`].
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Parser, ValueEnum};
+use serde::Deserialize;
+
+/// When writes reach stable storage (Redis's `appendfsync`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Appendfsync {
+    /// fsync before the replies of every batch that wrote (group commit)
+    Always,
+    /// fsync once a second in the background (the default)
+    Everysec,
+    /// leave write-back to the operating system
+    No,
+}
+
+impl Appendfsync {
+    /// The name Redis uses, as CONFIG GET shows it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Appendfsync::Always => "always",
+            Appendfsync::Everysec => "everysec",
+            Appendfsync::No => "no",
+        }
+    }
+
+    /// Parses Redis's spelling (case-insensitive).
+    pub fn parse(s: &[u8]) -> Option<Self> {
+        match s.to_ascii_lowercase().as_slice() {
+            b"always" => Some(Appendfsync::Always),
+            b"everysec" => Some(Appendfsync::Everysec),
+            b"no" => Some(Appendfsync::No),
+            _ => None,
+        }
+    }
+}
+
+/// The `basalt` command line. A bare `basalt [flags]` runs the server.
+///
+/// Server flags are a flattened [`ServerArgs`] so that subcommands (e.g.
+/// `basalt check`) can be added later without changing them: add
+/// `#[command(subcommand)] command: Option<Command>` here together with
+/// `#[command(args_conflicts_with_subcommands = true)]`, and `main` runs the
+/// server when `command` is `None`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "basalt",
+    version,
+    about = "Basalt: a persistent Redis-compatible key-value server"
+)]
+pub struct Cli {
+    /// Server settings.
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+/// Flags of the server. Each also reads `BASALT_<NAME>` from the environment.
+#[derive(Debug, Default, Clone, Args)]
+pub struct ServerArgs {
+    /// TCP port to listen on; 0 picks a free port [default: 6379]
+    #[arg(long, env = "BASALT_PORT")]
+    pub port: Option<u16>,
+    /// Address to bind [default: 127.0.0.1]
+    #[arg(long, env = "BASALT_BIND")]
+    pub bind: Option<IpAddr>,
+    /// Data directory; database N lives in <dir>/<N> [default: ./data]
+    #[arg(long, env = "BASALT_DIR")]
+    pub dir: Option<PathBuf>,
+    /// When writes are fsynced [default: everysec]
+    #[arg(long, env = "BASALT_APPENDFSYNC", value_enum)]
+    pub appendfsync: Option<Appendfsync>,
+    /// Number of numbered databases (SELECT 0..N-1) [default: 16]
+    #[arg(long, env = "BASALT_DATABASES")]
+    pub databases: Option<u32>,
+    /// Log level or tracing filter, e.g. info, debug, basalt_server=trace [default: info]
+    #[arg(long, env = "BASALT_LOGLEVEL")]
+    pub loglevel: Option<String>,
+    /// TOML file with the same keys as these flags (port, bind, dir,
+    /// appendfsync, databases, loglevel); flags and environment win over it
+    #[arg(long, env = "BASALT_CONFIG")]
+    pub config: Option<PathBuf>,
+}
+
+/// The contents of a `--config` TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    port: Option<u16>,
+    bind: Option<IpAddr>,
+    dir: Option<PathBuf>,
+    appendfsync: Option<Appendfsync>,
+    databases: Option<u32>,
+    loglevel: Option<String>,
+}
+
+/// The merged configuration the server runs with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// TCP port; 0 = ephemeral. Default: 6379.
+    pub port: u16,
+    /// Bind address. Default: 127.0.0.1.
+    pub bind: IpAddr,
+    /// Data directory. Default: `./data`.
+    pub dir: PathBuf,
+    /// fsync policy. Default: everysec.
+    pub appendfsync: Appendfsync,
+    /// Number of databases. Default: 16.
+    pub databases: u32,
+    /// Tracing filter. Default: `info`.
+    pub loglevel: String,
+    /// The config file read, if any (CONFIG GET shows nothing for it).
+    pub config_file: Option<PathBuf>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            port: 6379,
+            bind: IpAddr::from([127, 0, 0, 1]),
+            dir: PathBuf::from("./data"),
+            appendfsync: Appendfsync::Everysec,
+            databases: 16,
+            loglevel: "info".into(),
+            config_file: None,
+        }
+    }
+}
+
+impl Config {
+    /// A configuration for tests: port 0 on 127.0.0.1, data in `dir`.
+    pub fn ephemeral(dir: impl AsRef<Path>) -> Self {
+        Config {
+            port: 0,
+            dir: dir.as_ref().to_path_buf(),
+            ..Config::default()
+        }
+    }
+
+    /// Merges flags/environment (already combined by clap) over the file
+    /// named by `--config`, over the defaults.
+    pub fn from_args(args: ServerArgs) -> anyhow::Result<Config> {
+        let file = match &args.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    anyhow::anyhow!("cannot read config file {}: {e}", path.display())
+                })?;
+                toml::from_str::<FileConfig>(&text)
+                    .map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))?
+            }
+            None => FileConfig::default(),
+        };
+        let d = Config::default();
+        let databases = args.databases.or(file.databases).unwrap_or(d.databases);
+        if databases == 0 || databases > 1024 {
+            anyhow::bail!("databases must be between 1 and 1024, got {databases}");
+        }
+        Ok(Config {
+            port: args.port.or(file.port).unwrap_or(d.port),
+            bind: args.bind.or(file.bind).unwrap_or(d.bind),
+            dir: args.dir.or(file.dir).unwrap_or(d.dir),
+            appendfsync: args
+                .appendfsync
+                .or(file.appendfsync)
+                .unwrap_or(d.appendfsync),
+            databases,
+            loglevel: args.loglevel.or(file.loglevel).unwrap_or(d.loglevel),
+            config_file: args.config,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_win_over_file_and_file_over_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("basalt.toml");
+        std::fs::write(
+            &path,
+            "port = 7000\ndir = \"/tmp/x\"\nappendfsync = \"always\"\n",
+        )
+        .unwrap();
+        let cli = Cli::try_parse_from([
+            "basalt",
+            "--config",
+            path.to_str().unwrap(),
+            "--port",
+            "7001",
+        ])
+        .unwrap();
+        let c = Config::from_args(cli.server).unwrap();
+        assert_eq!(c.port, 7001);
+        assert_eq!(c.dir, PathBuf::from("/tmp/x"));
+        assert_eq!(c.appendfsync, Appendfsync::Always);
+        assert_eq!(c.databases, 16);
+        assert_eq!(c.bind, IpAddr::from([127, 0, 0, 1]));
+    }
+
+    #[test]
+    fn unknown_file_keys_are_rejected() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("basalt.toml");
+        std::fs::write(&path, "prot = 1\n").unwrap();
+        let args = ServerArgs {
+            config: Some(path),
+            ..ServerArgs::default()
+        };
+        assert!(Config::from_args(args).is_err());
+    }
+}

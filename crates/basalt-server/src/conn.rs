@@ -1,0 +1,199 @@
+//! One client connection: read, run every complete command, write every
+//! reply with one call, repeat (brief decision 10).
+//!
+//! Backpressure: the loop does not read while it has replies to write
+//! (`write_all` awaits), and a batch whose replies pass [`OUTPUT_FLUSH`]
+//! bytes writes them before running more commands. So a client that sends
+//! without reading stalls its own connection instead of growing the
+//! server's memory: at most one unparsed command plus [`OUTPUT_FLUSH`] of
+//! replies per connection.
+//!
+//! Durability: under `appendfsync always` a batch that ran a write command
+//! calls `sync` once before any of its replies leaves (group commit).
+
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use basalt_resp::{Limits, Parsed, Protocol, RequestParser};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::commands::{self, After, Conn};
+use crate::config::Appendfsync;
+use crate::state::{now_ms, Shared};
+
+/// Replies buffered before they are written in the middle of a batch.
+pub const OUTPUT_FLUSH: usize = 64 << 20;
+/// Smallest free space offered to a read.
+const READ_CHUNK: usize = 16 << 10;
+
+pub(crate) async fn serve(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
+    let _ = stream.set_nodelay(true);
+    let laddr = stream.local_addr().unwrap_or(shared.addr);
+    let info = shared.clients.register(peer, laddr, stream.as_raw_fd());
+    shared.stats.connections.fetch_add(1, Ordering::Relaxed);
+    tracing::debug!(id = info.id, %peer, "client connected");
+    let mut conn = Conn {
+        db: 0,
+        protocol: Protocol::Resp2,
+        info: info.clone(),
+    };
+    if let Err(e) = run(&mut stream, &shared, &mut conn).await {
+        tracing::debug!(id = info.id, error = %e, "connection ended with an error");
+    }
+    shared.clients.unregister(info.id);
+    tracing::debug!(id = info.id, "client disconnected");
+}
+
+/// Writes the batch's replies, after the group-commit fsync if one is due.
+async fn flush(
+    stream: &mut TcpStream,
+    shared: &Shared,
+    out: &mut Vec<u8>,
+    wrote: &mut bool,
+) -> std::io::Result<()> {
+    if *wrote && shared.settings.appendfsync() == Appendfsync::Always {
+        *wrote = false;
+        if let Err(e) = sync_all(shared) {
+            // The replies must not claim durability the disk did not give.
+            out.clear();
+            let line = format!("-ERR storage error: fsync failed: {e}\r\n");
+            out.extend_from_slice(line.as_bytes());
+            stream.write_all(out).await?;
+            return Err(std::io::Error::other(e));
+        }
+    }
+    *wrote = false;
+    if !out.is_empty() {
+        shared
+            .stats
+            .net_output
+            .fetch_add(out.len() as u64, Ordering::Relaxed);
+        stream.write_all(out).await?;
+        out.clear();
+        if out.capacity() > 4 * OUTPUT_FLUSH {
+            out.shrink_to(READ_CHUNK);
+        }
+    }
+    Ok(())
+}
+
+fn sync_all(shared: &Shared) -> basalt_engine::Result<()> {
+    for n in 0..shared.keyspace.len() {
+        if let Some(db) = shared.keyspace.read(n).db() {
+            db.sync()?;
+        }
+    }
+    Ok(())
+}
+
+async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::io::Result<()> {
+    let mut shutdown = shared.shutdown_rx();
+    let mut parser = RequestParser::new(Limits::default());
+    let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
+    let mut out: Vec<u8> = Vec::with_capacity(READ_CHUNK);
+    let info = conn.info.clone();
+    loop {
+        if buf.capacity() - buf.len() < READ_CHUNK / 4 {
+            // Doubling growth, so a big argument costs O(log n) reallocations.
+            buf.reserve(buf.len().clamp(READ_CHUNK, 64 << 20));
+        }
+        let n = tokio::select! {
+            biased;
+            _ = info.kill.notified() => return Ok(()),
+            _ = Shared::wait_shutdown(&mut shutdown) => return Ok(()),
+            r = stream.read_buf(&mut buf) => r?,
+        };
+        if n == 0 {
+            return Ok(());
+        }
+        if info.killed.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        shared
+            .stats
+            .net_input
+            .fetch_add(n as u64, Ordering::Relaxed);
+
+        let mut pos = 0;
+        let mut wrote = false;
+        let mut close = false;
+        let mut shutdown_after = false;
+        let mut count = 0u64;
+        let mut writes = 0u64;
+        let mut last: Option<&'static str> = None;
+        loop {
+            let (found, after) = match parser.parse(&buf[pos..]) {
+                Ok(Parsed::Command { args, consumed }) => {
+                    pos += consumed;
+                    commands::execute(shared, conn, &mut out, args)
+                }
+                Ok(Parsed::Incomplete { consumed }) => {
+                    pos += consumed;
+                    break;
+                }
+                Err(e) => {
+                    out.extend_from_slice(b"-ERR ");
+                    out.extend_from_slice(e.to_string().as_bytes());
+                    out.extend_from_slice(b"\r\n");
+                    tracing::debug!(id = info.id, error = %e, "protocol error; closing");
+                    close = true;
+                    break;
+                }
+            };
+            count += 1;
+            match found {
+                Some(cmd) => {
+                    last = Some(cmd.name);
+                    if cmd.is_write() {
+                        wrote = true;
+                        writes += 1;
+                    }
+                }
+                None => {
+                    shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            match after {
+                None => {}
+                Some(After::Close) => {
+                    close = true;
+                    break;
+                }
+                Some(After::Shutdown) => {
+                    shutdown_after = true;
+                    close = true;
+                    break;
+                }
+                // The reply (already buffered) leaves after the sleep, as
+                // in Redis; only this connection waits.
+                Some(After::Sleep(d)) => tokio::time::sleep(d).await,
+            }
+            if out.len() >= OUTPUT_FLUSH {
+                flush(stream, shared, &mut out, &mut wrote).await?;
+            }
+        }
+        shared.stats.commands.fetch_add(count, Ordering::Relaxed);
+        if writes > 0 {
+            shared.stats.dirty.fetch_add(writes, Ordering::Relaxed);
+        }
+        info.last_active_ms.store(now_ms(), Ordering::Relaxed);
+        if let Some(name) = last {
+            *info.last_cmd.lock() = name;
+        }
+        flush(stream, shared, &mut out, &mut wrote).await?;
+        buf.drain(..pos);
+        if shutdown_after {
+            shared.request_shutdown();
+        }
+        if close {
+            let _ = stream.shutdown().await;
+            return Ok(());
+        }
+        if buf.is_empty() && buf.capacity() > 1 << 20 {
+            buf = Vec::with_capacity(READ_CHUNK);
+        }
+    }
+}

@@ -1,0 +1,398 @@
+//! The keyspace: Redis's numbered databases, each its own engine [`Db`], plus
+//! the striped key locks that make read-modify-write commands atomic.
+//!
+//! The one idea a reader needs: **the engine is thread-safe per operation,
+//! the server adds atomicity per command.** A write command first takes the
+//! stripe lock(s) of its key(s) (hash of db and key into [`STRIPES`]
+//! mutexes, taken in sorted order so multi-key commands cannot deadlock),
+//! then reads, computes and writes. Plain reads take no stripe.
+//!
+//! Database `n` lives in `<dir>/<name>` where `name` is `n` unless a SWAPDB
+//! recorded otherwise in `<dir>/DBMAP` (written atomically: temp file, fsync,
+//! rename). A database is opened at start-up if its directory exists (db 0
+//! always), otherwise on its first write. FLUSHDB renames the directory to a
+//! `*.trash` name (atomic), deletes it and starts empty, so a crash halfway
+//! never brings part of the data back; left-over trash is removed at start-up.
+//!
+//! Lock order: slot locks (ascending db index), then stripe locks (ascending
+//! stripe). Slot write locks (SWAPDB, FLUSHDB, DEBUG RELOAD) are never held
+//! while taking a stripe.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use basalt_engine::{Db, KeyKind, KeyMeta, Options, SyncPolicy};
+use parking_lot::{
+    MappedRwLockReadGuard, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
+};
+
+/// Number of key-stripe mutexes.
+pub const STRIPES: usize = 1024;
+
+/// Engine map tag of a Redis hash.
+pub const TAG_HASH: u8 = 1;
+/// Engine map tag of a Redis set.
+pub const TAG_SET: u8 = 2;
+/// Engine map tag of a Redis sorted set.
+pub const TAG_ZSET: u8 = 3;
+/// Engine map tag of a Redis list.
+pub const TAG_LIST: u8 = 4;
+
+/// The Redis type of a key, from its engine metadata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedisType {
+    /// A plain engine value.
+    String,
+    /// Map tagged [`TAG_HASH`].
+    Hash,
+    /// Map tagged [`TAG_SET`].
+    Set,
+    /// Map tagged [`TAG_ZSET`].
+    ZSet,
+    /// Map tagged [`TAG_LIST`].
+    List,
+    /// A map with a tag this server does not know.
+    Unknown,
+}
+
+impl RedisType {
+    /// The type of a key from its metadata.
+    pub fn of(meta: &KeyMeta) -> RedisType {
+        match meta.kind {
+            KeyKind::Value { .. } => RedisType::String,
+            KeyKind::Map { tag, .. } => match tag {
+                TAG_HASH => RedisType::Hash,
+                TAG_SET => RedisType::Set,
+                TAG_ZSET => RedisType::ZSet,
+                TAG_LIST => RedisType::List,
+                _ => RedisType::Unknown,
+            },
+        }
+    }
+
+    /// The name TYPE replies with.
+    pub fn name(self) -> &'static str {
+        match self {
+            RedisType::String => "string",
+            RedisType::Hash => "hash",
+            RedisType::Set => "set",
+            RedisType::ZSet => "zset",
+            RedisType::List => "list",
+            RedisType::Unknown => "none",
+        }
+    }
+
+    /// Parses a TYPE name (SCAN ... TYPE), case-insensitive.
+    pub fn parse(name: &[u8]) -> Option<RedisType> {
+        Some(match name.to_ascii_lowercase().as_slice() {
+            b"string" => RedisType::String,
+            b"hash" => RedisType::Hash,
+            b"set" => RedisType::Set,
+            b"zset" => RedisType::ZSet,
+            b"list" => RedisType::List,
+            _ => return None,
+        })
+    }
+}
+
+/// One numbered database: its engine (if opened) and its directory name.
+#[derive(Debug)]
+pub struct Slot {
+    db: Option<Db>,
+    name: String,
+}
+
+impl Slot {
+    /// The engine, if this database has been opened.
+    pub fn db(&self) -> Option<&Db> {
+        self.db.as_ref()
+    }
+}
+
+/// Figures for INFO's keyspace section.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DbFigures {
+    /// Keys (including expired ones the sweep has not removed).
+    pub keys: u64,
+    /// Keys with an expiry.
+    pub expires: u64,
+    /// Bytes of index RAM.
+    pub index_bytes: u64,
+}
+
+/// All databases and the key stripes.
+#[derive(Debug)]
+pub struct Keyspace {
+    root: PathBuf,
+    slots: Box<[RwLock<Slot>]>,
+    stripes: Box<[Mutex<()>]>,
+    sync: SyncPolicy,
+    /// Serializes writes of DBMAP; mirrors each slot's directory name.
+    names: Mutex<Vec<String>>,
+    trash_seq: AtomicU64,
+    /// Set by [`Keyspace::close`]: no database opens again.
+    closed: AtomicBool,
+}
+
+/// Errors of the keyspace layer (opening, flushing, swapping databases).
+pub type KsResult<T> = Result<T, basalt_engine::Error>;
+
+fn io_err(op: &'static str, path: &Path, e: std::io::Error) -> basalt_engine::Error {
+    basalt_engine::Error::Io {
+        op,
+        path: path.to_path_buf(),
+        source: e,
+    }
+}
+
+impl Keyspace {
+    /// Opens `databases` databases under `root`: reads DBMAP, removes trash
+    /// left by an interrupted FLUSHDB, opens db 0 and every database whose
+    /// directory exists.
+    pub fn open(root: &Path, databases: usize, sync: SyncPolicy) -> KsResult<Keyspace> {
+        std::fs::create_dir_all(root).map_err(|e| io_err("create directory", root, e))?;
+        let mut names: Vec<String> = (0..databases).map(|n| n.to_string()).collect();
+        let map_path = root.join("DBMAP");
+        match std::fs::read_to_string(&map_path) {
+            Ok(text) => {
+                for line in text.lines() {
+                    let mut it = line.split_whitespace();
+                    if let (Some(slot), Some(name)) = (it.next(), it.next()) {
+                        if let Ok(slot) = slot.parse::<usize>() {
+                            if slot < databases {
+                                names[slot] = name.to_string();
+                            }
+                        }
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err("read", &map_path, e)),
+        }
+        if let Ok(entries) = std::fs::read_dir(root) {
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                if name.to_string_lossy().ends_with(".trash") {
+                    let path = entry.path();
+                    std::fs::remove_dir_all(&path).map_err(|e| io_err("remove", &path, e))?;
+                }
+            }
+        }
+        let mut slots = Vec::with_capacity(databases);
+        for (n, name) in names.iter().enumerate() {
+            let dir = root.join(name);
+            let db = if n == 0 || dir.is_dir() {
+                Some(Db::open(&dir, Self::options(sync))?)
+            } else {
+                None
+            };
+            slots.push(RwLock::new(Slot {
+                db,
+                name: name.clone(),
+            }));
+        }
+        Ok(Keyspace {
+            root: root.to_path_buf(),
+            slots: slots.into_boxed_slice(),
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            sync,
+            names: Mutex::new(names),
+            trash_seq: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    fn options(sync: SyncPolicy) -> Options {
+        Options::default().sync(sync)
+    }
+
+    /// Number of databases.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Always false: there is at least one database.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// The data directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Read access to database `n` (its engine may be unopened: empty).
+    pub fn read(&self, n: usize) -> RwLockReadGuard<'_, Slot> {
+        self.slots[n].read()
+    }
+
+    /// Database `n`'s engine, opening it if this is its first write.
+    pub fn write(&self, n: usize) -> KsResult<MappedRwLockReadGuard<'_, Db>> {
+        let slot = self.slots[n].read();
+        if slot.db.is_some() {
+            return Ok(RwLockReadGuard::map(slot, |s| {
+                s.db.as_ref().expect("checked")
+            }));
+        }
+        drop(slot);
+        let mut slot = self.slots[n].write();
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(basalt_engine::Error::Poisoned(
+                "the server is shutting down".into(),
+            ));
+        }
+        if slot.db.is_none() {
+            let dir = self.root.join(&slot.name);
+            slot.db = Some(Db::open(&dir, Self::options(self.sync))?);
+        }
+        let slot = RwLockWriteGuard::downgrade(slot);
+        Ok(RwLockReadGuard::map(slot, |s| {
+            s.db.as_ref().expect("just opened")
+        }))
+    }
+
+    fn stripe_of(db: usize, key: &[u8]) -> usize {
+        let h = crc32c::crc32c_append(db as u32, key);
+        (h.wrapping_mul(0x9E37_79B1) >> 22) as usize % STRIPES
+    }
+
+    /// Locks the stripe of one key.
+    pub fn lock(&self, db: usize, key: &[u8]) -> MutexGuard<'_, ()> {
+        self.stripes[Self::stripe_of(db, key)].lock()
+    }
+
+    /// Locks the stripes of several (db, key) pairs, in sorted order without
+    /// duplicates.
+    pub fn lock_many<'k>(
+        &self,
+        keys: impl IntoIterator<Item = (usize, &'k [u8])>,
+    ) -> Vec<MutexGuard<'_, ()>> {
+        let mut idx: Vec<usize> = keys
+            .into_iter()
+            .map(|(db, k)| Self::stripe_of(db, k))
+            .collect();
+        idx.sort_unstable();
+        idx.dedup();
+        idx.into_iter().map(|i| self.stripes[i].lock()).collect()
+    }
+
+    /// Key count and figures of database `n` (zeros if unopened).
+    pub fn figures(&self, n: usize) -> DbFigures {
+        let slot = self.read(n);
+        match slot.db() {
+            Some(db) => {
+                let st = db.stats();
+                DbFigures {
+                    keys: st.keys,
+                    expires: st.keys_with_expiry,
+                    index_bytes: st.index_bytes,
+                }
+            }
+            None => DbFigures::default(),
+        }
+    }
+
+    /// Removes every key of database `n`: its directory is renamed away
+    /// (atomic), deleted, and the database starts empty.
+    pub fn flush_db(&self, n: usize) -> KsResult<()> {
+        let mut slot = self.slots[n].write();
+        let Some(db) = slot.db.take() else {
+            return Ok(());
+        };
+        db.close()?;
+        let dir = self.root.join(&slot.name);
+        let trash = self.root.join(format!(
+            "{}.{}.{}.trash",
+            slot.name,
+            std::process::id(),
+            self.trash_seq.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::rename(&dir, &trash).map_err(|e| io_err("rename", &dir, e))?;
+        sync_dir(&self.root)?;
+        std::fs::remove_dir_all(&trash).map_err(|e| io_err("remove", &trash, e))?;
+        if n == 0 {
+            slot.db = Some(Db::open(&dir, Self::options(self.sync))?);
+        }
+        Ok(())
+    }
+
+    /// Swaps databases `a` and `b` (SWAPDB), recording the new directory
+    /// names in DBMAP before the swap becomes visible.
+    pub fn swap(&self, a: usize, b: usize) -> KsResult<()> {
+        if a == b {
+            return Ok(());
+        }
+        let (lo, hi) = (a.min(b), a.max(b));
+        let mut g_lo = self.slots[lo].write();
+        let mut g_hi = self.slots[hi].write();
+        let mut names = self.names.lock();
+        names.swap(lo, hi);
+        if let Err(e) = self.write_map(&names) {
+            names.swap(lo, hi);
+            return Err(e);
+        }
+        std::mem::swap(&mut *g_lo, &mut *g_hi);
+        Ok(())
+    }
+
+    fn write_map(&self, names: &[String]) -> KsResult<()> {
+        let mut text = String::new();
+        for (i, name) in names.iter().enumerate() {
+            text.push_str(&format!("{i} {name}\n"));
+        }
+        let tmp = self.root.join("DBMAP.tmp");
+        let path = self.root.join("DBMAP");
+        let mut f = std::fs::File::create(&tmp).map_err(|e| io_err("create", &tmp, e))?;
+        f.write_all(text.as_bytes())
+            .and_then(|_| f.sync_all())
+            .map_err(|e| io_err("write", &tmp, e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| io_err("rename", &tmp, e))?;
+        sync_dir(&self.root)
+    }
+
+    /// fsyncs every open database (and writes pending hint files).
+    pub fn sync_all(&self) -> KsResult<()> {
+        for slot in self.slots.iter() {
+            if let Some(db) = slot.read().db() {
+                db.flush()?;
+                db.sync()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes and reopens every open database (DEBUG RELOAD).
+    pub fn reload(&self) -> KsResult<()> {
+        for slot in self.slots.iter() {
+            let mut slot = slot.write();
+            if let Some(db) = slot.db.take() {
+                db.close()?;
+                let dir = self.root.join(&slot.name);
+                slot.db = Some(Db::open(&dir, Self::options(self.sync))?);
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes every database, releasing the directory locks. Later reads
+    /// see empty databases and writes fail; call this once nothing runs.
+    pub fn close(&self) -> KsResult<()> {
+        self.closed.store(true, Ordering::SeqCst);
+        let mut first = None;
+        for slot in self.slots.iter() {
+            if let Some(db) = slot.write().db.take() {
+                if let Err(e) = db.close() {
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+fn sync_dir(dir: &Path) -> KsResult<()> {
+    std::fs::File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| io_err("fsync directory", dir, e))
+}

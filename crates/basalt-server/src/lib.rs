@@ -1,0 +1,217 @@
+//! # basalt-server
+//!
+//! The Basalt server: the Redis protocol over the Basalt engine.
+//!
+//! ```text
+//! listener ──accept──> conn::serve (one tokio task per connection)
+//!                         │  read ─> parse every complete command (basalt-resp)
+//!                         │        ─> commands::execute (the command table)
+//!                         │        ─> one output buffer ─> one write
+//!                         v
+//!                      keyspace (numbered databases, key stripes) ─> basalt-engine
+//! ```
+//!
+//! The one idea a reader needs: **a socket wakeup is a batch.** Every
+//! complete command in the read buffer is executed and every reply appended
+//! to one buffer that is written with one call; under `appendfsync always`
+//! the batch's writes share one fsync before any of its replies leaves.
+//!
+//! [`start`] runs a server on its own tokio runtime and returns a
+//! [`ServerHandle`], so tests can run servers in-process on port 0.
+
+pub mod commands;
+pub mod config;
+mod conn;
+pub mod glob;
+pub mod keyspace;
+mod state;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+pub use config::{Appendfsync, Config};
+pub use state::{ClientInfo, Clients, Shared, Stats};
+
+use keyspace::Keyspace;
+
+/// How long shutdown waits for connections to finish their batch in flight.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// A running server. Dropping it shuts the server down.
+#[derive(Debug)]
+pub struct ServerHandle {
+    shared: Arc<Shared>,
+    runtime: Option<tokio::runtime::Runtime>,
+    done: Option<tokio::sync::oneshot::Receiver<anyhow::Result<()>>>,
+}
+
+/// Starts a server: opens the databases, binds, and serves on a new
+/// multi-threaded tokio runtime. Returns once the listener is bound
+/// ([`ServerHandle::addr`] is the real address, also with port 0).
+pub fn start(config: Config) -> anyhow::Result<ServerHandle> {
+    start_inner(config, false)
+}
+
+/// Like [`start`], and SIGINT / SIGTERM shut the server down (for the
+/// binary). The handlers are installed before the listener is bound, so a
+/// signal that arrives once the server is reachable is always handled.
+pub fn start_with_signals(config: Config) -> anyhow::Result<ServerHandle> {
+    start_inner(config, true)
+}
+
+fn start_inner(config: Config, signals: bool) -> anyhow::Result<ServerHandle> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("basalt")
+        .build()
+        .context("cannot start the tokio runtime")?;
+    let signal_streams = if signals {
+        let _guard = runtime.enter();
+        use tokio::signal::unix::{signal, SignalKind};
+        Some((
+            signal(SignalKind::interrupt()).context("cannot install the SIGINT handler")?,
+            signal(SignalKind::terminate()).context("cannot install the SIGTERM handler")?,
+        ))
+    } else {
+        None
+    };
+    let load_started = Instant::now();
+    let sync = match config.appendfsync {
+        Appendfsync::Always | Appendfsync::Everysec => basalt_engine::SyncPolicy::EveryMs(1000),
+        Appendfsync::No => basalt_engine::SyncPolicy::Never,
+    };
+    let keyspace = Keyspace::open(&config.dir, config.databases as usize, sync)
+        .with_context(|| format!("cannot open the data directory {}", config.dir.display()))?;
+    let load_time = load_started.elapsed();
+    let listener = runtime
+        .block_on(TcpListener::bind((config.bind, config.port)))
+        .with_context(|| format!("cannot listen on {}:{}", config.bind, config.port))?;
+    let addr = listener.local_addr()?;
+    let shared = Arc::new(Shared::new(config, addr, keyspace));
+    let keys: u64 = (0..shared.keyspace.len())
+        .map(|n| shared.keyspace.figures(n).keys)
+        .sum();
+    tracing::info!(
+        "Basalt {} ready on {} (dir {}, {} keys loaded in {:.3}s, appendfsync {})",
+        env!("CARGO_PKG_VERSION"),
+        addr,
+        shared.config.dir.display(),
+        keys,
+        load_time.as_secs_f64(),
+        shared.config.appendfsync.as_str()
+    );
+    if let Some((mut int, mut term)) = signal_streams {
+        let shared = shared.clone();
+        runtime.spawn(async move {
+            tokio::select! {
+                _ = int.recv() => tracing::info!("SIGINT received"),
+                _ = term.recv() => tracing::info!("SIGTERM received"),
+            }
+            shared.request_shutdown();
+        });
+    }
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let acceptor = shared.clone();
+    runtime.spawn(async move {
+        let result = accept_loop(listener, acceptor).await;
+        let _ = done_tx.send(result);
+    });
+    Ok(ServerHandle {
+        shared,
+        runtime: Some(runtime),
+        done: Some(done_rx),
+    })
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) -> anyhow::Result<()> {
+    let mut shutdown = shared.shutdown_rx();
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    conns.spawn(conn::serve(stream, peer, shared.clone()));
+                }
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            _ = Shared::wait_shutdown(&mut shutdown) => break,
+        }
+    }
+    drop(listener);
+    tracing::info!("shutting down: {} connection(s) finishing", conns.len());
+    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while conns.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!("connections did not finish in time; closing them");
+        conns.shutdown().await;
+    }
+    let ks = shared.clone();
+    tokio::task::spawn_blocking(move || {
+        ks.keyspace.sync_all()?;
+        ks.keyspace.close()
+    })
+    .await
+    .context("closing the databases panicked")?
+    .context("closing the databases failed")?;
+    tracing::info!("Basalt stopped; data synced and directory released");
+    Ok(())
+}
+
+impl ServerHandle {
+    /// The address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.shared.addr
+    }
+
+    /// State shared by every connection (for tests and embedding).
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Stops accepting, lets connections finish their batch, syncs and
+    /// closes the databases. Returns the first error met on the way.
+    pub fn shutdown(mut self) -> anyhow::Result<()> {
+        self.shared.request_shutdown();
+        self.finish()
+    }
+
+    /// Waits until the server stops (the SHUTDOWN command, or a signal for
+    /// [`start_with_signals`]) and returns how closing went.
+    pub fn wait(mut self) -> anyhow::Result<()> {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> anyhow::Result<()> {
+        let (Some(rt), Some(done)) = (self.runtime.take(), self.done.take()) else {
+            return Ok(());
+        };
+        let result = rt
+            .block_on(done)
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("the server task ended without a result")));
+        rt.shutdown_timeout(Duration::from_secs(1));
+        result
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        if self.runtime.is_some() {
+            self.shared.request_shutdown();
+            if let Err(e) = self.finish() {
+                tracing::warn!(error = %e, "shutdown failed");
+            }
+        }
+    }
+}

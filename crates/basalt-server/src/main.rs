@@ -1,0 +1,40 @@
+//! The `basalt` binary: a bare `basalt [flags]` runs the server.
+
+use clap::Parser;
+
+use basalt_server::config::{Cli, Config};
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let config = match Config::from_args(cli.server) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("basalt: {e:#}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    // Redis's level names are accepted too.
+    let level = match config.loglevel.as_str() {
+        "verbose" => "debug",
+        "notice" => "info",
+        "warning" => "warn",
+        other => other,
+    };
+    let filter = match tracing_subscriber::EnvFilter::try_new(level) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("basalt: invalid --loglevel {:?}: {e}", config.loglevel);
+            return std::process::ExitCode::from(2);
+        }
+    };
+    tracing_subscriber::fmt().with_env_filter(filter).init();
+    let result = basalt_server::start_with_signals(config).and_then(|h| h.wait());
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("basalt: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

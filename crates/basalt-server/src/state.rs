@@ -1,0 +1,265 @@
+//! State shared by every connection: configuration, the keyspace, the
+//! client registry (CLIENT LIST / KILL) and counters (INFO).
+//!
+//! Counters are bumped once per batch, not once per command, so the hot
+//! path does not fight over one cache line.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+use tokio::sync::{watch, Notify};
+
+use crate::config::{Appendfsync, Config};
+use crate::keyspace::Keyspace;
+
+/// Milliseconds since the Unix epoch, from the wall clock (the engine's
+/// clock is the same [`basalt_engine::SystemClock`]).
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Server-wide counters for INFO.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Commands executed (including those that replied with an error).
+    pub commands: AtomicU64,
+    /// Connections accepted.
+    pub connections: AtomicU64,
+    /// Bytes read from clients.
+    pub net_input: AtomicU64,
+    /// Bytes written to clients.
+    pub net_output: AtomicU64,
+    /// Commands rejected as unknown or with a wrong arity.
+    pub rejected: AtomicU64,
+    /// Write commands executed since the last SAVE (Redis's `dirty`).
+    pub dirty: AtomicU64,
+}
+
+/// What CLIENT LIST shows about one connection, shared between the
+/// connection task and the registry.
+#[derive(Debug)]
+pub struct ClientInfo {
+    /// Client id (CLIENT ID), unique for the server's life.
+    pub id: u64,
+    /// Peer address.
+    pub addr: SocketAddr,
+    /// Local address.
+    pub laddr: SocketAddr,
+    /// Socket file descriptor.
+    pub fd: i32,
+    /// When the connection was accepted.
+    pub created: Instant,
+    /// CLIENT SETNAME.
+    pub name: Mutex<Vec<u8>>,
+    /// CLIENT SETINFO LIB-NAME.
+    pub lib_name: Mutex<Vec<u8>>,
+    /// CLIENT SETINFO LIB-VER.
+    pub lib_ver: Mutex<Vec<u8>>,
+    /// Selected database.
+    pub db: AtomicUsize,
+    /// Protocol version (2 or 3).
+    pub resp: AtomicU8,
+    /// Last command's name.
+    pub last_cmd: Mutex<&'static str>,
+    /// ms since the epoch of the last batch.
+    pub last_active_ms: AtomicU64,
+    /// CLIENT NO-EVICT (recorded; Basalt does not evict).
+    pub no_evict: AtomicBool,
+    /// Set by CLIENT KILL; the connection closes after its batch.
+    pub killed: AtomicBool,
+    /// Wakes the connection when it is killed.
+    pub kill: Notify,
+}
+
+impl ClientInfo {
+    /// The connection's CLIENT LIST / CLIENT INFO line (without newline).
+    pub fn line(&self) -> String {
+        let now = now_ms();
+        let last = self.last_active_ms.load(Ordering::Relaxed);
+        format!(
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags=N db={} sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
+            self.id,
+            self.addr,
+            self.laddr,
+            self.fd,
+            String::from_utf8_lossy(&self.name.lock()),
+            self.created.elapsed().as_secs(),
+            now.saturating_sub(last) / 1000,
+            self.db.load(Ordering::Relaxed),
+            self.last_cmd.lock(),
+            self.resp.load(Ordering::Relaxed),
+            String::from_utf8_lossy(&self.lib_name.lock()),
+            String::from_utf8_lossy(&self.lib_ver.lock()),
+        )
+    }
+
+    /// Asks the connection to close.
+    pub fn kill(&self) {
+        self.killed.store(true, Ordering::SeqCst);
+        self.kill.notify_one();
+    }
+}
+
+/// Every open connection, by id.
+#[derive(Debug, Default)]
+pub struct Clients {
+    map: Mutex<BTreeMap<u64, Arc<ClientInfo>>>,
+    next_id: AtomicU64,
+}
+
+impl Clients {
+    /// Registers a new connection.
+    pub fn register(&self, addr: SocketAddr, laddr: SocketAddr, fd: i32) -> Arc<ClientInfo> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let info = Arc::new(ClientInfo {
+            id,
+            addr,
+            laddr,
+            fd,
+            created: Instant::now(),
+            name: Mutex::new(Vec::new()),
+            lib_name: Mutex::new(Vec::new()),
+            lib_ver: Mutex::new(Vec::new()),
+            db: AtomicUsize::new(0),
+            resp: AtomicU8::new(2),
+            last_cmd: Mutex::new("NULL"),
+            last_active_ms: AtomicU64::new(now_ms()),
+            no_evict: AtomicBool::new(false),
+            killed: AtomicBool::new(false),
+            kill: Notify::new(),
+        });
+        self.map.lock().insert(id, info.clone());
+        info
+    }
+
+    /// Forgets a closed connection.
+    pub fn unregister(&self, id: u64) {
+        self.map.lock().remove(&id);
+    }
+
+    /// A snapshot of the open connections, by id.
+    pub fn all(&self) -> Vec<Arc<ClientInfo>> {
+        self.map.lock().values().cloned().collect()
+    }
+
+    /// Number of open connections.
+    pub fn len(&self) -> usize {
+        self.map.lock().len()
+    }
+
+    /// Whether no connection is open.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Settings that CONFIG SET may change while the server runs.
+#[derive(Debug)]
+pub struct Settings {
+    /// Current appendfsync (0 always, 1 everysec, 2 no). Switching to or
+    /// from `always` takes effect at the next batch; the engine's background
+    /// fsync period stays what it was at start-up.
+    appendfsync: AtomicU8,
+    /// Accepted-and-recorded values of settings Basalt has no use for
+    /// (encoding knobs and the like), by name.
+    pub extra: Mutex<BTreeMap<&'static str, String>>,
+}
+
+impl Settings {
+    /// The current appendfsync policy.
+    pub fn appendfsync(&self) -> Appendfsync {
+        match self.appendfsync.load(Ordering::Relaxed) {
+            0 => Appendfsync::Always,
+            1 => Appendfsync::Everysec,
+            _ => Appendfsync::No,
+        }
+    }
+
+    /// Changes the appendfsync policy.
+    pub fn set_appendfsync(&self, a: Appendfsync) {
+        let v = match a {
+            Appendfsync::Always => 0,
+            Appendfsync::Everysec => 1,
+            Appendfsync::No => 2,
+        };
+        self.appendfsync.store(v, Ordering::Relaxed);
+    }
+}
+
+/// Everything connections share.
+#[derive(Debug)]
+pub struct Shared {
+    /// The configuration the server started with.
+    pub config: Config,
+    /// The bound address.
+    pub addr: SocketAddr,
+    /// The databases.
+    pub keyspace: Keyspace,
+    /// Open connections.
+    pub clients: Clients,
+    /// Counters.
+    pub stats: Stats,
+    /// Runtime settings (CONFIG SET).
+    pub settings: Settings,
+    /// When the server started.
+    pub started: Instant,
+    /// Random hex id of this run (INFO run_id).
+    pub run_id: String,
+    /// Unix seconds of the last successful SAVE (or start-up).
+    pub lastsave: AtomicU64,
+    shutdown: watch::Sender<bool>,
+}
+
+impl Shared {
+    pub(crate) fn new(config: Config, addr: SocketAddr, keyspace: Keyspace) -> Shared {
+        let settings = Settings {
+            appendfsync: AtomicU8::new(0),
+            extra: Mutex::new(BTreeMap::new()),
+        };
+        settings.set_appendfsync(config.appendfsync);
+        let seed = now_ms() ^ ((std::process::id() as u64) << 32) ^ (addr.port() as u64);
+        let mut rng = crate::commands::Rng::new(seed);
+        let run_id = (0..40)
+            .map(|_| char::from(b"0123456789abcdef"[(rng.next_u64() % 16) as usize]))
+            .collect();
+        Shared {
+            config,
+            addr,
+            keyspace,
+            clients: Clients::default(),
+            stats: Stats::default(),
+            settings,
+            started: Instant::now(),
+            run_id,
+            lastsave: AtomicU64::new(now_ms() / 1000),
+            shutdown: watch::channel(false).0,
+        }
+    }
+
+    /// Asks the server to stop: stop accepting, finish batches, sync, close.
+    pub fn request_shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    /// Whether shutdown was requested.
+    pub fn shutting_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+
+    /// Resolves once shutdown has been requested.
+    pub async fn wait_shutdown(rx: &mut watch::Receiver<bool>) {
+        let _ = rx.wait_for(|s| *s).await.map(|_| ());
+    }
+
+    /// A receiver that sees the shutdown request.
+    pub fn shutdown_rx(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+}
