@@ -101,12 +101,30 @@ impl RedisType {
 pub struct Slot {
     db: Option<Db>,
     name: String,
+    generation: u64,
 }
+
+/// Source of [`Slot::generation`] values, unique for the process's life.
+static GENERATIONS: AtomicU64 = AtomicU64::new(1);
 
 impl Slot {
     /// The engine, if this database has been opened.
     pub fn db(&self) -> Option<&Db> {
         self.db.as_ref()
+    }
+
+    /// Identifies the engine instance this slot holds: it changes whenever
+    /// the slot gets a different engine (first open, FLUSHDB, DEBUG RELOAD)
+    /// and travels with the engine through SWAPDB. Engine versions are only
+    /// unique within one engine, so an in-memory cache of a key's contents
+    /// is valid for (generation, key, version).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    fn set_db(&mut self, db: Db) {
+        self.db = Some(db);
+        self.generation = GENERATIONS.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -190,6 +208,7 @@ impl Keyspace {
             slots.push(RwLock::new(Slot {
                 db,
                 name: name.clone(),
+                generation: GENERATIONS.fetch_add(1, Ordering::Relaxed),
             }));
         }
         Ok(Keyspace {
@@ -244,7 +263,7 @@ impl Keyspace {
         }
         if slot.db.is_none() {
             let dir = self.root.join(&slot.name);
-            slot.db = Some(Db::open(&dir, Self::options(self.sync))?);
+            slot.set_db(Db::open(&dir, Self::options(self.sync))?);
         }
         let slot = RwLockWriteGuard::downgrade(slot);
         Ok(RwLockReadGuard::map(slot, |s| {
@@ -312,7 +331,7 @@ impl Keyspace {
         sync_dir(&self.root)?;
         std::fs::remove_dir_all(&trash).map_err(|e| io_err("remove", &trash, e))?;
         if n == 0 {
-            slot.db = Some(Db::open(&dir, Self::options(self.sync))?);
+            slot.set_db(Db::open(&dir, Self::options(self.sync))?);
         }
         Ok(())
     }
@@ -369,7 +388,7 @@ impl Keyspace {
             if let Some(db) = slot.db.take() {
                 db.close()?;
                 let dir = self.root.join(&slot.name);
-                slot.db = Some(Db::open(&dir, Self::options(self.sync))?);
+                slot.set_db(Db::open(&dir, Self::options(self.sync))?);
             }
         }
         Ok(())

@@ -165,9 +165,12 @@ fn set_generic(
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
     let old = if o.get { Some(db.get(key)?) } else { None };
+    // Only NX and XX need to know whether the key exists: a plain SET
+    // skips the extra index probe.
     let found = match &old {
         Some(v) => v.is_some(),
-        None => db.exists(key),
+        None if o.nx || o.xx => db.exists(key),
+        None => false,
     };
     if (o.nx && found) || (o.xx && !found) {
         match (&old, abort) {
