@@ -1,2 +1,39 @@
-//! Side-by-side benchmarks (being written).
-fn main() {}
+//! `basalt-bench`: side-by-side benchmarks of Basalt against the real
+//! alternatives, measured in the same run and reported as ratios.
+//!
+//! Subcommands:
+//! - `engine`: the embedded engine against RocksDB (see [`engine_bench`]).
+//! - `server`: the `basalt` server against `redis-server`, both driven by
+//!   `redis-benchmark` (see [`server_bench`]).
+
+use clap::{Parser, Subcommand};
+
+mod engine_bench;
+mod engines;
+mod gen;
+mod histogram;
+mod server_bench;
+mod sysinfo;
+
+#[derive(Debug, Parser)]
+#[command(name = "basalt-bench", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Embedded engines: fillrandom, readrandom, overwrite and a 90/10 mix.
+    Engine(engine_bench::EngineArgs),
+    /// The basalt server against redis-server (same durability), driven by
+    /// redis-benchmark: ops/s, server CPU per request, latency, RSS.
+    Server(server_bench::ServerArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Engine(args) => engine_bench::run(args),
+        Command::Server(args) => server_bench::run(args),
+    }
+}

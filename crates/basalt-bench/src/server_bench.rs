@@ -1,0 +1,1397 @@
+//! `basalt-bench server`: the `basalt` server against `redis-server`, both
+//! driven by the same `redis-benchmark` on the same machine, in the same run.
+//!
+//! The one idea: every figure is a ratio of two servers that got identical
+//! work. Both servers start with the same durability (an append-only log,
+//! `appendfsync everysec`), then for every round, pipeline depth and test each
+//! server gets the same `redis-benchmark` invocation, in an order that flips
+//! round by round so neither always runs on the cooler machine. Around every
+//! invocation the server's CPU time is read from `/proc/<pid>/stat`, so besides
+//! ops/s we report server CPU per request: the figure that still counts when
+//! the client, not the server, is the bottleneck (P=1 on a 2-core machine,
+//! where `redis-benchmark` itself saturates a core).
+//!
+//! Each test gets its own `redis-benchmark -t <test>` invocation (rather than
+//! one `-t set,get`) so that the CPU time measured around it belongs to that
+//! test alone.
+//!
+//! Keyspace state carries over between runs (no FLUSHALL): round 2's SET
+//! overwrites what round 1 wrote, and GET hits whatever SET left. Both servers
+//! see the same sequence of invocations. redis-benchmark seeds its random keys
+//! afresh on every invocation, so the two keyspaces are alike in size and
+//! distribution, not key for key; DBSIZE at the end is checked against the
+//! other server and against the expected number of distinct keys. An
+//! unmeasured warm-up SET pass before round 1 keeps round 1 from being the
+//! only "fill an empty server" round.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use serde::Serialize;
+
+use crate::engine_bench::{group, median};
+use crate::sysinfo;
+
+/// The CPU the server is pinned to with `--pin`; `redis-benchmark` gets
+/// [`CLIENT_CPU`].
+const SERVER_CPU: usize = 1;
+const CLIENT_CPU: usize = 0;
+
+#[derive(Debug, clap::Args)]
+pub struct ServerArgs {
+    /// The `basalt` binary. Default: $BASALT_BIN, then `basalt` beside this
+    /// executable, then $CARGO_TARGET_DIR/release/basalt, then this
+    /// workspace's target/release/basalt, then `basalt` on PATH.
+    #[arg(long)]
+    basalt_bin: Option<PathBuf>,
+    /// The `redis-server` binary. Default: `redis-server` on PATH, installed
+    /// with `apt-get install -y redis-server redis-tools` if missing.
+    #[arg(long)]
+    redis_server: Option<PathBuf>,
+    /// The `redis-benchmark` binary. Default: on PATH, installed as above.
+    #[arg(long)]
+    redis_benchmark: Option<PathBuf>,
+    /// Requests per redis-benchmark run (`-n`).
+    #[arg(long, default_value_t = 1_000_000)]
+    requests: u64,
+    /// Keys are drawn at random from this many (`-r`).
+    #[arg(long, default_value_t = 1_000_000)]
+    keyspace: u64,
+    /// Value size in bytes (`-d`).
+    #[arg(long, default_value_t = 100)]
+    data_size: usize,
+    /// Parallel connections (`-c`).
+    #[arg(long, default_value_t = 50)]
+    clients: u32,
+    /// Pipeline depths (`-P`), comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,16")]
+    pipelines: Vec<u32>,
+    /// redis-benchmark tests (`-t`), comma separated. Each test is its own
+    /// invocation, in this order, so its server CPU time is its own.
+    #[arg(long, value_delimiter = ',', default_value = "set,get")]
+    tests: Vec<String>,
+    /// Rounds; every figure reported is the median over the rounds.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Unmeasured SET requests (at the deepest pipeline) sent to each server
+    /// before round 1, so round 1 overwrites like the later rounds instead of
+    /// filling an empty keyspace. Default: --requests; 0 skips the warm-up.
+    #[arg(long)]
+    warmup: Option<u64>,
+    /// CPU pinning with `taskset`: `off` (default) lets the servers and
+    /// redis-benchmark float over all cores; `on` (or a bare `--pin`) pins
+    /// the server to CPU 1 and redis-benchmark to CPU 0; `both` runs
+    /// everything twice, unpinned then pinned, each with fresh servers.
+    #[arg(long, value_enum, num_args = 0..=1, default_value_t = Pin::Off, default_missing_value = "on")]
+    pin: Pin,
+    /// Parent of the servers' temporary data directories. Default: the
+    /// system temp dir.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Also write the raw runs and the medians as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Seconds to wait for a server to answer PING after it starts.
+    #[arg(long, default_value_t = 60)]
+    startup_timeout: u64,
+    /// Seconds one redis-benchmark invocation may take before it is killed
+    /// and the benchmark fails.
+    #[arg(long, default_value_t = 900)]
+    run_timeout: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Pin {
+    Off,
+    On,
+    Both,
+}
+
+impl Pin {
+    /// The pinning modes to run, as "pinned?" flags.
+    fn modes(self) -> &'static [bool] {
+        match self {
+            Pin::Off => &[false],
+            Pin::On => &[true],
+            Pin::Both => &[false, true],
+        }
+    }
+}
+
+fn pin_label(pinned: bool) -> &'static str {
+    if pinned {
+        "pinned"
+    } else {
+        "unpinned"
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum ServerKind {
+    Redis,
+    Basalt,
+}
+
+impl ServerKind {
+    const BOTH: [ServerKind; 2] = [ServerKind::Redis, ServerKind::Basalt];
+
+    fn name(self) -> &'static str {
+        match self {
+            ServerKind::Redis => "redis",
+            ServerKind::Basalt => "basalt",
+        }
+    }
+}
+
+/// The external programs this benchmark runs.
+#[derive(Debug)]
+struct Tools {
+    redis_server: PathBuf,
+    redis_benchmark: PathBuf,
+    basalt: PathBuf,
+    /// Needed only with `--pin`.
+    taskset: Option<PathBuf>,
+}
+
+impl Tools {
+    fn resolve(args: &ServerArgs) -> Result<Tools> {
+        let basalt = match &args.basalt_bin {
+            Some(p) => p.clone(),
+            None => find_basalt().context(
+                "no `basalt` binary found: build it with \
+                 `cargo build --release -p basalt-server` and pass --basalt-bin PATH",
+            )?,
+        };
+        ensure!(
+            basalt.is_file(),
+            "basalt binary {} does not exist",
+            basalt.display()
+        );
+        if basalt.components().any(|c| c.as_os_str() == "debug") {
+            eprintln!(
+                "warning: {} looks like a debug build; numbers will not mean much",
+                basalt.display()
+            );
+        }
+
+        let mut redis_server = args
+            .redis_server
+            .clone()
+            .or_else(|| find_on_path("redis-server"));
+        let mut redis_benchmark = args
+            .redis_benchmark
+            .clone()
+            .or_else(|| find_on_path("redis-benchmark"));
+        if redis_server.is_none() || redis_benchmark.is_none() {
+            install_redis()?;
+            redis_server = redis_server.or_else(|| find_on_path("redis-server"));
+            redis_benchmark = redis_benchmark.or_else(|| find_on_path("redis-benchmark"));
+        }
+        let missing = |what: &str| {
+            format!(
+                "{what} not found after `apt-get install -y redis-server redis-tools`; \
+                 install Debian's redis-server and redis-tools or pass --{what} PATH"
+            )
+        };
+        let redis_server = redis_server.with_context(|| missing("redis-server"))?;
+        let redis_benchmark = redis_benchmark.with_context(|| missing("redis-benchmark"))?;
+
+        let taskset = find_on_path("taskset");
+        if args.pin != Pin::Off {
+            ensure!(
+                taskset.is_some(),
+                "--pin needs `taskset` (util-linux) on PATH"
+            );
+            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+            ensure!(
+                cpus >= 2,
+                "--pin needs 2 CPUs (server on CPU {SERVER_CPU}, redis-benchmark on CPU \
+                 {CLIENT_CPU}); this process may use {cpus}"
+            );
+        }
+        Ok(Tools {
+            redis_server,
+            redis_benchmark,
+            basalt,
+            taskset,
+        })
+    }
+
+    fn server_bin(&self, kind: ServerKind) -> &Path {
+        match kind {
+            ServerKind::Redis => &self.redis_server,
+            ServerKind::Basalt => &self.basalt,
+        }
+    }
+
+    /// `taskset -c CPU` to put in front of a command when pinning, else nothing.
+    fn pin_prefix(&self, pinned: bool, cpu: usize) -> Vec<String> {
+        match (&self.taskset, pinned) {
+            (Some(t), true) => vec![t.display().to_string(), "-c".into(), cpu.to_string()],
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Where a `basalt` binary usually is; see `--basalt-bin`.
+fn find_basalt() -> Option<PathBuf> {
+    let mut candidates = Vec::new();
+    if let Some(p) = std::env::var_os("BASALT_BIN") {
+        candidates.push(PathBuf::from(p));
+    }
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+    {
+        candidates.push(dir.join("basalt"));
+    }
+    if let Some(t) = std::env::var_os("CARGO_TARGET_DIR") {
+        candidates.push(Path::new(&t).join("release/basalt"));
+    }
+    candidates.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/release/basalt"));
+    candidates
+        .into_iter()
+        .find(|p| p.is_file())
+        .or_else(|| find_on_path("basalt"))
+}
+
+fn find_on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
+
+/// `apt-get install -y redis-server redis-tools`, with its output shown; if
+/// that fails (stale package lists), `apt-get update` and try once more.
+fn install_redis() -> Result<()> {
+    let install = ["install", "-y", "redis-server", "redis-tools"];
+    let apt = |args: &[&str]| -> Result<ExitStatus> {
+        eprintln!(
+            "redis-server or redis-benchmark missing; running: apt-get {}",
+            args.join(" ")
+        );
+        Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdin(Stdio::null())
+            .status()
+            .context("run apt-get (is this a Debian/Ubuntu machine?)")
+    };
+    if apt(&install)?.success() {
+        return Ok(());
+    }
+    let update = apt(&["update"])?;
+    let retry = apt(&install)?;
+    ensure!(
+        retry.success(),
+        "`apt-get install -y redis-server redis-tools` failed ({retry}; apt-get update: {update}); \
+         install Debian's redis-server and redis-tools by hand or pass \
+         --redis-server and --redis-benchmark"
+    );
+    Ok(())
+}
+
+/// A running server under test. Dropping it stops the process (SIGTERM, then
+/// SIGKILL after a few seconds), waits for it, and removes its directory.
+#[derive(Debug)]
+struct Server {
+    kind: ServerKind,
+    port: u16,
+    child: Child,
+    /// The exact command line, for the report.
+    command_line: String,
+    /// Holds `data/` (the server's --dir) and `server.log` (its stdout+stderr).
+    /// Declared after `child` only for clarity: `Drop::drop` below stops the
+    /// process before any field (this directory) is dropped.
+    tmp: tempfile::TempDir,
+}
+
+impl Server {
+    fn start(
+        kind: ServerKind,
+        tools: &Tools,
+        pinned: bool,
+        base: &Path,
+        startup_timeout: Duration,
+    ) -> Result<Server> {
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!("basalt-bench-{}-", kind.name()))
+            .tempdir_in(base)
+            .with_context(|| format!("create a temp dir in {}", base.display()))?;
+        let data = tmp.path().join("data");
+        fs::create_dir(&data).with_context(|| format!("create {}", data.display()))?;
+        let port = free_port()?;
+        let port_s = port.to_string();
+        let data_s = data.display().to_string();
+        let server_args: Vec<&str> = match kind {
+            ServerKind::Redis => vec![
+                "--port",
+                &port_s,
+                "--bind",
+                "127.0.0.1",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "everysec",
+                "--save",
+                "",
+                "--dir",
+                &data_s,
+            ],
+            ServerKind::Basalt => vec![
+                "--port",
+                &port_s,
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                &data_s,
+                "--appendfsync",
+                "everysec",
+            ],
+        };
+        let mut argv = tools.pin_prefix(pinned, SERVER_CPU);
+        argv.push(tools.server_bin(kind).display().to_string());
+        argv.extend(server_args.iter().map(|s| s.to_string()));
+
+        let log_path = tmp.path().join("server.log");
+        let log = fs::File::create(&log_path)
+            .with_context(|| format!("create {}", log_path.display()))?;
+        // `taskset -c N prog` execs `prog`, so the child's pid is the server's.
+        let child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("start {}", shell_line(&argv)))?;
+        let mut server = Server {
+            kind,
+            port,
+            child,
+            command_line: shell_line(&argv),
+            tmp,
+        };
+        server.wait_ready(startup_timeout)?;
+        Ok(server)
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.tmp.path().join("data")
+    }
+
+    /// Polls PING until the server answers PONG, it exits, or `timeout` passes.
+    fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                bail!(
+                    "{} exited during startup ({status}): {}\n{}",
+                    self.kind.name(),
+                    self.command_line,
+                    self.log_tail()
+                );
+            }
+            match call(self.port, &["PING"], Duration::from_millis(500)) {
+                Ok(Reply::Simple(s)) if s == "PONG" => return Ok(()),
+                Ok(other) if start.elapsed() > timeout => bail!(
+                    "{} answered PING with {other:?}, not PONG: {}",
+                    self.kind.name(),
+                    self.command_line
+                ),
+                _ if start.elapsed() > timeout => bail!(
+                    "{} did not answer PING on port {} within {:?}: {}\n{}",
+                    self.kind.name(),
+                    self.port,
+                    timeout,
+                    self.command_line,
+                    self.log_tail()
+                ),
+                _ => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    /// The last lines of the server's output, for error messages.
+    fn log_tail(&self) -> String {
+        let text = fs::read_to_string(self.tmp.path().join("server.log")).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(20)..].join("\n");
+        format!("--- last lines of its output ---\n{tail}")
+    }
+
+    fn ensure_running(&mut self) -> Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            bail!(
+                "{} died ({status}): {}\n{}",
+                self.kind.name(),
+                self.command_line,
+                self.log_tail()
+            );
+        }
+        Ok(())
+    }
+
+    fn cpu(&self) -> Result<CpuTimes> {
+        cpu_times(self.pid())
+    }
+
+    fn dbsize(&self) -> Result<i64> {
+        match call(self.port, &["DBSIZE"], Duration::from_secs(10))? {
+            Reply::Integer(n) => Ok(n),
+            other => bail!("{} answered DBSIZE with {other:?}", self.kind.name()),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
+        if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
+            // SAFETY: kill(2) takes no pointers; `pid` is our own child, not
+            // yet reaped (try_wait above), so the pid cannot have been reused.
+            unsafe {
+                libc::kill(pid, libc::SIGTERM);
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!("{} ignored SIGTERM for 10 s; killing it", self.kind.name());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A port that was free a moment ago (the OS picks it; the race with other
+/// programs is accepted: a server that cannot bind fails its PING wait).
+fn free_port() -> Result<u16> {
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("bind 127.0.0.1:0")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// One RESP reply, as far as this benchmark needs to understand it.
+#[derive(Debug, PartialEq)]
+enum Reply {
+    Simple(String),
+    Error(String),
+    Integer(i64),
+    Bulk(Option<Vec<u8>>),
+    /// Arrays and RESP3 types, not needed here.
+    Other(String),
+}
+
+/// Sends one command on a fresh connection and reads its reply.
+fn call(port: u16, args: &[&str], timeout: Duration) -> Result<Reply> {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    let mut req = format!("*{}\r\n", args.len());
+    for a in args {
+        let _ = write!(req, "${}\r\n{a}\r\n", a.len());
+    }
+    stream.write_all(req.as_bytes())?;
+    read_reply(&mut BufReader::new(stream))
+}
+
+fn read_reply(r: &mut impl BufRead) -> Result<Reply> {
+    let mut line = String::new();
+    r.read_line(&mut line)?;
+    ensure!(line.ends_with("\r\n"), "truncated RESP reply {line:?}");
+    let line = &line[..line.len() - 2];
+    let (kind, rest) = line.split_at(line.len().min(1));
+    Ok(match kind {
+        "+" => Reply::Simple(rest.to_string()),
+        "-" => Reply::Error(rest.to_string()),
+        ":" => Reply::Integer(
+            rest.parse()
+                .with_context(|| format!("bad integer {line:?}"))?,
+        ),
+        "$" => {
+            let len: i64 = rest
+                .parse()
+                .with_context(|| format!("bad bulk length {line:?}"))?;
+            if len < 0 {
+                Reply::Bulk(None)
+            } else {
+                let mut buf = vec![0; len as usize + 2];
+                r.read_exact(&mut buf)?;
+                buf.truncate(len as usize);
+                Reply::Bulk(Some(buf))
+            }
+        }
+        _ => Reply::Other(line.to_string()),
+    })
+}
+
+/// CPU seconds a server process has used, split in two because they arrive
+/// differently.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+struct CpuTimes {
+    /// User + system time of all the process's threads (`/proc/<pid>/stat`
+    /// fields 14, 15): Redis's main and fsync threads, Basalt's runtime and
+    /// its in-process compaction.
+    own: f64,
+    /// User + system time of children it has reaped (fields 16, 17): Redis's
+    /// forked AOF rewrites. It lands in one lump when the child is reaped,
+    /// in whichever run that happens, so it is kept out of the per-request
+    /// figures and reported as a total at the end instead.
+    children: f64,
+}
+
+fn cpu_times(pid: u32) -> Result<CpuTimes> {
+    let path = format!("/proc/{pid}/stat");
+    let stat = fs::read_to_string(&path).with_context(|| format!("read {path}"))?;
+    let (own, children) =
+        parse_stat_ticks(&stat).with_context(|| format!("parse {path}: {stat:?}"))?;
+    let hz = clock_ticks_per_second();
+    Ok(CpuTimes {
+        own: own as f64 / hz,
+        children: children as f64 / hz,
+    })
+}
+
+/// (utime + stime, cutime + cstime) in clock ticks from the text of a
+/// `/proc/<pid>/stat`.
+fn parse_stat_ticks(stat: &str) -> Option<(u64, u64)> {
+    // The command name (field 2) is in parentheses and may hold spaces or
+    // ')', so count fields from the last ')'. After it: state is field 3.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |n: usize| -> Option<u64> { fields.get(n - 3)?.parse().ok() };
+    Some((field(14)? + field(15)?, field(16)? + field(17)?))
+}
+
+fn clock_ticks_per_second() -> f64 {
+    // SAFETY: sysconf takes no pointers and has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
+/// CPU seconds used by this process's reaped children so far (here: every
+/// redis-benchmark run), from getrusage(RUSAGE_CHILDREN).
+fn children_cpu_seconds() -> f64 {
+    // SAFETY: an all-zero rusage is a valid value of a plain C struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid, writable rusage for the call to fill in.
+    if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) } != 0 {
+        return f64::NAN;
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(ru.ru_utime) + secs(ru.ru_stime)
+}
+
+/// One line of `redis-benchmark --csv` output.
+#[derive(Debug, Clone, PartialEq)]
+struct CsvRow {
+    test: String,
+    rps: f64,
+    /// Present from redis-benchmark 7 on.
+    p50_ms: Option<f64>,
+    p99_ms: Option<f64>,
+}
+
+/// Parses `redis-benchmark --csv` output:
+/// `"test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms",...` then
+/// one quoted line per test. Older versions print no header and only
+/// `"TEST","rps"`; that is accepted too. Other lines (warnings) are skipped.
+fn parse_csv(text: &str) -> Result<Vec<CsvRow>> {
+    let mut columns: Vec<String> = vec!["test".into(), "rps".into()];
+    let mut rows = Vec::new();
+    for line in text.lines().map(str::trim).filter(|l| l.starts_with('"')) {
+        let cells = split_csv_line(line);
+        if cells.first().map(String::as_str) == Some("test") {
+            columns = cells;
+            continue;
+        }
+        let cell = |name: &str| -> Option<&str> {
+            let i = columns.iter().position(|c| c == name)?;
+            cells.get(i).map(String::as_str)
+        };
+        let number = |name: &str| -> Option<f64> { cell(name)?.parse().ok() };
+        rows.push(CsvRow {
+            test: cell("test")
+                .context("CSV line without a test name")?
+                .to_string(),
+            rps: number("rps").with_context(|| format!("no rps in CSV line {line:?}"))?,
+            p50_ms: number("p50_latency_ms"),
+            p99_ms: number("p99_latency_ms"),
+        });
+    }
+    ensure!(
+        !rows.is_empty(),
+        "no result lines in redis-benchmark output:\n{text}"
+    );
+    Ok(rows)
+}
+
+/// Splits one CSV line with `"quoted"` cells (`""` is a quote inside one).
+fn split_csv_line(line: &str) -> Vec<String> {
+    let mut cells = Vec::new();
+    let mut cell = String::new();
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                cell.push('"');
+                chars.next();
+            }
+            '"' => quoted = !quoted,
+            ',' if !quoted => cells.push(std::mem::take(&mut cell)),
+            _ => cell.push(c),
+        }
+    }
+    cells.push(cell);
+    cells
+}
+
+/// `argv` as one line a shell would run the same way.
+fn shell_line(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            let plain = !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@+%".contains(c));
+            if plain {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Runs `argv` to completion, killing it after `timeout`; returns its stdout.
+fn run_to_completion(argv: &[String], timeout: Duration) -> Result<String> {
+    let line = shell_line(argv);
+    let mut child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("start {line}"))?;
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_string(&mut s);
+            }
+            s
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("timed out after {timeout:?} (killed): {line}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = stdout.join().unwrap_or_default();
+    let err = stderr.join().unwrap_or_default();
+    ensure!(
+        status.success(),
+        "{line} failed ({status})\nstdout:\n{out}\nstderr:\n{err}"
+    );
+    if !err.trim().is_empty() {
+        eprintln!("  redis-benchmark said on stderr: {}", err.trim());
+    }
+    Ok(out)
+}
+
+/// One server's result for one test in one redis-benchmark invocation.
+#[derive(Debug, Clone, Serialize)]
+struct Sample {
+    pinned: bool,
+    round: usize,
+    pipeline: u32,
+    server: ServerKind,
+    /// As redis-benchmark names it: "SET", "GET", ...
+    test: String,
+    ops_per_sec: f64,
+    p50_ms: Option<f64>,
+    p99_ms: Option<f64>,
+    /// Server CPU (user + system, all threads) during the invocation.
+    server_cpu_s: f64,
+    server_cpu_us_per_op: f64,
+    /// CPU of server children reaped during the invocation (Redis AOF
+    /// rewrites); not in `server_cpu_us_per_op`.
+    server_children_cpu_s: f64,
+    /// redis-benchmark's own CPU over the invocation.
+    client_cpu_s: f64,
+    wall_s: f64,
+}
+
+/// What each server looked like after all runs of one pinning mode.
+#[derive(Debug, Clone, Serialize)]
+struct ServerEnd {
+    pinned: bool,
+    server: ServerKind,
+    command_line: String,
+    rss_bytes: Option<u64>,
+    dbsize: Option<i64>,
+    data_dir_bytes: Option<u64>,
+    /// All CPU since the server started, warm-up included.
+    cpu: Option<CpuTimes>,
+    /// Requests sent to it in all, warm-up included.
+    requests: u64,
+}
+
+/// The medians for one (pinning, test, pipeline): the table's row.
+#[derive(Debug, Clone, Serialize)]
+struct Summary {
+    pinned: bool,
+    test: String,
+    pipeline: u32,
+    redis_ops_per_sec: f64,
+    basalt_ops_per_sec: f64,
+    ops_ratio: f64,
+    redis_cpu_us_per_op: f64,
+    basalt_cpu_us_per_op: f64,
+    cpu_ratio: f64,
+    redis_p50_ms: Option<f64>,
+    redis_p99_ms: Option<f64>,
+    basalt_p50_ms: Option<f64>,
+    basalt_p99_ms: Option<f64>,
+    rounds: usize,
+}
+
+#[derive(Debug, Serialize)]
+struct JsonOut<'a> {
+    requests: u64,
+    keyspace: u64,
+    data_size: usize,
+    clients: u32,
+    pipelines: &'a [u32],
+    tests: &'a [String],
+    rounds: usize,
+    warmup_requests: u64,
+    cpus: usize,
+    redis_benchmark_commands: &'a [String],
+    summary: &'a [Summary],
+    servers: &'a [ServerEnd],
+    samples: &'a [Sample],
+}
+
+/// The fixed parts of every redis-benchmark invocation.
+struct Plan<'a> {
+    args: &'a ServerArgs,
+    tools: &'a Tools,
+    timeout: Duration,
+}
+
+impl Plan<'_> {
+    fn argv(
+        &self,
+        port: u16,
+        test: &str,
+        requests: u64,
+        pipeline: u32,
+        pinned: bool,
+    ) -> Vec<String> {
+        let a = self.args;
+        let mut argv = self.tools.pin_prefix(pinned, CLIENT_CPU);
+        argv.push(self.tools.redis_benchmark.display().to_string());
+        for s in [
+            "-h".to_string(),
+            "127.0.0.1".into(),
+            "-p".into(),
+            port.to_string(),
+            "-t".into(),
+            test.into(),
+            "-n".into(),
+            requests.to_string(),
+            "-r".into(),
+            a.keyspace.to_string(),
+            "-d".into(),
+            a.data_size.to_string(),
+            "-c".into(),
+            a.clients.to_string(),
+            "-P".into(),
+            pipeline.to_string(),
+            "--csv".into(),
+        ] {
+            argv.push(s);
+        }
+        argv
+    }
+
+    /// Runs one redis-benchmark invocation against `server` and measures the
+    /// server's CPU time around it.
+    fn measure(
+        &self,
+        server: &mut Server,
+        test: &str,
+        pipeline: u32,
+        pinned: bool,
+        round: usize,
+        commands: &mut Vec<String>,
+    ) -> Result<Vec<Sample>> {
+        let argv = self.argv(server.port, test, self.args.requests, pipeline, pinned);
+        let line = shell_line(&argv);
+        if !commands.contains(&line) {
+            commands.push(line);
+        }
+        server.ensure_running()?;
+        let cpu0 = server.cpu()?;
+        let client0 = children_cpu_seconds();
+        let t0 = Instant::now();
+        let out = run_to_completion(&argv, self.timeout);
+        let wall_s = t0.elapsed().as_secs_f64();
+        let client_cpu_s = children_cpu_seconds() - client0;
+        // A server that crashed is the likelier story than a client failure.
+        server.ensure_running()?;
+        let rows = parse_csv(&out?)?;
+        let cpu1 = server.cpu()?;
+        let server_cpu_s = cpu1.own - cpu0.own;
+        let server_children_cpu_s = cpu1.children - cpu0.children;
+        // One invocation is one test, except `-t ping`, which runs two; their
+        // CPU cannot be split, so it is shared out per request.
+        let ops = self.args.requests as f64 * rows.len() as f64;
+        Ok(rows
+            .into_iter()
+            .map(|r| Sample {
+                pinned,
+                round,
+                pipeline,
+                server: server.kind,
+                test: r.test,
+                ops_per_sec: r.rps,
+                p50_ms: r.p50_ms,
+                p99_ms: r.p99_ms,
+                server_cpu_s,
+                server_cpu_us_per_op: server_cpu_s * 1e6 / ops,
+                server_children_cpu_s,
+                client_cpu_s,
+                wall_s,
+            })
+            .collect())
+    }
+}
+
+pub fn run(args: ServerArgs) -> Result<()> {
+    ensure!(args.requests > 0, "--requests must be at least 1");
+    ensure!(args.keyspace > 0, "--keyspace must be at least 1");
+    ensure!(args.clients > 0, "--clients must be at least 1");
+    ensure!(args.rounds > 0, "--rounds must be at least 1");
+    ensure!(!args.pipelines.is_empty(), "--pipelines is empty");
+    ensure!(
+        args.pipelines.iter().all(|&p| p > 0),
+        "pipeline depths must be at least 1"
+    );
+    ensure!(!args.tests.is_empty(), "--tests is empty");
+    let tools = Tools::resolve(&args)?;
+    let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
+    fs::create_dir_all(&base).with_context(|| format!("create {}", base.display()))?;
+    let warmup = args.warmup.unwrap_or(args.requests);
+    let deepest = *args.pipelines.iter().max().expect("checked non-empty");
+    let requests_per_server = warmup
+        + args.rounds as u64
+            * args.pipelines.len() as u64
+            * args.tests.len() as u64
+            * args.requests;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+
+    println!(
+        "basalt-bench server: redis-benchmark -n {} -r {} -d {} -c {}, pipelines {:?}, tests {}, \
+         {} round(s), warm-up {} SET at P={} per server",
+        args.requests,
+        args.keyspace,
+        args.data_size,
+        args.clients,
+        args.pipelines,
+        args.tests.join(","),
+        args.rounds,
+        warmup,
+        deepest
+    );
+    println!(
+        "  redis-server    {} ({})",
+        tools.redis_server.display(),
+        version_of(&tools.redis_server)
+    );
+    println!(
+        "  redis-benchmark {} ({})",
+        tools.redis_benchmark.display(),
+        version_of(&tools.redis_benchmark)
+    );
+    println!("  basalt          {}", tools.basalt.display());
+    println!(
+        "  machine: {cpus} CPU(s) for this process; redis-benchmark and the server under test share \
+         them, and whatever else runs on the machine competes too (load average at start: {})",
+        load_average()
+    );
+    println!();
+
+    let plan = Plan {
+        args: &args,
+        tools: &tools,
+        timeout: Duration::from_secs(args.run_timeout),
+    };
+    let mut samples = Vec::new();
+    let mut ends = Vec::new();
+    let mut commands = Vec::new();
+    let mut server_lines = Vec::new();
+    for &pinned in args.pin.modes() {
+        let startup = Duration::from_secs(args.startup_timeout);
+        let mut servers = Vec::new();
+        for kind in ServerKind::BOTH {
+            let s = Server::start(kind, &tools, pinned, &base, startup)?;
+            eprintln!(
+                "[{}] started {} (pid {}): {}",
+                pin_label(pinned),
+                kind.name(),
+                s.pid(),
+                s.command_line
+            );
+            server_lines.push(format!("[{}] {}", pin_label(pinned), s.command_line));
+            servers.push(s);
+        }
+
+        if warmup > 0 {
+            for s in &mut servers {
+                let argv = plan.argv(s.port, "set", warmup, deepest, pinned);
+                eprintln!(
+                    "[{}] warm-up {}: {}",
+                    pin_label(pinned),
+                    s.kind.name(),
+                    shell_line(&argv)
+                );
+                run_to_completion(&argv, plan.timeout)
+                    .with_context(|| format!("warm-up of {}", s.kind.name()))?;
+            }
+        }
+
+        for round in 0..args.rounds {
+            for &pipeline in &args.pipelines {
+                for test in &args.tests {
+                    // Flip the order every round so neither server always goes first.
+                    let order: Vec<usize> = if round % 2 == 0 {
+                        vec![0, 1]
+                    } else {
+                        vec![1, 0]
+                    };
+                    for i in order {
+                        let got = plan.measure(
+                            &mut servers[i],
+                            test,
+                            pipeline,
+                            pinned,
+                            round,
+                            &mut commands,
+                        )?;
+                        for s in &got {
+                            progress(s, args.rounds);
+                        }
+                        samples.extend(got);
+                    }
+                }
+            }
+        }
+
+        for s in &mut servers {
+            s.ensure_running()?;
+            ends.push(ServerEnd {
+                pinned,
+                server: s.kind,
+                command_line: s.command_line.clone(),
+                rss_bytes: sysinfo::rss_of(s.pid()).map(|r| r.total),
+                dbsize: s
+                    .dbsize()
+                    .map_err(|e| eprintln!("DBSIZE on {}: {e:#}", s.kind.name()))
+                    .ok(),
+                data_dir_bytes: sysinfo::dir_bytes(&s.data_dir()).ok(),
+                cpu: s.cpu().ok(),
+                requests: requests_per_server,
+            });
+        }
+        // Stops both servers and removes their directories.
+        drop(servers);
+    }
+
+    let summary = summarize(&samples);
+    println!("server command lines:");
+    for l in &server_lines {
+        println!("  {l}");
+    }
+    println!("redis-benchmark command lines (each run once per round):");
+    for l in &commands {
+        println!("  {l}");
+    }
+    println!();
+    print!("{}", report(&summary, &ends, &args, cpus));
+
+    if let Some(path) = &args.json {
+        let out = JsonOut {
+            requests: args.requests,
+            keyspace: args.keyspace,
+            data_size: args.data_size,
+            clients: args.clients,
+            pipelines: &args.pipelines,
+            tests: &args.tests,
+            rounds: args.rounds,
+            warmup_requests: warmup,
+            cpus,
+            redis_benchmark_commands: &commands,
+            summary: &summary,
+            servers: &ends,
+            samples: &samples,
+        };
+        let text = serde_json::to_string_pretty(&out)?;
+        fs::write(path, text + "\n").with_context(|| format!("write {}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+fn progress(s: &Sample, rounds: usize) {
+    let children = if s.server_children_cpu_s > 0.0 {
+        format!(" +{:.2} s reaped child", s.server_children_cpu_s)
+    } else {
+        String::new()
+    };
+    eprintln!(
+        "[{}] round {}/{} P={:<3} {:<6} {:<6} {:>11} ops/s  p50/p99 {} ms  server cpu {:.2} s ({:.2} us/op){}  \
+         redis-benchmark cpu {:.2} s of {:.2} s wall",
+        pin_label(s.pinned),
+        s.round + 1,
+        rounds,
+        s.pipeline,
+        s.test,
+        s.server.name(),
+        group(s.ops_per_sec),
+        latency_pair(s.p50_ms, s.p99_ms),
+        s.server_cpu_s,
+        s.server_cpu_us_per_op,
+        children,
+        s.client_cpu_s,
+        s.wall_s
+    );
+}
+
+/// `redis-server --version` / `redis-benchmark --version`, first line.
+fn version_of(bin: &Path) -> String {
+    Command::new(bin)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.lines().next().map(str::to_string))
+        .unwrap_or_else(|| "version unknown".into())
+}
+
+fn load_average() -> String {
+    fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// Medians per (pinning, test, pipeline), in the order the runs happened.
+fn summarize(samples: &[Sample]) -> Vec<Summary> {
+    let mut keys: Vec<(bool, String, u32)> = Vec::new();
+    for s in samples {
+        let k = (s.pinned, s.test.clone(), s.pipeline);
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    // Group by pinning, then pipeline, then test order of appearance.
+    keys.sort_by_key(|(pinned, _, pipeline)| (*pinned, *pipeline));
+    keys.into_iter()
+        .map(|(pinned, test, pipeline)| {
+            let of = |kind: ServerKind| -> Vec<&Sample> {
+                samples
+                    .iter()
+                    .filter(|s| {
+                        s.pinned == pinned
+                            && s.test == test
+                            && s.pipeline == pipeline
+                            && s.server == kind
+                    })
+                    .collect()
+            };
+            let (r, b) = (of(ServerKind::Redis), of(ServerKind::Basalt));
+            let med =
+                |v: &[&Sample], f: fn(&Sample) -> f64| median(v.iter().map(|s| f(s)).collect());
+            let med_opt = |v: &[&Sample], f: fn(&Sample) -> Option<f64>| {
+                let xs: Vec<f64> = v.iter().filter_map(|s| f(s)).collect();
+                (!xs.is_empty()).then(|| median(xs))
+            };
+            let (r_ops, b_ops) = (med(&r, |s| s.ops_per_sec), med(&b, |s| s.ops_per_sec));
+            let (r_cpu, b_cpu) = (
+                med(&r, |s| s.server_cpu_us_per_op),
+                med(&b, |s| s.server_cpu_us_per_op),
+            );
+            Summary {
+                pinned,
+                pipeline,
+                redis_ops_per_sec: r_ops,
+                basalt_ops_per_sec: b_ops,
+                ops_ratio: b_ops / r_ops,
+                redis_cpu_us_per_op: r_cpu,
+                basalt_cpu_us_per_op: b_cpu,
+                cpu_ratio: b_cpu / r_cpu,
+                redis_p50_ms: med_opt(&r, |s| s.p50_ms),
+                redis_p99_ms: med_opt(&r, |s| s.p99_ms),
+                basalt_p50_ms: med_opt(&b, |s| s.p50_ms),
+                basalt_p99_ms: med_opt(&b, |s| s.p99_ms),
+                rounds: r.len().min(b.len()),
+                test,
+            }
+        })
+        .collect()
+}
+
+/// Distinct keys expected after all SET requests, when SET is the only test
+/// that creates keys: `keyspace * (1 - (1 - 1/keyspace)^draws)`.
+fn expected_dbsize(args: &ServerArgs) -> Option<f64> {
+    let creates_no_keys = |t: &str| matches!(t, "get" | "ping" | "ping_inline" | "ping_mbulk");
+    let mut sets = 0u64;
+    for t in &args.tests {
+        let t = t.to_ascii_lowercase();
+        if t == "set" {
+            sets += 1;
+        } else if !creates_no_keys(&t) {
+            return None;
+        }
+    }
+    let draws = args.warmup.unwrap_or(args.requests)
+        + args.rounds as u64 * args.pipelines.len() as u64 * sets * args.requests;
+    let k = args.keyspace as f64;
+    Some(k * (1.0 - (1.0 - 1.0 / k).powf(draws as f64)))
+}
+
+fn latency_pair(p50: Option<f64>, p99: Option<f64>) -> String {
+    let f = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.3}"));
+    format!("{}/{}", f(p50), f(p99))
+}
+
+fn mib(bytes: Option<u64>) -> String {
+    bytes.map_or("-".into(), |b| {
+        format!("{:.1} MiB", b as f64 / (1 << 20) as f64)
+    })
+}
+
+fn report(summary: &[Summary], ends: &[ServerEnd], args: &ServerArgs, cpus: usize) -> String {
+    let mut s = String::new();
+    let pins: BTreeSet<bool> = summary.iter().map(|x| x.pinned).collect();
+    for pinned in pins {
+        let rounds = summary
+            .iter()
+            .filter(|x| x.pinned == pinned)
+            .map(|x| x.rounds)
+            .min()
+            .unwrap_or(0);
+        let _ = writeln!(s, "== {} ==", pin_label(pinned));
+        if pinned {
+            let _ = writeln!(
+                s,
+                "cores: server pinned to CPU {SERVER_CPU} (taskset, from its start: a tokio server \
+                 sizes its runtime to 1 CPU), redis-benchmark to CPU {CLIENT_CPU}; other processes \
+                 on the machine are not pinned away"
+            );
+        } else {
+            let _ = writeln!(
+                s,
+                "cores: not pinned; the server, redis-benchmark and anything else on the machine \
+                 share all {cpus} CPU(s)"
+            );
+        }
+        let _ = writeln!(
+            s,
+            "median of {rounds} round(s); -n {} -r {} -d {} -c {}; ops/s and latency as \
+             redis-benchmark reports them; cpu = server user+system time per request from /proc (all threads; forked children apart, below)",
+            args.requests, args.keyspace, args.data_size, args.clients
+        );
+        let _ = writeln!(
+            s,
+            "{:<6} {:>3} {:>12} {:>12} {:>7} {:>10} {:>10} {:>7} {:>15} {:>15}",
+            "test",
+            "P",
+            "redis ops/s",
+            "basalt ops/s",
+            "b/r",
+            "redis cpu",
+            "basalt cpu",
+            "b/r",
+            "redis p50/p99",
+            "basalt p50/p99"
+        );
+        let _ = writeln!(
+            s,
+            "{:<6} {:>3} {:>12} {:>12} {:>7} {:>10} {:>10} {:>7} {:>15} {:>15}",
+            "", "", "", "", "", "us/op", "us/op", "", "ms", "ms"
+        );
+        for x in summary.iter().filter(|x| x.pinned == pinned) {
+            let _ = writeln!(
+                s,
+                "{:<6} {:>3} {:>12} {:>12} {:>6.2}x {:>10.2} {:>10.2} {:>6.2}x {:>15} {:>15}",
+                x.test,
+                x.pipeline,
+                group(x.redis_ops_per_sec),
+                group(x.basalt_ops_per_sec),
+                x.ops_ratio,
+                x.redis_cpu_us_per_op,
+                x.basalt_cpu_us_per_op,
+                x.cpu_ratio,
+                latency_pair(x.redis_p50_ms, x.redis_p99_ms),
+                latency_pair(x.basalt_p50_ms, x.basalt_p99_ms),
+            );
+        }
+        let _ = writeln!(s, "after all runs:");
+        let mine: Vec<&ServerEnd> = ends.iter().filter(|e| e.pinned == pinned).collect();
+        for e in &mine {
+            let _ = writeln!(
+                s,
+                "  {:<6} RSS {:>10}  DBSIZE {:>9}  data dir {:>10}  cpu {}",
+                e.server.name(),
+                mib(e.rss_bytes),
+                e.dbsize.map_or("-".into(), |n| group(n as f64)),
+                mib(e.data_dir_bytes),
+                e.cpu.map_or("-".into(), |c| format!(
+                    "{:.1} s own + {:.1} s reaped children (AOF rewrites) = {:.2} us per request \
+                     over all {} requests incl. warm-up",
+                    c.own,
+                    c.children,
+                    (c.own + c.children) * 1e6 / e.requests as f64,
+                    group(e.requests as f64)
+                )),
+            );
+        }
+        if let Some(expected) = expected_dbsize(args) {
+            let _ = writeln!(
+                s,
+                "  expected DBSIZE ~ {} (distinct keys among the SET requests' random draws)",
+                group(expected)
+            );
+        }
+        let sizes: Vec<i64> = mine.iter().filter_map(|e| e.dbsize).collect();
+        if let [a, b] = sizes[..] {
+            // Random draws differ per invocation: allow a few standard deviations.
+            let slack = 5.0 * (args.keyspace as f64).sqrt() + 0.001 * a.max(b) as f64;
+            if (a - b).abs() as f64 > slack {
+                let _ = writeln!(
+                    s,
+                    "  WARNING: the servers got the same requests but their key counts differ by \
+                     more than chance explains ({a} vs {b})"
+                );
+            }
+        }
+        let _ = writeln!(s);
+    }
+    let _ = writeln!(
+        s,
+        "note: keyspace state carries over between runs (no FLUSHALL), the same sequence for both \
+         servers (redis-benchmark draws its random keys afresh per run); GET misses keys SET never \
+         drew (hit rate ~ DBSIZE / -r)."
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_of_redis_benchmark_7_is_parsed_by_header() {
+        let out = "\"test\",\"rps\",\"avg_latency_ms\",\"min_latency_ms\",\"p50_latency_ms\",\
+                   \"p95_latency_ms\",\"p99_latency_ms\",\"max_latency_ms\"\n\
+                   \"SET\",\"12626.26\",\"3.824\",\"0.072\",\"3.303\",\"7.591\",\"11.703\",\"18.655\"\n\
+                   \"GET\",\"11655.01\",\"4.039\",\"0.072\",\"3.111\",\"10.503\",\"15.695\",\"75.903\"\n";
+        let rows = parse_csv(out).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(
+            rows[0],
+            CsvRow {
+                test: "SET".into(),
+                rps: 12626.26,
+                p50_ms: Some(3.303),
+                p99_ms: Some(11.703)
+            }
+        );
+        assert_eq!(rows[1].test, "GET");
+        assert_eq!(rows[1].p99_ms, Some(15.695));
+    }
+
+    #[test]
+    fn csv_without_header_and_with_noise_is_parsed() {
+        let out = "WARNING: Could not fetch server CONFIG\n\"MSET (10 keys)\",\"500.00\"\n";
+        let rows = parse_csv(out).unwrap();
+        assert_eq!(rows[0].test, "MSET (10 keys)");
+        assert_eq!(rows[0].rps, 500.0);
+        assert_eq!(rows[0].p99_ms, None);
+        assert!(parse_csv("ERROR: connection refused\n").is_err());
+    }
+
+    #[test]
+    fn csv_cells_keep_commas_and_quotes_inside_quotes() {
+        assert_eq!(
+            split_csv_line(r#""a,b","c""d",e"#),
+            vec!["a,b", "c\"d", "e"]
+        );
+    }
+
+    #[test]
+    fn proc_stat_ticks_survive_odd_command_names() {
+        // Fields 14..17 are 7, 3, 2, 1: 10 own ticks, 3 of children.
+        let stat = "1234 (re dis) x) S 1 1234 1234 0 -1 4194560 100 0 0 0 7 3 2 1 20 0 4 0";
+        assert_eq!(parse_stat_ticks(stat), Some((10, 3)));
+        assert_eq!(parse_stat_ticks("garbage"), None);
+        assert!(cpu_times(std::process::id()).unwrap().own >= 0.0);
+    }
+
+    #[test]
+    fn shell_lines_quote_empty_and_special_arguments() {
+        let argv: Vec<String> = ["redis-server", "--save", "", "--dir", "/tmp/a b"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(shell_line(&argv), "redis-server --save '' --dir '/tmp/a b'");
+    }
+
+    #[test]
+    fn resp_replies_are_read() {
+        let mut r = BufReader::new(&b"+PONG\r\n:42\r\n$3\r\nabc\r\n$-1\r\n-ERR no\r\n"[..]);
+        assert_eq!(read_reply(&mut r).unwrap(), Reply::Simple("PONG".into()));
+        assert_eq!(read_reply(&mut r).unwrap(), Reply::Integer(42));
+        assert_eq!(
+            read_reply(&mut r).unwrap(),
+            Reply::Bulk(Some(b"abc".to_vec()))
+        );
+        assert_eq!(read_reply(&mut r).unwrap(), Reply::Bulk(None));
+        assert_eq!(read_reply(&mut r).unwrap(), Reply::Error("ERR no".into()));
+    }
+}
