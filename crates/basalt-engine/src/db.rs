@@ -123,6 +123,12 @@ pub struct Stats {
     pub next_seq: u64,
 }
 
+/// A map's field table. An `IndexMap` rather than a plain hash map so that a
+/// random field is one index away ([`Db::random_fields`]: SPOP and
+/// SRANDMEMBER on a set of a million members stay O(1)); fields are removed
+/// with `swap_remove`, so their order is not insertion order.
+pub(crate) type FieldMap = indexmap::IndexMap<Box<[u8]>, Loc, hashbrown::DefaultHashBuilder>;
+
 /// One map: its fields' locations and its own metadata.
 #[derive(Debug, Default)]
 pub(crate) struct MapEntry {
@@ -131,7 +137,7 @@ pub(crate) struct MapEntry {
     pub expiry: u64,
     /// Location of the MapMeta record holding the expiry, if any.
     pub meta: Option<Loc>,
-    pub fields: HashMap<Box<[u8]>, Loc>,
+    pub fields: FieldMap,
 }
 
 /// Bookkeeping for one data file.
@@ -257,7 +263,8 @@ impl Index {
     pub fn memory_bytes(&self) -> usize {
         let mut n = self.keys.memory_bytes();
         for (k, m) in &self.maps {
-            n += k.len() + 96 + m.fields.capacity() * (16 + 24 + 1);
+            // Entries (hash, name box, location) plus the index table.
+            n += k.len() + 96 + m.fields.capacity() * (8 + 16 + 24 + 8 + 1);
             n += m.fields.keys().map(|f| f.len() + 8).sum::<usize>();
         }
         n += self.expires.capacity() * (16 + 8 + 1);
@@ -609,6 +616,24 @@ impl Inner {
             self.finish_write(shard, w)?;
         }
         Ok(n)
+    }
+}
+
+/// SplitMix64: a tiny seeded generator for [`Db::random_fields`].
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n` (n > 0), without modulo bias worth noticing.
+    fn below(&mut self, n: usize) -> usize {
+        ((self.next() as u128 * n as u128) >> 64) as usize
     }
 }
 
@@ -1079,7 +1104,7 @@ impl Db {
             idx.note_append(loc, Kind::DeleteField);
             let m = idx.maps.get_mut(key).expect("map key without a map");
             m.version = seq;
-            let old = m.fields.remove(field);
+            let old = m.fields.swap_remove(field);
             if let Some(old) = old {
                 idx.sub_live(old);
             }
@@ -1095,6 +1120,59 @@ impl Db {
         Ok(Self::live_map(inner, &idx, key)?
             .map(|m| m.fields.keys().map(|f| f.to_vec()).collect())
             .unwrap_or_default())
+    }
+
+    /// Whether the map at `key` has `field`, from memory (no disk read).
+    pub fn contains_field(&self, key: &[u8], field: &[u8]) -> Result<bool> {
+        let inner = &*self.inner;
+        let idx = inner.shard(key).index.read();
+        Ok(Self::live_map(inner, &idx, key)?.is_some_and(|m| m.fields.contains_key(field)))
+    }
+
+    /// Field names of the map at `key` picked at random, from memory (no
+    /// disk read), in O(`count`) whatever the map's size.
+    ///
+    /// With `distinct`, up to `count` different fields (every field, in no
+    /// promised order, if `count` is at least the map's length); without it,
+    /// exactly `count` independent picks, which may repeat. Empty if the key
+    /// does not exist. `seed` drives the choice, so the same seed on the same
+    /// map gives the same answer.
+    pub fn random_fields(
+        &self,
+        key: &[u8],
+        count: usize,
+        distinct: bool,
+        seed: u64,
+    ) -> Result<Vec<Vec<u8>>> {
+        let inner = &*self.inner;
+        let idx = inner.shard(key).index.read();
+        let Some(m) = Self::live_map(inner, &idx, key)? else {
+            return Ok(Vec::new());
+        };
+        let n = m.fields.len();
+        if n == 0 || count == 0 {
+            return Ok(Vec::new());
+        }
+        let name = |i: usize| m.fields.get_index(i).expect("index below len").0.to_vec();
+        let mut rng = SplitMix(seed);
+        if !distinct {
+            return Ok((0..count).map(|_| name(rng.below(n))).collect());
+        }
+        if count >= n {
+            return Ok((0..n).map(name).collect());
+        }
+        // Floyd's sampling: `count` distinct indexes with `count` draws.
+        let mut picked: hashbrown::HashSet<usize> = hashbrown::HashSet::with_capacity(count);
+        let mut order = Vec::with_capacity(count);
+        for j in n - count..n {
+            let t = rng.below(j + 1);
+            let i = if picked.insert(t) { t } else { j };
+            if i == j {
+                picked.insert(j);
+            }
+            order.push(i);
+        }
+        Ok(order.into_iter().map(name).collect())
     }
 
     /// Every (field, value) of the map at `key` (no order promised).

@@ -249,7 +249,7 @@ impl Loader {
                 *e = (*e).max(seq);
                 if let Some(m) = self.idx.maps.get_mut(it.key) {
                     if m.fields.get(it.field).is_some_and(|l| l.seq < seq) {
-                        m.fields.remove(it.field);
+                        m.fields.swap_remove(it.field);
                         if m.fields.is_empty() {
                             self.idx.maps.remove(it.key);
                         }
