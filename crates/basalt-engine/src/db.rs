@@ -283,27 +283,36 @@ impl Index {
             self.set_expiry(key, 0);
         }
         if e.loc.file == MAP_FILE {
-            if let Some(m) = self.maps.remove(key) {
-                for (_, loc) in m.fields {
-                    self.sub_live(loc);
-                }
-                if let Some(meta) = m.meta {
-                    self.sub_live(meta);
-                }
-            }
+            self.drop_map(key);
         } else {
             self.sub_live(e.loc);
         }
     }
+    /// Drops the map of `key` (not its keydir entry), fixing accounting.
+    fn drop_map(&mut self, key: &[u8]) {
+        if let Some(m) = self.maps.remove(key) {
+            for (_, loc) in m.fields {
+                self.sub_live(loc);
+            }
+            if let Some(meta) = m.meta {
+                self.sub_live(meta);
+            }
+        }
+    }
     /// Points `key` at a value record.
     pub fn set_value(&mut self, key: &[u8], loc: Loc, expiry: u64) {
-        match self.keys.get(key) {
-            Some(e) if e.loc.file == MAP_FILE => self.remove_key(key),
+        // One probe of the keydir: `insert` returns what the key held.
+        let old = self.keys.insert(key, loc, expiry != 0);
+        match old {
+            Some(e) if e.loc.file == MAP_FILE => self.drop_map(key),
             Some(e) => self.sub_live(e.loc),
             None => {}
         }
-        self.keys.insert(key, loc, expiry != 0);
-        self.set_expiry(key, expiry);
+        // The TTL flag says whether `expires` holds the key, so a key that
+        // had no expiry and gets none needs no probe of it.
+        if expiry != 0 || old.is_some_and(|e| e.has_ttl) {
+            self.set_expiry(key, expiry);
+        }
         self.add_live(loc);
     }
     /// Whether the key exists and has expired at `now`.
