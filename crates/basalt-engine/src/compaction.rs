@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::db::{sync_dir, Db, FileInfo, Inner, Shard};
+use crate::db::{sync_dir, DataFile, Db, FileInfo, Inner, Shard};
 use crate::format::{
     self, FileHeader, HintEntry, Kind, Origin, FILE_HEADER_LEN, HINT_MAGIC, RECORD_HEADER_LEN,
 };
@@ -160,7 +160,7 @@ pub(crate) fn write_pending_hints(inner: &Inner, shard: &Shard) -> Result<()> {
             let idx = shard.index.read();
             idx.files
                 .get(&id)
-                .map(|f| (f.handle.clone(), f.total, f.origin))
+                .map(|f| (f.handle.file.clone(), f.total, f.origin))
         };
         // Compacted away meanwhile: nothing to do.
         let Some((handle, len, origin)) = file else {
@@ -283,7 +283,10 @@ impl Compactor<'_> {
             let file = self
                 .inner
                 .create_data_file(self.shard, Origin::Compaction, &tmp)?;
-            let info = FileInfo::new(file.clone(), Origin::Compaction, FILE_HEADER_LEN as u64);
+            // Readers follow repointed entries into the output while it is
+            // still being written, so it is mapped as far as it may grow.
+            let data = DataFile::new(file.clone(), self.inner.opts.max_file_size);
+            let info = FileInfo::new(data, Origin::Compaction, FILE_HEADER_LEN as u64);
             self.shard.index.write().files.insert(id, info);
             self.out = Some(Output {
                 id,
@@ -394,7 +397,7 @@ pub(crate) fn compact_files(
                 idx.files
                     .get(id)
                     .filter(|f| !f.active)
-                    .map(|f| (*id, f.handle.clone(), f.total))
+                    .map(|f| (*id, f.handle.file.clone(), f.total))
             })
             .collect();
         let oldest_other = idx

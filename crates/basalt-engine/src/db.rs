@@ -7,6 +7,10 @@
 //! copy the record's location and an `Arc` of its file, then reads without
 //! any lock; an unlinked file stays readable through that `Arc`, which is how
 //! compaction can delete files under readers' feet.
+//!
+//! Reads go through a read-only shared memory map of the data file (see
+//! [`DataFile`]), so a read of cached data makes no system call: it checks
+//! the record's CRC in place and copies out only the value.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -21,7 +25,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use crate::format::{self, FileHeader, Kind, Origin, Record, RecordRef, DATA_MAGIC, FLAG_LZ4};
 use crate::keydir::{Keydir, Loc, MAP_FILE};
 use crate::options::{Options, SyncPolicy};
-use crate::vfs::VFile;
+use crate::vfs::{FileMap, VFile};
 use crate::{Error, Result};
 
 /// A value read together with its version.
@@ -140,10 +144,62 @@ pub(crate) struct MapEntry {
     pub fields: FieldMap,
 }
 
+/// A data file as readers see it: its handle and, when the file system maps
+/// files, a read-only shared map of it.
+///
+/// Readers clone the `Arc` under the index lock and read with no lock held.
+/// Compaction may unlink the file meanwhile: the open handle and the map
+/// (which keeps the inode alive by itself) go away only when the last `Arc`
+/// drops, so a read in flight never sees a vanished file.
+///
+/// The map of a file that may still grow (the active file, a compaction
+/// output) covers `max_file_size` bytes from the start, past the file's end;
+/// bytes written later show through it because a shared map *is* the page
+/// cache. Only ranges the index points at are ever read through it, and
+/// those were written before the index pointed at them and are never written
+/// again (see `docs/architecture.md`, "Reads through memory maps").
+#[derive(Debug)]
+pub(crate) struct DataFile {
+    pub file: Arc<dyn VFile>,
+    map: Option<FileMap>,
+}
+
+impl DataFile {
+    /// Wraps `file`, mapping its first `map_len` bytes if the VFS can.
+    pub fn new(file: Arc<dyn VFile>, map_len: u64) -> Arc<DataFile> {
+        let map = if map_len > 0 { file.map(map_len) } else { None };
+        Arc::new(DataFile { file, map })
+    }
+
+    /// The bytes of the record at `loc` from the map, or `None` when the
+    /// file is not mapped or the map does not reach that far (a record
+    /// bigger than `max_file_size`, written alone into a fresh file).
+    ///
+    /// # Safety
+    /// `loc` must come from the index (under its lock) of the shard owning
+    /// this file, so the record was fully written before `loc` was published
+    /// and is never written again.
+    unsafe fn mapped(&self, loc: Loc) -> Option<&[u8]> {
+        let map = self.map.as_ref()?;
+        // SAFETY: the caller promises `loc` is an index entry: its bytes were
+        // written (their `pwrite` returned) before the entry was published,
+        // lie below the file's length, and the append-only file never writes
+        // them again; nothing truncates a file that is open (see
+        // `FileMap::range`).
+        unsafe { map.range(loc.offset as u64, loc.len as usize) }
+    }
+
+    /// Whether reads go through a memory map.
+    #[cfg(test)]
+    pub fn is_mapped(&self) -> bool {
+        self.map.is_some()
+    }
+}
+
 /// Bookkeeping for one data file.
 #[derive(Debug)]
 pub(crate) struct FileInfo {
-    pub handle: Arc<dyn VFile>,
+    pub handle: Arc<DataFile>,
     pub origin: Origin,
     pub total: u64,
     pub live: u64,
@@ -154,7 +210,7 @@ pub(crate) struct FileInfo {
 }
 
 impl FileInfo {
-    pub fn new(handle: Arc<dyn VFile>, origin: Origin, total: u64) -> Self {
+    pub fn new(handle: Arc<DataFile>, origin: Origin, total: u64) -> Self {
         FileInfo {
             handle,
             origin,
@@ -233,27 +289,36 @@ impl Index {
             self.set_expiry(key, 0);
         }
         if e.loc.file == MAP_FILE {
-            if let Some(m) = self.maps.remove(key) {
-                for (_, loc) in m.fields {
-                    self.sub_live(loc);
-                }
-                if let Some(meta) = m.meta {
-                    self.sub_live(meta);
-                }
-            }
+            self.drop_map(key);
         } else {
             self.sub_live(e.loc);
         }
     }
+    /// Drops the map of `key` (not its keydir entry), fixing accounting.
+    fn drop_map(&mut self, key: &[u8]) {
+        if let Some(m) = self.maps.remove(key) {
+            for (_, loc) in m.fields {
+                self.sub_live(loc);
+            }
+            if let Some(meta) = m.meta {
+                self.sub_live(meta);
+            }
+        }
+    }
     /// Points `key` at a value record.
     pub fn set_value(&mut self, key: &[u8], loc: Loc, expiry: u64) {
-        match self.keys.get(key) {
-            Some(e) if e.loc.file == MAP_FILE => self.remove_key(key),
+        // One probe of the keydir: `insert` returns what the key held.
+        let old = self.keys.insert(key, loc, expiry != 0);
+        match old {
+            Some(e) if e.loc.file == MAP_FILE => self.drop_map(key),
             Some(e) => self.sub_live(e.loc),
             None => {}
         }
-        self.keys.insert(key, loc, expiry != 0);
-        self.set_expiry(key, expiry);
+        // The TTL flag says whether `expires` holds the key, so a key that
+        // had no expiry and gets none needs no probe of it.
+        if expiry != 0 || old.is_some_and(|e| e.has_ttl) {
+            self.set_expiry(key, expiry);
+        }
         self.add_live(loc);
     }
     /// Whether the key exists and has expired at `now`.
@@ -522,7 +587,8 @@ impl Inner {
             if let Some(f) = idx.files.get_mut(&old) {
                 f.active = false;
             }
-            let mut info = FileInfo::new(file.clone(), Origin::Log, format::FILE_HEADER_LEN as u64);
+            let data = DataFile::new(file.clone(), self.opts.max_file_size);
+            let mut info = FileInfo::new(data, Origin::Log, format::FILE_HEADER_LEN as u64);
             info.active = true;
             idx.files.insert(id, info);
         }
@@ -534,15 +600,41 @@ impl Inner {
         Ok(())
     }
 
-    pub fn read_record(&self, shard: &Shard, file: &Arc<dyn VFile>, loc: Loc) -> Result<Record> {
-        let mut buf = vec![0u8; loc.len as usize];
-        file.read_exact_at(&mut buf, loc.offset as u64)
-            .map_err(|e| Error::io("read", shard.data_path(loc.file), e))?;
-        Record::from_bytes(buf).map_err(|reason| Error::Corrupt {
+    /// Reads the record at `loc`, checks its length and CRC, and hands it to
+    /// `f`; an `Err` from `f` is reported as corruption at `loc`. The record
+    /// is seen in place through the file's map when there is one (no system
+    /// call, no copy: `f` copies what it keeps), else read with one `pread`.
+    ///
+    /// # Safety
+    /// `loc` must have been read from `shard`'s index (under its lock), and
+    /// `file` must be the file the index lists under `loc.file`.
+    pub unsafe fn read_with<R>(
+        &self,
+        shard: &Shard,
+        file: &DataFile,
+        loc: Loc,
+        f: impl FnOnce(Record<'_>) -> std::result::Result<R, &'static str>,
+    ) -> Result<R> {
+        let corrupt = |reason: &str| Error::Corrupt {
             path: shard.data_path(loc.file),
             offset: loc.offset as u64,
             reason: reason.into(),
-        })
+        };
+        let buf;
+        // SAFETY: the caller promises `loc` is an index entry of this file.
+        let bytes = match unsafe { file.mapped(loc) } {
+            Some(b) => b,
+            None => {
+                let mut b = vec![0u8; loc.len as usize];
+                file.file
+                    .read_exact_at(&mut b, loc.offset as u64)
+                    .map_err(|e| Error::io("read", shard.data_path(loc.file), e))?;
+                buf = b;
+                &buf[..]
+            }
+        };
+        let rec = Record::from_bytes(bytes).map_err(corrupt)?;
+        f(rec).map_err(corrupt)
     }
 
     fn encode_value<'a>(&self, value: &'a [u8], scratch: &'a mut Vec<u8>) -> (u8, &'a [u8]) {
@@ -808,19 +900,15 @@ impl Db {
                 .expect("index points at a missing file");
             (f.handle.clone(), e.loc, expires_at)
         };
-        let rec = inner.read_record(shard, &file, loc)?;
-        if rec.key() != key {
-            return Err(Error::Corrupt {
-                path: shard.data_path(loc.file),
-                offset: loc.offset as u64,
-                reason: "record holds another key than the index says".into(),
-            });
-        }
-        let value = rec.into_value().map_err(|reason| Error::Corrupt {
-            path: shard.data_path(loc.file),
-            offset: loc.offset as u64,
-            reason: reason.into(),
-        })?;
+        // SAFETY: `loc` and `file` were read from this shard's index above.
+        let value = unsafe {
+            inner.read_with(shard, &file, loc, |rec| {
+                if rec.key() != key {
+                    return Err("record holds another key than the index says");
+                }
+                rec.value()
+            })
+        }?;
         Ok(Some(Versioned {
             value,
             version: loc.seq,
@@ -876,7 +964,13 @@ impl Db {
             // A value: rewrite it with the new expiry, so every value record
             // is self-contained and recovery needs no cross-record joins.
             Some(file) => {
-                let rec = inner.read_record(shard, &file, entry.loc)?;
+                // SAFETY: `entry.loc` and `file` were read from this shard's
+                // index above.
+                let (flags, stored) = unsafe {
+                    inner.read_with(shard, &file, entry.loc, |rec| {
+                        Ok((rec.header.flags, rec.stored_value().to_vec()))
+                    })
+                }?;
                 let loc = inner.append(
                     shard,
                     &mut w,
@@ -884,11 +978,11 @@ impl Db {
                         seq,
                         expiry: at,
                         kind: Kind::Put,
-                        flags: rec.header.flags,
+                        flags,
                         tag: 0,
                         key,
                         field: &[],
-                        value: rec.stored_value(),
+                        value: &stored,
                     },
                 )?;
                 let mut idx = shard.index.write();
@@ -1034,12 +1128,8 @@ impl Db {
             };
             (idx.files[&loc.file].handle.clone(), loc)
         };
-        let rec = inner.read_record(shard, &file, loc)?;
-        rec.into_value().map(Some).map_err(|reason| Error::Corrupt {
-            path: shard.data_path(loc.file),
-            offset: loc.offset as u64,
-            reason: reason.into(),
-        })
+        // SAFETY: `loc` and `file` were read from this shard's index above.
+        unsafe { inner.read_with(shard, &file, loc, |rec| rec.value()) }.map(Some)
     }
 
     fn live_map<'a>(inner: &Inner, idx: &'a Index, key: &[u8]) -> Result<Option<&'a MapEntry>> {
@@ -1179,7 +1269,7 @@ impl Db {
     pub fn fields(&self, key: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let inner = &*self.inner;
         let shard = inner.shard(key);
-        let locs: Vec<(Arc<dyn VFile>, Loc)> = {
+        let locs: Vec<(Arc<DataFile>, Loc)> = {
             let idx = shard.index.read();
             match Self::live_map(inner, &idx, key)? {
                 None => return Ok(Vec::new()),
@@ -1192,14 +1282,13 @@ impl Db {
         };
         let mut out = Vec::with_capacity(locs.len());
         for (file, loc) in locs {
-            let rec = inner.read_record(shard, &file, loc)?;
-            let field = rec.field().to_vec();
-            let value = rec.into_value().map_err(|reason| Error::Corrupt {
-                path: shard.data_path(loc.file),
-                offset: loc.offset as u64,
-                reason: reason.into(),
-            })?;
-            out.push((field, value));
+            // SAFETY: `loc` and `file` were read from this shard's index above.
+            let fv = unsafe {
+                inner.read_with(shard, &file, loc, |rec| {
+                    Ok((rec.field().to_vec(), rec.value()?))
+                })
+            }?;
+            out.push(fv);
         }
         Ok(out)
     }
@@ -1328,5 +1417,74 @@ impl Db {
     /// The data directory.
     pub fn dir(&self) -> &Path {
         &self.inner.dir
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> Options {
+        Options::default()
+            .shards(1)
+            .max_file_size(8 << 10)
+            .background_compaction(false)
+            .active_expiry(false)
+            .sync(SyncPolicy::Never)
+    }
+
+    /// The location and file of `key`, as a reader copies them out of the
+    /// index before reading.
+    fn lookup(db: &Db, key: &[u8]) -> (Arc<DataFile>, Loc) {
+        let shard = db.inner.shard(key);
+        let idx = shard.index.read();
+        let loc = idx.keys.get(key).unwrap().loc;
+        (idx.files[&loc.file].handle.clone(), loc)
+    }
+
+    #[test]
+    fn every_file_of_the_real_file_system_is_mapped() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path(), opts()).unwrap();
+        for i in 0..300u32 {
+            db.put(&i.to_le_bytes(), &[i as u8; 100]).unwrap();
+        }
+        db.compact().unwrap();
+        db.put(b"x", b"y").unwrap();
+        db.close().unwrap();
+        let db = Db::open(dir.path(), opts()).unwrap();
+        db.put(b"z", b"w").unwrap();
+        let idx = db.inner.shards[0].index.read();
+        assert!(idx.files.len() > 2);
+        for (id, f) in &idx.files {
+            assert!(f.handle.is_mapped(), "file {id} is not mapped");
+        }
+    }
+
+    #[test]
+    fn a_reader_holding_a_file_reads_it_after_compaction_deleted_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path(), opts()).unwrap();
+        for i in 0..200u32 {
+            db.put(&i.to_le_bytes(), &[i as u8; 100]).unwrap();
+        }
+        // Make most of the first files garbage, so compaction deletes them.
+        for i in 0..190u32 {
+            db.put(&i.to_le_bytes(), &[!(i as u8); 100]).unwrap();
+        }
+        let key = 195u32.to_le_bytes();
+        let (file, loc) = lookup(&db, &key);
+        let path = db.inner.shards[0].data_path(loc.file);
+        assert!(path.exists());
+        db.compact().unwrap();
+        assert!(!path.exists(), "compaction should have deleted {path:?}");
+        assert_ne!(lookup(&db, &key).1.file, loc.file);
+        // The reader's Arc keeps the unlinked file mapped and readable.
+        let shard = db.inner.shard(&key);
+        // SAFETY: `loc` and `file` were read from the index (before the
+        // compaction; the record's bytes never change).
+        let v = unsafe { db.inner.read_with(shard, &file, loc, |r| r.value()) }.unwrap();
+        assert_eq!(v, vec![195u8; 100]);
+        assert_eq!(db.get(&key).unwrap(), Some(vec![195u8; 100]));
     }
 }

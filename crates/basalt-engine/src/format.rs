@@ -223,19 +223,20 @@ impl RecordRef<'_> {
     }
 }
 
-/// A whole record read back from disk, CRC checked.
-#[derive(Debug)]
-pub struct Record {
+/// A whole record read back from disk (or seen through a memory map), CRC
+/// checked. Borrows its bytes, so a read through a map copies only the value.
+#[derive(Debug, Clone, Copy)]
+pub struct Record<'a> {
     /// The header.
     pub header: RecordHeader,
-    /// Header + body bytes as read.
-    pub bytes: Vec<u8>,
+    /// Header + body bytes.
+    pub bytes: &'a [u8],
 }
 
-impl Record {
+impl<'a> Record<'a> {
     /// Checks and wraps the bytes of exactly one record.
-    pub fn from_bytes(bytes: Vec<u8>) -> std::result::Result<Record, &'static str> {
-        let (crc, header) = RecordHeader::parse(&bytes)?;
+    pub fn from_bytes(bytes: &'a [u8]) -> std::result::Result<Record<'a>, &'static str> {
+        let (crc, header) = RecordHeader::parse(bytes)?;
         if header.record_len() != bytes.len() as u64 {
             return Err("record length does not match its header");
         }
@@ -245,29 +246,27 @@ impl Record {
         Ok(Record { header, bytes })
     }
     /// The key.
-    pub fn key(&self) -> &[u8] {
+    pub fn key(&self) -> &'a [u8] {
         &self.bytes[RECORD_HEADER_LEN..RECORD_HEADER_LEN + self.header.key_len as usize]
     }
     /// The field (empty unless a field record).
-    pub fn field(&self) -> &[u8] {
+    pub fn field(&self) -> &'a [u8] {
         let s = RECORD_HEADER_LEN + self.header.key_len as usize;
         &self.bytes[s..s + self.header.field_len as usize]
     }
     /// The stored (maybe compressed) value.
-    pub fn stored_value(&self) -> &[u8] {
+    pub fn stored_value(&self) -> &'a [u8] {
         let s = RECORD_HEADER_LEN + self.header.key_len as usize + self.header.field_len as usize;
         &self.bytes[s..]
     }
-    /// The value, decompressed. Consumes the record to avoid a copy when it
-    /// is stored plain.
-    pub fn into_value(mut self) -> std::result::Result<Vec<u8>, &'static str> {
-        let s = RECORD_HEADER_LEN + self.header.key_len as usize + self.header.field_len as usize;
+    /// The value, decompressed, in a new buffer of exactly its size.
+    pub fn value(&self) -> std::result::Result<Vec<u8>, &'static str> {
+        let stored = self.stored_value();
         if self.header.flags & FLAG_LZ4 != 0 {
-            lz4_flex::block::decompress_size_prepended(&self.bytes[s..])
+            lz4_flex::block::decompress_size_prepended(stored)
                 .map_err(|_| "lz4 value does not decompress")
         } else {
-            self.bytes.drain(..s);
-            Ok(self.bytes)
+            Ok(stored.to_vec())
         }
     }
 }

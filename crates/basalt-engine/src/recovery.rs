@@ -19,7 +19,8 @@ use hashbrown::HashMap;
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::db::{
-    data_path, hint_path, sync_dir, Counters, Db, FileInfo, Index, Inner, MapEntry, Shard, Writer,
+    data_path, hint_path, sync_dir, Counters, DataFile, Db, FileInfo, Index, Inner, MapEntry,
+    Shard, Writer,
 };
 use crate::format::{
     self, FileHeader, Kind, Origin, RecordHeader, DATA_MAGIC, FILE_HEADER_LEN, RECORD_HEADER_LEN,
@@ -432,10 +433,13 @@ fn load_shard(opts: &Options, id: usize, dir: &Path, base_seq: &AtomicU64) -> Re
     let mut active: Option<(u32, Arc<dyn VFile>, u64, bool)> = None;
     for (fid, handle, mut len, hdr) in files {
         let path = data_path(dir, fid);
-        loader
-            .idx
-            .files
-            .insert(fid, FileInfo::new(handle.clone(), hdr.origin, len));
+        // Not mapped yet: a torn tail may still be cut off below, and a file
+        // is never truncated while it is mapped. The real entry (with its
+        // map) replaces this one once the file's length is final.
+        loader.idx.files.insert(
+            fid,
+            FileInfo::new(DataFile::new(handle.clone(), 0), hdr.origin, len),
+        );
         let mut from_hint = false;
         if hints.contains(&fid) {
             let hp = hint_path(dir, fid);
@@ -513,6 +517,14 @@ fn load_shard(opts: &Options, id: usize, dir: &Path, base_seq: &AtomicU64) -> Re
                 loader.idx.files.get_mut(&fid).unwrap().total = len;
             }
         }
+        // The newest log file may become the active file and grow: map as
+        // much as it may grow to. Others are sealed: map what they hold.
+        let map_len = if Some(fid) == last_log {
+            len.max(opts.max_file_size)
+        } else {
+            len
+        };
+        loader.idx.files.get_mut(&fid).unwrap().handle = DataFile::new(handle.clone(), map_len);
         if Some(fid) == last_log {
             active = Some((fid, handle, len, from_hint));
         } else if !from_hint && hdr.origin == Origin::Log {
@@ -559,7 +571,8 @@ fn load_shard(opts: &Options, id: usize, dir: &Path, base_seq: &AtomicU64) -> Re
                 .and_then(|_| handle.sync_data())
                 .map_err(|e| Error::io("write", &path, e))?;
             sync_dir(dir)?;
-            let mut info = FileInfo::new(handle.clone(), Origin::Log, FILE_HEADER_LEN as u64);
+            let data = DataFile::new(handle.clone(), opts.max_file_size);
+            let mut info = FileInfo::new(data, Origin::Log, FILE_HEADER_LEN as u64);
             info.active = true;
             index.files.insert(fid, info);
             Writer {
