@@ -10,17 +10,23 @@
 //!
 //! Durability: under `appendfsync always` a batch that ran a write command
 //! calls `sync` once before any of its replies leaves (group commit).
+//!
+//! Blocking commands (see `crate::blocking`): a handler that returns
+//! [`After::Block`] has registered a waiter; the loop writes the replies so
+//! far, parks in [`park`] (reading nothing else), and on a wakeup parses
+//! the same command from the buffer again and re-runs it.
 
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use basalt_resp::{Limits, Parsed, Protocol, RequestParser};
+use basalt_resp::{Encoder, Limits, Parsed, Protocol, RequestParser};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::commands::{self, After, Conn};
+use crate::blocking::Unblock;
+use crate::commands::{self, flags::BLOCKING, After, Conn};
 use crate::config::Appendfsync;
 use crate::state::{now_ms, Shared};
 
@@ -43,6 +49,9 @@ pub(crate) async fn serve(mut stream: TcpStream, peer: SocketAddr, shared: Arc<S
     if let Err(e) = run(&mut stream, &shared, &mut conn).await {
         tracing::debug!(id = info.id, error = %e, "connection ended with an error");
     }
+    // A client that was blocked leaves the queues; its wakeup, if it had
+    // one, passes to the next waiter.
+    shared.blocking.finish(info.id);
     shared.clients.unregister(info.id);
     tracing::debug!(id = info.id, "client disconnected");
 }
@@ -125,6 +134,7 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
         let mut writes = 0u64;
         let mut last: Option<&'static str> = None;
         loop {
+            let cmd_start = pos;
             let (found, after) = match parser.parse(&buf[pos..]) {
                 Ok(Parsed::Command { args, consumed }) => {
                     pos += consumed;
@@ -170,6 +180,34 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
                 // The reply (already buffered) leaves after the sleep, as
                 // in Redis; only this connection waits.
                 Some(After::Sleep(d)) => tokio::time::sleep(d).await,
+                Some(After::Block) => {
+                    flush(stream, shared, &mut out, &mut wrote).await?;
+                    match park(stream, shared, &info, &mut buf, &mut shutdown).await? {
+                        Parked::Rerun => {
+                            // Run the same command again (it is still in
+                            // `buf` at `cmd_start`); count it once.
+                            count -= 1;
+                            pos = cmd_start;
+                            parser.reset();
+                            continue;
+                        }
+                        Parked::TimedOut => {
+                            shared.blocking.finish(info.id);
+                            Encoder::new(&mut out, conn.protocol).null_array();
+                        }
+                        Parked::Unblocked => {
+                            shared.blocking.finish(info.id);
+                            Encoder::new(&mut out, conn.protocol)
+                                .error(b"UNBLOCKED client unblocked via CLIENT UNBLOCK");
+                        }
+                        Parked::Closed => return Ok(()),
+                    }
+                }
+            }
+            if after != Some(After::Block) && found.is_some_and(|c| c.flags & BLOCKING != 0) {
+                // A re-run that served the client (or failed): it no longer
+                // waits.
+                shared.blocking.finish(info.id);
             }
             if out.len() >= OUTPUT_FLUSH {
                 flush(stream, shared, &mut out, &mut wrote).await?;
@@ -195,5 +233,76 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
         if buf.is_empty() && buf.capacity() > 1 << 20 {
             buf = Vec::with_capacity(READ_CHUNK);
         }
+    }
+}
+
+/// How a parked connection resumes.
+enum Parked {
+    /// A key was signalled: run the command again.
+    Rerun,
+    /// The deadline passed (or CLIENT UNBLOCK ... TIMEOUT).
+    TimedOut,
+    /// CLIENT UNBLOCK ... ERROR.
+    Unblocked,
+    /// The client went away, was killed, or the server is stopping.
+    Closed,
+}
+
+/// Most input buffered while parked; past it the loop stops reading (and
+/// so stops noticing a close) until the client is unblocked.
+const PARKED_INPUT: usize = 1 << 20;
+
+/// Waits, without running anything, until this client's waiter is woken,
+/// its deadline passes, or the connection ends. Input that arrives
+/// meanwhile is kept in `buf` for after the blocked command, as Redis keeps
+/// it in the query buffer; reading it is how a close is noticed.
+async fn park(
+    stream: &mut TcpStream,
+    shared: &Shared,
+    info: &crate::state::ClientInfo,
+    buf: &mut Vec<u8>,
+    shutdown: &mut tokio::sync::watch::Receiver<bool>,
+) -> std::io::Result<Parked> {
+    let Some(waiter) = shared.blocking.waiter(info.id) else {
+        // Nothing registered (a handler bug): do not hang, run it again.
+        return Ok(Parked::Rerun);
+    };
+    loop {
+        let deadline = waiter.deadline();
+        let read_more = buf.len() < PARKED_INPUT;
+        if buf.capacity() - buf.len() < READ_CHUNK / 4 {
+            buf.reserve(READ_CHUNK);
+        }
+        tokio::select! {
+            biased;
+            _ = info.kill.notified() => return Ok(Parked::Closed),
+            _ = Shared::wait_shutdown(shutdown) => return Ok(Parked::Closed),
+            _ = waiter.woken() => {
+                return Ok(match waiter.rearm() {
+                    Unblock::No => Parked::Rerun,
+                    Unblock::Timeout => Parked::TimedOut,
+                    Unblock::Error => Parked::Unblocked,
+                });
+            }
+            _ = sleep_until_opt(deadline) => return Ok(Parked::TimedOut),
+            r = stream.read_buf(buf), if read_more => {
+                match r {
+                    Ok(0) | Err(_) => return Ok(Parked::Closed),
+                    Ok(n) => {
+                        shared.stats.net_input.fetch_add(n as u64, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+        if info.killed.load(Ordering::SeqCst) {
+            return Ok(Parked::Closed);
+        }
+    }
+}
+
+async fn sleep_until_opt(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
     }
 }

@@ -19,12 +19,14 @@
 //! [`start`] runs a server on its own tokio runtime and returns a
 //! [`ServerHandle`], so tests can run servers in-process on port 0.
 
+pub mod blocking;
 pub mod commands;
 pub mod config;
 mod conn;
 pub mod glob;
 pub mod keyspace;
 mod state;
+pub mod zindex;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -214,6 +214,8 @@ pub struct Shared {
     pub run_id: String,
     /// Unix seconds of the last successful SAVE (or start-up).
     pub lastsave: AtomicU64,
+    /// Clients blocked on keys (BLPOP and friends).
+    pub blocking: crate::blocking::Blocking,
     shutdown: watch::Sender<bool>,
 }
 
@@ -239,6 +241,7 @@ impl Shared {
             started: Instant::now(),
             run_id,
             lastsave: AtomicU64::new(now_ms() / 1000),
+            blocking: Default::default(),
             shutdown: watch::channel(false).0,
         }
     }

@@ -437,9 +437,8 @@ fn encoding(db: &Db, key: &[u8]) -> Result<Option<&'static str>> {
             }
         }
         KeyKind::Map { tag, len } => match tag {
-            TAG_HASH if len <= 128 => "listpack",
-            TAG_HASH => "hashtable",
-            TAG_SET => "hashtable",
+            TAG_HASH => super::hash::encoding(db, key, len)?,
+            TAG_SET => super::set::encoding(db, key, len)?,
             TAG_ZSET if len <= 128 => "listpack",
             TAG_ZSET => "skiplist",
             TAG_LIST => "quicklist",

@@ -10,9 +10,13 @@
 
 pub mod connection;
 pub mod expiry;
+pub mod hash;
 pub mod keys;
+pub mod list;
 pub mod server;
+pub mod set;
 pub mod strings;
+pub mod zset;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -94,6 +98,14 @@ pub enum Group {
     Connection,
     /// Server commands.
     Server,
+    /// Hashes.
+    Hash,
+    /// Sets.
+    Set,
+    /// Sorted sets.
+    SortedSet,
+    /// Lists.
+    List,
 }
 
 impl Group {
@@ -104,6 +116,10 @@ impl Group {
             Group::Generic => "generic",
             Group::Connection => "connection",
             Group::Server => "server",
+            Group::Hash => "hash",
+            Group::Set => "set",
+            Group::SortedSet => "sorted_set",
+            Group::List => "list",
         }
     }
 }
@@ -160,6 +176,10 @@ const FAMILIES: &[&[CommandDef]] = &[
     expiry::COMMANDS,
     connection::COMMANDS,
     server::COMMANDS,
+    hash::COMMANDS,
+    set::COMMANDS,
+    zset::COMMANDS,
+    list::COMMANDS,
 ];
 
 /// Every command, in table order.
@@ -262,6 +282,9 @@ pub enum After {
     Sleep(Duration),
     /// Close without replying and shut the server down (SHUTDOWN).
     Shutdown,
+    /// Park until a key this client waits for is signalled, then run the
+    /// command again (see `crate::blocking`).
+    Block,
 }
 
 /// Per-connection state that commands read and change.

@@ -150,6 +150,10 @@ fn categories(c: &CommandDef) -> Vec<&'static str> {
         Group::Generic => "@keyspace",
         Group::Connection => "@connection",
         Group::Server => "@admin",
+        Group::Hash => "@hash",
+        Group::Set => "@set",
+        Group::SortedSet => "@sortedset",
+        Group::List => "@list",
     });
     v.push(if c.flags & FAST != 0 {
         "@fast"
@@ -453,6 +457,8 @@ fn client(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             return Err(Error::Syntax);
         }
         ctx.ok();
+    } else if is(sub, "unblock") {
+        crate::blocking::client_unblock(ctx, args)?;
     } else if is(sub, "help") {
         help(
             ctx,
@@ -476,6 +482,8 @@ fn client(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                 "    Set client meta attr. Options are: LIB-NAME, LIB-VER.",
                 "NO-EVICT (ON|OFF)",
                 "    Protect current client connection from eviction.",
+                "UNBLOCK <clientid> [TIMEOUT|ERROR]",
+                "    Unblock the specified blocked client.",
             ],
         );
     } else {
@@ -692,7 +700,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
         kv!(out, "connected_clients", sh.clients.len());
         kv!(out, "cluster_connections", 0);
         kv!(out, "maxclients", 10000);
-        kv!(out, "blocked_clients", 0);
+        kv!(out, "blocked_clients", sh.blocking.blocked_clients());
         kv!(out, "tracking_clients", 0);
         kv!(out, "clients_in_timeout_table", 0);
     }

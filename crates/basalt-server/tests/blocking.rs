@@ -1,0 +1,295 @@
+//! Blocking list pops across real connections: who is served, in which
+//! order, timeouts, chaining through BLMOVE, and clients that leave while
+//! blocked. Every wait is bounded (the raw client's 10 s read timeout, and
+//! `eventually` with a deadline).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use basalt_resp::Frame;
+use common::{bulk, err, eventually, Raw, TestServer};
+
+fn int(n: i64) -> Frame {
+    Frame::Integer(n)
+}
+
+fn pair(key: &str, v: &str) -> Frame {
+    Frame::Array(vec![bulk(key), bulk(v)])
+}
+
+fn blocked(s: &TestServer) -> usize {
+    s.handle
+        .as_ref()
+        .unwrap()
+        .shared()
+        .blocking
+        .blocked_clients()
+}
+
+/// Waits until exactly `n` clients are blocked.
+fn wait_blocked(s: &TestServer, n: usize) {
+    assert!(
+        eventually(Duration::from_secs(5), || blocked(s) == n),
+        "expected {n} blocked clients, have {}",
+        blocked(s)
+    );
+}
+
+/// Sends a command without reading its reply.
+fn send(r: &mut Raw, args: &[&str]) {
+    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    r.send_cmd(&args);
+}
+
+#[test]
+fn blpop_is_served_by_a_push_from_another_connection() {
+    let s = TestServer::start();
+    let mut waiter = s.raw();
+    let mut pusher = s.raw();
+    send(&mut waiter, &["BLPOP", "other", "q", "0"]);
+    wait_blocked(&s, 1);
+    assert_eq!(pusher.cmd(&["RPUSH", "q", "hello"]), int(1));
+    assert_eq!(waiter.read(), pair("q", "hello"));
+    wait_blocked(&s, 0);
+    assert_eq!(
+        pusher.cmd(&["EXISTS", "q"]),
+        int(0),
+        "the element was taken"
+    );
+    // With data present nothing blocks; BRPOP takes from the tail.
+    assert_eq!(pusher.cmd(&["RPUSH", "q", "a", "b"]), int(2));
+    assert_eq!(waiter.cmd(&["BRPOP", "q", "0"]), pair("q", "b"));
+    assert_eq!(
+        waiter.cmd(&["BLMPOP", "0", "1", "q", "LEFT", "COUNT", "5"]),
+        Frame::Array(vec![bulk("q"), Frame::Array(vec![bulk("a")])])
+    );
+}
+
+#[test]
+fn blocked_clients_are_served_in_the_order_they_blocked() {
+    let s = TestServer::start();
+    let mut first = s.raw();
+    let mut second = s.raw();
+    let mut third = s.raw();
+    let mut pusher = s.raw();
+    send(&mut first, &["BLPOP", "q", "0"]);
+    wait_blocked(&s, 1);
+    send(&mut second, &["BLPOP", "q", "0"]);
+    wait_blocked(&s, 2);
+    send(&mut third, &["BLPOP", "q", "0"]);
+    wait_blocked(&s, 3);
+    assert_eq!(pusher.cmd(&["RPUSH", "q", "1"]), int(1));
+    assert_eq!(first.read(), pair("q", "1"));
+    wait_blocked(&s, 2);
+    assert_eq!(pusher.cmd(&["RPUSH", "q", "2"]), int(1));
+    assert_eq!(
+        second.read(),
+        pair("q", "2"),
+        "second in line is served second"
+    );
+    wait_blocked(&s, 1);
+    // Clients served, then blocked again, go to the back of the line.
+    send(&mut first, &["BLPOP", "q", "0"]);
+    wait_blocked(&s, 2);
+    // One push of two elements serves the next two, in order.
+    assert_eq!(pusher.cmd(&["RPUSH", "q", "3", "4"]), int(2));
+    let (a, b) = (third.read(), first.read());
+    wait_blocked(&s, 0);
+    // Both were woken by the same push; each got one element, exactly once.
+    let mut got = vec![a, b];
+    got.sort_by_key(|f| format!("{f:?}"));
+    assert_eq!(got, vec![pair("q", "3"), pair("q", "4")]);
+    assert_eq!(pusher.cmd(&["LLEN", "q"]), int(0));
+}
+
+#[test]
+fn fractional_timeouts_reply_with_a_null_array() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    let started = Instant::now();
+    assert_eq!(r.cmd(&["BLPOP", "q", "0.2"]), Frame::NullArray);
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(190), "{took:?}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert_eq!(
+        r.cmd(&["BLMOVE", "q", "d", "LEFT", "RIGHT", "0.05"]),
+        Frame::NullArray
+    );
+    assert_eq!(r.cmd(&["BRPOPLPUSH", "q", "d", "0.05"]), Frame::NullArray);
+    assert_eq!(
+        r.cmd(&["BLMPOP", "0.05", "2", "q", "p", "LEFT"]),
+        Frame::NullArray
+    );
+    assert_eq!(blocked(&s), 0);
+    // RESP3 null.
+    let _ = r.cmd(&["HELLO", "3"]);
+    assert_eq!(r.cmd(&["BRPOP", "q", "0.05"]), Frame::Null);
+    // Bad timeouts never block.
+    assert_eq!(r.cmd(&["BLPOP", "q", "-1"]), err("ERR timeout is negative"));
+    assert_eq!(
+        r.cmd(&["BLPOP", "q", "soon"]),
+        err("ERR timeout is not a float or out of range")
+    );
+    assert_eq!(
+        r.cmd(&["BLMPOP", "x", "1", "q", "LEFT"]),
+        err("ERR timeout is not a float or out of range")
+    );
+    assert_eq!(
+        r.cmd(&["BLPOP", "q"]),
+        err("ERR wrong number of arguments for 'blpop' command")
+    );
+}
+
+#[test]
+fn blmove_chains_to_a_client_blocked_on_the_destination() {
+    let s = TestServer::start();
+    let mut mover = s.raw();
+    let mut sink = s.raw();
+    let mut pusher = s.raw();
+    send(&mut mover, &["BLMOVE", "a", "b", "LEFT", "RIGHT", "0"]);
+    wait_blocked(&s, 1);
+    send(&mut sink, &["BLPOP", "b", "0"]);
+    wait_blocked(&s, 2);
+    assert_eq!(pusher.cmd(&["LPUSH", "a", "x"]), int(1));
+    assert_eq!(mover.read(), bulk("x"));
+    assert_eq!(sink.read(), pair("b", "x"));
+    wait_blocked(&s, 0);
+    // RPOPLPUSH (non-blocking) wakes a client blocked on its destination.
+    send(&mut sink, &["BRPOPLPUSH", "c", "d", "0"]);
+    wait_blocked(&s, 1);
+    assert_eq!(pusher.cmd(&["RPUSH", "src", "y"]), int(1));
+    assert_eq!(pusher.cmd(&["RPOPLPUSH", "src", "c"]), bulk("y"));
+    assert_eq!(sink.read(), bulk("y"));
+    assert_eq!(
+        pusher.cmd(&["LRANGE", "d", "0", "-1"]),
+        Frame::Array(vec![bulk("y")])
+    );
+}
+
+#[test]
+fn a_client_that_disconnects_while_blocked_does_not_steal_a_later_push() {
+    let s = TestServer::start();
+    let mut leaver = s.raw();
+    let mut stayer = s.raw();
+    let mut pusher = s.raw();
+    send(&mut leaver, &["BLPOP", "q", "0"]);
+    wait_blocked(&s, 1);
+    send(&mut stayer, &["BLPOP", "q", "0"]);
+    wait_blocked(&s, 2);
+    drop(leaver);
+    wait_blocked(&s, 1);
+    assert_eq!(pusher.cmd(&["RPUSH", "q", "v"]), int(1));
+    assert_eq!(stayer.read(), pair("q", "v"));
+    wait_blocked(&s, 0);
+}
+
+#[test]
+fn client_kill_and_client_unblock_release_a_blocked_client() {
+    let s = TestServer::start();
+    let mut victim = s.raw();
+    let mut admin = s.raw();
+    let id = match victim.cmd(&["CLIENT", "ID"]) {
+        Frame::Integer(n) => n.to_string(),
+        f => panic!("{f:?}"),
+    };
+    send(&mut victim, &["BLPOP", "q", "0"]);
+    wait_blocked(&s, 1);
+    assert_eq!(admin.cmd(&["CLIENT", "UNBLOCK", &id]), int(1));
+    assert_eq!(victim.read(), Frame::NullArray);
+    send(&mut victim, &["BRPOP", "q", "0"]);
+    wait_blocked(&s, 1);
+    assert_eq!(admin.cmd(&["CLIENT", "UNBLOCK", &id, "ERROR"]), int(1));
+    assert_eq!(
+        victim.read(),
+        err("UNBLOCKED client unblocked via CLIENT UNBLOCK")
+    );
+    assert_eq!(
+        admin.cmd(&["CLIENT", "UNBLOCK", &id]),
+        int(0),
+        "not blocked now"
+    );
+    assert_eq!(
+        admin.cmd(&["CLIENT", "UNBLOCK", &id, "LATER"]),
+        err("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR")
+    );
+    send(&mut victim, &["BLPOP", "q", "0"]);
+    wait_blocked(&s, 1);
+    assert_eq!(admin.cmd(&["CLIENT", "KILL", "ID", &id]), int(1));
+    wait_blocked(&s, 0);
+    assert!(victim.closed());
+    assert_eq!(admin.cmd(&["RPUSH", "q", "kept"]), int(1));
+    assert_eq!(admin.cmd(&["LPOP", "q"]), bulk("kept"));
+}
+
+#[test]
+fn commands_pipelined_after_a_blocked_one_wait_for_it() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    let mut pusher = s.raw();
+    let mut batch = Vec::new();
+    basalt_resp::write_command(&mut batch, [&b"PING"[..], b"first"]);
+    basalt_resp::write_command(&mut batch, [&b"BLPOP"[..], b"q", b"0"]);
+    basalt_resp::write_command(&mut batch, [&b"LLEN"[..], b"q"]);
+    r.send(&batch);
+    assert_eq!(
+        r.read(),
+        bulk("first"),
+        "replies before the block leave at once"
+    );
+    wait_blocked(&s, 1);
+    assert_eq!(pusher.cmd(&["RPUSH", "q", "a", "b"]), int(2));
+    assert_eq!(r.read(), pair("q", "a"));
+    assert_eq!(r.read(), int(1), "LLEN ran after BLPOP was served");
+}
+
+#[test]
+fn wrong_types_and_served_keys_in_blocking_pops() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    assert_eq!(r.cmd(&["SET", "s", "v"]), common::ok());
+    assert_eq!(
+        r.cmd(&["BLPOP", "empty", "s", "0"]),
+        err("WRONGTYPE Operation against a key holding the wrong kind of value")
+    );
+    assert_eq!(r.cmd(&["RPUSH", "l2", "x"]), int(1));
+    // The first non-empty key in argument order is served.
+    assert_eq!(r.cmd(&["BLPOP", "empty", "l2", "s", "0"]), pair("l2", "x"));
+    assert_eq!(blocked(&s), 0);
+}
+
+#[test]
+fn a_key_that_changed_type_while_blocked_does_not_fail_the_waiter() {
+    let s = TestServer::start();
+    let mut waiter = s.raw();
+    let mut other = s.raw();
+    send(&mut waiter, &["BLPOP", "k1", "k2", "0"]);
+    wait_blocked(&s, 1);
+    // As in Redis: k1 turning into a string does not concern the blocked
+    // client; the push to k2 serves it.
+    assert_eq!(other.cmd(&["SET", "k1", "str"]), common::ok());
+    assert_eq!(other.cmd(&["RPUSH", "k2", "v"]), int(1));
+    assert_eq!(waiter.read(), pair("k2", "v"));
+    wait_blocked(&s, 0);
+    // A fresh BLPOP still reports the wrong type at once.
+    assert_eq!(
+        waiter.cmd(&["BLPOP", "k1", "k2", "0"]),
+        err("WRONGTYPE Operation against a key holding the wrong kind of value")
+    );
+}
+
+#[test]
+fn info_counts_blocked_clients() {
+    let s = TestServer::start();
+    let mut waiter = s.raw();
+    let mut other = s.raw();
+    send(&mut waiter, &["BRPOP", "q", "0"]);
+    wait_blocked(&s, 1);
+    let info = match other.cmd(&["INFO", "clients"]) {
+        Frame::Bulk(b) => String::from_utf8(b).unwrap(),
+        f => panic!("{f:?}"),
+    };
+    assert!(info.contains("blocked_clients:1\r\n"), "{info}");
+    assert_eq!(other.cmd(&["LPUSH", "q", "x"]), int(1));
+    assert_eq!(waiter.read(), pair("q", "x"));
+}
