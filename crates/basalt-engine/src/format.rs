@@ -352,6 +352,18 @@ pub struct HintRef<'a> {
 /// nothing, and a hint describing another length of data than `data_len`
 /// (the data file's actual length) is refused the same way. Any damage is an
 /// `Err` describing it (the caller then scans the data file instead).
+/// The entry count a hint file's footer announces, read from its last
+/// bytes alone (unchecked beyond the footer's own CRC: a sizing hint only).
+pub fn hint_footer_count(footer: &[u8]) -> Option<u64> {
+    if footer.len() != HINT_FOOTER_LEN
+        || footer[0..8] != HINT_FOOTER_MAGIC
+        || u32::from_le_bytes(footer[24..28].try_into().unwrap()) != crc32c::crc32c(&footer[0..24])
+    {
+        return None;
+    }
+    Some(u64::from_le_bytes(footer[8..16].try_into().unwrap()))
+}
+
 pub fn read_hint_file(
     b: &[u8],
     data_len: u64,

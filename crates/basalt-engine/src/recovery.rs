@@ -429,6 +429,13 @@ fn load_shard(opts: &Options, id: usize, dir: &Path, base_seq: &AtomicU64) -> Re
         .max();
 
     let mut loader = Loader::default();
+    // Size the index once from the hint footers (an upper bound when keys
+    // were overwritten across files; the excess is given back below).
+    let expected: u64 = hints.iter().filter_map(|&h| hint_entries(dir, h)).sum();
+    loader
+        .idx
+        .keys
+        .reserve(usize::try_from(expected).unwrap_or(0).min(1 << 32));
     let mut pending_hints = Vec::new();
     let mut active: Option<(u32, Arc<dyn VFile>, u64, bool)> = None;
     for (fid, handle, mut len, hdr) in files {
@@ -533,6 +540,7 @@ fn load_shard(opts: &Options, id: usize, dir: &Path, base_seq: &AtomicU64) -> Re
     }
 
     let (mut index, max_seq) = loader.finish();
+    index.keys.shrink_to_fit();
     let mut next_file = max_id.map_or(1, |m| m + 1);
     let writer = match active {
         // Keep appending to the newest log file; its hint (from a clean
@@ -600,6 +608,17 @@ fn load_shard(opts: &Options, id: usize, dir: &Path, base_seq: &AtomicU64) -> Re
 
 /// A compaction that wrote its victims marker had made its outputs durable;
 /// deleting the inputs it lists completes it. Only then are files listed.
+/// The entry count in the footer of `<id>.hint`, if it has a valid one.
+fn hint_entries(dir: &Path, id: u32) -> Option<u64> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(hint_path(dir, id)).ok()?;
+    let len = f.metadata().ok()?.len();
+    let mut foot = [0u8; format::HINT_FOOTER_LEN];
+    let at = len.checked_sub(format::HINT_FOOTER_LEN as u64)?;
+    f.read_exact_at(&mut foot, at).ok()?;
+    format::hint_footer_count(&foot)
+}
+
 fn finish_interrupted_compactions(dir: &Path) -> Result<()> {
     for ent in std::fs::read_dir(dir).map_err(|e| Error::io("list", dir, e))? {
         let p = ent.map_err(|e| Error::io("list", dir, e))?.path();
