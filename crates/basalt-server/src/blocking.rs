@@ -1,4 +1,4 @@
-//! Blocking operations (BLPOP, BLMOVE, BLMPOP, later BZPOPMIN ...): the
+//! Blocking operations (BLPOP, BLMOVE, BLMPOP, BZPOPMIN, BZMPOP ...): the
 //! registry of clients waiting for keys, and the protocol between a
 //! handler, the connection loop and the writers that wake them.
 //!
@@ -20,9 +20,11 @@
 //!    on a re-run `block_on` keeps the first call's waiter (its place in
 //!    each key's FIFO queue and its deadline).
 //! 4. Every writer that makes a key servable (a push to a list, a ZADD to a
-//!    sorted set) calls [`Blocking::signal`]`(db, key)` after its write,
-//!    while holding or after releasing the key's stripe. With no blocked
-//!    client anywhere this is one atomic load.
+//!    sorted set, a RENAME/COPY/MOVE onto the key) calls
+//!    [`Blocking::signal`]`(db, key)` after its write, while holding or
+//!    after releasing the key's stripe. With no blocked client anywhere
+//!    this is one atomic load. SWAPDB, which changes every key of two
+//!    databases at once, calls [`Blocking::signal_db`].
 //!
 //! A re-run ([`Blocking::is_blocked`] is true for the client) should treat a
 //! key of another type as empty: Redis keeps the client blocked.
@@ -194,6 +196,29 @@ impl Blocking {
         }
         let inner = self.inner.lock();
         Self::signal_locked(&inner, db, key);
+    }
+
+    /// The contents of database `db` were replaced wholesale (SWAPDB):
+    /// signals every key of `db` that has waiters and that `exists` says
+    /// now holds something (Redis's `scanDatabaseForReadyKeys`). A waiter
+    /// whose key now holds another type re-runs and blocks again.
+    pub fn signal_db(&self, db: usize, exists: impl Fn(&[u8]) -> bool) {
+        if self.count.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let keys: Vec<Vec<u8>> = self
+            .inner
+            .lock()
+            .by_key
+            .keys()
+            .filter(|(d, _)| *d == db)
+            .map(|(_, k)| k.clone())
+            .collect();
+        for k in keys {
+            if exists(&k) {
+                self.signal(db, &k);
+            }
+        }
     }
 
     fn signal_locked(inner: &Inner, db: usize, key: &[u8]) {

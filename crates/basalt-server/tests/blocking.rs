@@ -293,3 +293,284 @@ fn info_counts_blocked_clients() {
     assert_eq!(other.cmd(&["LPUSH", "q", "x"]), int(1));
     assert_eq!(waiter.read(), pair("q", "x"));
 }
+
+// ------------------------------------------------------------ sorted sets
+//
+// Replies below were compared byte for byte with redis-server 7.0.15.
+
+fn arr(items: Vec<Frame>) -> Frame {
+    Frame::Array(items)
+}
+
+/// BZPOPMIN/BZPOPMAX's reply: `[key, member, score]` (RESP2 score as bulk).
+fn zpopped(key: &str, member: &str, score: &str) -> Frame {
+    arr(vec![bulk(key), bulk(member), bulk(score)])
+}
+
+#[test]
+fn bzpopmin_is_served_by_a_zadd_from_another_connection() {
+    let s = TestServer::start();
+    let mut waiter = s.raw();
+    let mut adder = s.raw();
+    send(&mut waiter, &["BZPOPMIN", "other", "z", "0"]);
+    wait_blocked(&s, 1);
+    assert_eq!(adder.cmd(&["ZADD", "z", "2", "b", "1.5", "a"]), int(2));
+    assert_eq!(waiter.read(), zpopped("z", "a", "1.5"));
+    wait_blocked(&s, 0);
+    assert_eq!(adder.cmd(&["ZCARD", "z"]), int(1), "one member was taken");
+    // With members present nothing blocks; BZPOPMAX takes the highest, and
+    // the first non-empty key in argument order is served.
+    assert_eq!(adder.cmd(&["ZADD", "z", "3", "c"]), int(1));
+    assert_eq!(
+        waiter.cmd(&["BZPOPMAX", "empty", "z", "0"]),
+        zpopped("z", "c", "3")
+    );
+    // ZINCRBY creating a set wakes a waiter too.
+    send(&mut waiter, &["BZPOPMAX", "y", "0"]);
+    wait_blocked(&s, 1);
+    assert_eq!(adder.cmd(&["ZINCRBY", "y", "5", "m"]), bulk("5"));
+    assert_eq!(waiter.read(), zpopped("y", "m", "5"));
+    wait_blocked(&s, 0);
+    // A ZADD that adds nothing (XX on a missing key) serves nobody.
+    send(&mut waiter, &["BZPOPMIN", "x", "0.3"]);
+    wait_blocked(&s, 1);
+    assert_eq!(adder.cmd(&["ZADD", "x", "XX", "1", "m"]), int(0));
+    assert_eq!(waiter.read(), Frame::NullArray);
+    // Wrong types: WRONGTYPE at once, before any later key is tried.
+    assert_eq!(adder.cmd(&["SET", "s", "v"]), common::ok());
+    assert_eq!(
+        waiter.cmd(&["BZPOPMIN", "nokey", "s", "z", "0"]),
+        err("WRONGTYPE Operation against a key holding the wrong kind of value")
+    );
+    assert_eq!(blocked(&s), 0);
+}
+
+#[test]
+fn bzpopmax_times_out_with_a_fractional_timeout() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    let started = Instant::now();
+    assert_eq!(r.cmd(&["BZPOPMAX", "z", "0.2"]), Frame::NullArray);
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(190), "{took:?}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert_eq!(
+        r.cmd(&["BZMPOP", "0.05", "2", "z", "y", "MIN"]),
+        Frame::NullArray
+    );
+    assert_eq!(blocked(&s), 0);
+    // Errors: the timeout is checked before the keys (BZPOPMIN), after
+    // numkeys, MIN|MAX and COUNT (BZMPOP), as in Redis.
+    assert_eq!(r.cmd(&["ZADD", "z", "1", "a"]), int(1));
+    assert_eq!(
+        r.cmd(&["BZPOPMIN", "z", "-1"]),
+        err("ERR timeout is negative")
+    );
+    assert_eq!(
+        r.cmd(&["BZPOPMIN", "z", "soon"]),
+        err("ERR timeout is not a float or out of range")
+    );
+    assert_eq!(
+        r.cmd(&["BZPOPMAX", "z"]),
+        err("ERR wrong number of arguments for 'bzpopmax' command")
+    );
+    assert_eq!(
+        r.cmd(&["BZMPOP", "x", "0", "z", "MIN"]),
+        err("ERR numkeys should be greater than 0")
+    );
+    assert_eq!(
+        r.cmd(&["BZMPOP", "x", "1", "z", "MIN"]),
+        err("ERR timeout is not a float or out of range")
+    );
+    assert_eq!(
+        r.cmd(&["BZMPOP", "0", "1", "z", "FOO"]),
+        err("ERR syntax error")
+    );
+    assert_eq!(
+        r.cmd(&["BZMPOP", "0", "2", "z", "MIN"]),
+        err("ERR syntax error")
+    );
+    assert_eq!(
+        r.cmd(&["BZMPOP", "0", "1", "z", "MIN", "COUNT", "0"]),
+        err("ERR count should be greater than 0")
+    );
+    assert_eq!(
+        r.cmd(&["BZMPOP", "0", "1", "z", "MIN", "COUNT", "1", "COUNT", "2"]),
+        err("ERR syntax error")
+    );
+    assert_eq!(
+        r.cmd(&["BZMPOP", "-1", "1", "z", "MIN"]),
+        err("ERR timeout is negative")
+    );
+    assert_eq!(
+        r.cmd(&["BZMPOP", "0", "1"]),
+        err("ERR wrong number of arguments for 'bzmpop' command")
+    );
+    // BLMPOP too checks numkeys before the timeout.
+    assert_eq!(
+        r.cmd(&["BLMPOP", "x", "0", "l", "LEFT"]),
+        err("ERR numkeys should be greater than 0")
+    );
+    assert_eq!(r.cmd(&["ZCARD", "z"]), int(1), "bad input changed nothing");
+    // RESP3: a null on timeout, the score as a double when served.
+    let _ = r.cmd(&["HELLO", "3"]);
+    assert_eq!(r.cmd(&["BZPOPMAX", "none", "0.05"]), Frame::Null);
+    assert_eq!(r.cmd(&["BZMPOP", "0.05", "1", "none", "MAX"]), Frame::Null);
+    assert_eq!(
+        r.cmd(&["BZPOPMAX", "z", "0"]),
+        arr(vec![bulk("z"), bulk("a"), Frame::Double(1.0)])
+    );
+    assert_eq!(blocked(&s), 0);
+}
+
+#[test]
+fn bzmpop_with_count_takes_up_to_count_members_from_one_key() {
+    let s = TestServer::start();
+    let mut waiter = s.raw();
+    let mut adder = s.raw();
+    send(
+        &mut waiter,
+        &["BZMPOP", "0", "2", "x", "y", "MAX", "COUNT", "2"],
+    );
+    wait_blocked(&s, 1);
+    assert_eq!(
+        adder.cmd(&["ZADD", "y", "1", "a", "2", "b", "3", "c"]),
+        int(3)
+    );
+    assert_eq!(
+        waiter.read(),
+        arr(vec![
+            bulk("y"),
+            arr(vec![
+                arr(vec![bulk("c"), bulk("3")]),
+                arr(vec![bulk("b"), bulk("2")])
+            ])
+        ])
+    );
+    wait_blocked(&s, 0);
+    assert_eq!(
+        adder.cmd(&["ZRANGE", "y", "0", "-1", "WITHSCORES"]),
+        arr(vec![bulk("a"), bulk("1")])
+    );
+    // A COUNT larger than the set takes all of it and deletes the key.
+    assert_eq!(
+        waiter.cmd(&["BZMPOP", "0", "3", "n1", "y", "n2", "MIN", "COUNT", "10"]),
+        arr(vec![bulk("y"), arr(vec![arr(vec![bulk("a"), bulk("1")])])])
+    );
+    assert_eq!(adder.cmd(&["EXISTS", "y"]), int(0));
+    // RESP3: nested [member, score] pairs with double scores.
+    let _ = waiter.cmd(&["HELLO", "3"]);
+    assert_eq!(adder.cmd(&["ZADD", "y", "1.5", "a", "2", "b"]), int(2));
+    assert_eq!(
+        waiter.cmd(&["BZMPOP", "0", "1", "y", "MIN", "COUNT", "5"]),
+        arr(vec![
+            bulk("y"),
+            arr(vec![
+                arr(vec![bulk("a"), Frame::Double(1.5)]),
+                arr(vec![bulk("b"), Frame::Double(2.0)])
+            ])
+        ])
+    );
+}
+
+#[test]
+fn sorted_set_waiters_are_served_in_the_order_they_blocked() {
+    let s = TestServer::start();
+    let mut first = s.raw();
+    let mut second = s.raw();
+    let mut adder = s.raw();
+    send(&mut first, &["BZPOPMIN", "z", "0"]);
+    wait_blocked(&s, 1);
+    send(&mut second, &["BZPOPMIN", "other", "z", "0"]);
+    wait_blocked(&s, 2);
+    // One ZADD of two members serves both, first in line first.
+    assert_eq!(adder.cmd(&["ZADD", "z", "2", "b", "1", "a"]), int(2));
+    assert_eq!(first.read(), zpopped("z", "a", "1"));
+    assert_eq!(second.read(), zpopped("z", "b", "2"));
+    wait_blocked(&s, 0);
+    assert_eq!(adder.cmd(&["EXISTS", "z"]), int(0));
+    // One member serves one client; the second keeps waiting in its place.
+    send(&mut first, &["BZPOPMAX", "z", "0"]);
+    wait_blocked(&s, 1);
+    send(&mut second, &["BZMPOP", "0", "1", "z", "MAX"]);
+    wait_blocked(&s, 2);
+    assert_eq!(adder.cmd(&["ZADD", "z", "1", "m"]), int(1));
+    assert_eq!(first.read(), zpopped("z", "m", "1"));
+    wait_blocked(&s, 1);
+    assert_eq!(adder.cmd(&["ZADD", "z", "2", "n"]), int(1));
+    assert_eq!(
+        second.read(),
+        arr(vec![bulk("z"), arr(vec![arr(vec![bulk("n"), bulk("2")])])])
+    );
+    wait_blocked(&s, 0);
+}
+
+#[test]
+fn blpop_is_woken_by_a_rename_of_a_list_onto_its_key() {
+    let s = TestServer::start();
+    let mut waiter = s.raw();
+    let mut other = s.raw();
+    send(&mut waiter, &["BLPOP", "dst", "0"]);
+    wait_blocked(&s, 1);
+    assert_eq!(other.cmd(&["RPUSH", "src", "x", "y"]), int(2));
+    assert_eq!(other.cmd(&["RENAME", "src", "dst"]), common::ok());
+    assert_eq!(waiter.read(), pair("dst", "x"));
+    wait_blocked(&s, 0);
+    assert_eq!(
+        other.cmd(&["LRANGE", "dst", "0", "-1"]),
+        arr(vec![bulk("y")])
+    );
+    // RENAMENX of a sorted set wakes a BZPOPMIN.
+    send(&mut waiter, &["BZPOPMIN", "zdst", "0"]);
+    wait_blocked(&s, 1);
+    assert_eq!(other.cmd(&["ZADD", "zsrc", "1", "m"]), int(1));
+    assert_eq!(other.cmd(&["RENAMENX", "zsrc", "zdst"]), int(1));
+    assert_eq!(waiter.read(), zpopped("zdst", "m", "1"));
+    wait_blocked(&s, 0);
+}
+
+#[test]
+fn copy_move_swapdb_and_zset_stores_wake_waiters() {
+    let s = TestServer::start();
+    let mut waiter = s.raw();
+    let mut other = s.raw();
+    // COPY.
+    send(&mut waiter, &["BZPOPMIN", "zc", "0"]);
+    wait_blocked(&s, 1);
+    assert_eq!(other.cmd(&["ZADD", "zs", "1", "m"]), int(1));
+    assert_eq!(other.cmd(&["COPY", "zs", "zc"]), int(1));
+    assert_eq!(waiter.read(), zpopped("zc", "m", "1"));
+    wait_blocked(&s, 0);
+    // ZUNIONSTORE with a non-empty result.
+    send(&mut waiter, &["BZPOPMIN", "u", "0"]);
+    wait_blocked(&s, 1);
+    assert_eq!(other.cmd(&["ZUNIONSTORE", "u", "1", "zs"]), int(1));
+    assert_eq!(waiter.read(), zpopped("u", "m", "1"));
+    wait_blocked(&s, 0);
+    // ZRANGESTORE: an empty result serves nobody, a non-empty one does.
+    send(&mut waiter, &["BZPOPMAX", "rs", "0"]);
+    wait_blocked(&s, 1);
+    assert_eq!(
+        other.cmd(&["ZRANGESTORE", "rs", "nothing", "0", "-1"]),
+        int(0)
+    );
+    assert_eq!(other.cmd(&["ZADD", "zs", "2", "n"]), int(1));
+    assert_eq!(other.cmd(&["ZRANGESTORE", "rs", "zs", "0", "-1"]), int(2));
+    assert_eq!(waiter.read(), zpopped("rs", "n", "2"));
+    wait_blocked(&s, 0);
+    // MOVE into the waiter's database.
+    assert_eq!(waiter.cmd(&["SELECT", "1"]), common::ok());
+    send(&mut waiter, &["BZPOPMAX", "zm", "0"]);
+    wait_blocked(&s, 1);
+    assert_eq!(other.cmd(&["ZADD", "zm", "2", "n"]), int(1));
+    assert_eq!(other.cmd(&["MOVE", "zm", "1"]), int(1));
+    assert_eq!(waiter.read(), zpopped("zm", "n", "2"));
+    wait_blocked(&s, 0);
+    // SWAPDB bringing a list under the waited key.
+    send(&mut waiter, &["BLPOP", "ls", "0"]);
+    wait_blocked(&s, 1);
+    assert_eq!(other.cmd(&["RPUSH", "ls", "v"]), int(1));
+    assert_eq!(other.cmd(&["SWAPDB", "0", "1"]), common::ok());
+    assert_eq!(waiter.read(), pair("ls", "v"));
+    wait_blocked(&s, 0);
+}

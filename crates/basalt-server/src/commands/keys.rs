@@ -135,6 +135,8 @@ fn rename_generic(ctx: &mut Ctx<'_>, args: Args<'_>, nx: bool) -> Result {
         return Err(Error::NoSuchKey);
     }
     db.delete(src)?;
+    // A list or sorted set arriving under `dst` may serve a blocked client.
+    ctx.shared.blocking.signal(n, dst);
     if nx {
         ctx.int(1);
     } else {
@@ -371,6 +373,9 @@ fn copy(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             }
         }
     };
+    if copied {
+        ctx.shared.blocking.signal(to, dst);
+    }
     ctx.int(copied as i64);
     Ok(())
 }
@@ -397,6 +402,9 @@ fn move_(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             }
         }
     };
+    if moved {
+        ctx.shared.blocking.signal(to, key);
+    }
     ctx.int(moved as i64);
     Ok(())
 }
@@ -414,6 +422,14 @@ fn swapdb(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         return Err(Error::DbRange);
     }
     ctx.shared.keyspace.swap(a as usize, b as usize)?;
+    // Clients blocked in either database may now find their keys.
+    for d in [a as usize, b as usize] {
+        let slot = ctx.shared.keyspace.read(d);
+        let db = slot.db();
+        ctx.shared
+            .blocking
+            .signal_db(d, |k| db.is_some_and(|db| db.exists(k)));
+    }
     ctx.ok();
     Ok(())
 }

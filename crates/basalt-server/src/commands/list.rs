@@ -1044,8 +1044,9 @@ fn lmpop(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 }
 
 fn blmpop(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
-    let timeout = parse_timeout(&args[1], ctx.now_ms)?;
+    // Redis parses numkeys, LEFT|RIGHT and COUNT before the timeout.
     let (keys, end, count) = mpop_args(&args, 2)?;
+    let timeout = parse_timeout(&args[1], ctx.now_ms)?;
     pop_first(ctx, &keys, end, count, Some(timeout), true)
 }
 

@@ -13,8 +13,9 @@
 //! new version. A command that fails half-way drops the index, so the next
 //! access rebuilds it from what the engine holds.
 //!
-//! BZPOPMIN, BZPOPMAX and BZMPOP are not implemented yet; [`pop`] is the
-//! non-blocking core they will call.
+//! Blocking pops (BZPOPMIN BZPOPMAX BZMPOP) follow `crate::blocking`, with
+//! [`pop`] as their core; every write that adds members to a sorted set
+//! (ZADD, ZINCRBY, the STORE forms with a non-empty result) signals its key.
 
 use basalt_engine::{Db, KeyKind};
 use basalt_resp::{Args, Protocol};
@@ -22,6 +23,7 @@ use parking_lot::RwLockReadGuard;
 
 use super::flags::*;
 use super::{def, int_arg, is, parse_i64, CommandDef, Ctx, Error, Group, Result, Rng};
+use crate::blocking::{block_on, parse_timeout};
 use crate::glob;
 use crate::keyspace::{Slot, TAG_SET, TAG_ZSET};
 use crate::zindex::{LexBound, LexRange, ScoreRange, ZCache, ZIndex};
@@ -63,6 +65,9 @@ pub const COMMANDS: &[CommandDef] = &[
     def("zdiffstore", -4, WRITE | DENYOOM | MOVABLE_KEYS, (1, 1, 1), G, "6.2.0", "Stores the difference of multiple sorted sets in a key.", zdiffstore),
     def("zscan", -3, READONLY, (1, 1, 1), G, "2.8.0", "Iterates over members and scores of a sorted set.", zscan),
     def("zmpop", -4, WRITE | MOVABLE_KEYS, (0, 0, 0), G, "7.0.0", "Returns the highest- or lowest-scoring members from one or more sorted sets after removing them. Deletes the sorted set if the last member was popped.", zmpop),
+    def("bzpopmin", -3, WRITE | NOSCRIPT | FAST | BLOCKING, (1, -2, 1), G, "5.0.0", "Removes and returns the member with the lowest score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped.", bzpopmin),
+    def("bzpopmax", -3, WRITE | NOSCRIPT | FAST | BLOCKING, (1, -2, 1), G, "5.0.0", "Removes and returns the member with the highest score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped.", bzpopmax),
+    def("bzmpop", -5, WRITE | BLOCKING | MOVABLE_KEYS, (0, 0, 0), G, "7.0.0", "Removes and returns a member by score from one or more sorted sets. Blocks until a member is available otherwise. Deletes the sorted set if the last element was popped.", bzmpop),
 ];
 
 /// A member with its score.
@@ -441,6 +446,9 @@ fn zadd_generic(ctx: &mut Ctx<'_>, args: &Args<'_>, mut f: AddFlags, from: usize
             Ok(o) => o,
             Err(e) => {
                 z.put_back(key, ix);
+                if added > 0 {
+                    ctx.shared.blocking.signal(ctx.conn.db, key);
+                }
                 return Err(e);
             }
         };
@@ -458,6 +466,11 @@ fn zadd_generic(ctx: &mut Ctx<'_>, args: &Args<'_>, mut f: AddFlags, from: usize
         }
     }
     z.put_back(key, ix);
+    if added > 0 {
+        // Only a new member can make a key servable: a set that already
+        // had members had no client waiting for it.
+        ctx.shared.blocking.signal(ctx.conn.db, key);
+    }
     drop(_g);
     drop(slot);
     if f.incr {
@@ -842,6 +855,9 @@ fn zrangestore(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         None => Vec::new(),
     };
     let stored = z.store(dst, &items)?;
+    if stored > 0 {
+        ctx.shared.blocking.signal(n, dst);
+    }
     drop(_g);
     drop(slot);
     ctx.int(stored as i64);
@@ -1009,6 +1025,84 @@ fn zmpop(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     drop(slot);
     ctx.enc().null_array();
     Ok(())
+}
+
+/// BZPOPMIN, BZPOPMAX and BZMPOP (Redis's `blockingGenericZpopCommand`):
+/// pops up to `count` members from the first sorted set of `keys` that
+/// exists (WRONGTYPE at the first key holding something else, except on a
+/// re-run), or blocks (see `crate::blocking`). `multi` picks BZMPOP's reply
+/// (`[key, [[member, score], ...]]`) over BZPOPMIN's (`[key, member,
+/// score]`).
+fn bpop_first(
+    ctx: &mut Ctx<'_>,
+    keys: &[&[u8]],
+    max: bool,
+    count: usize,
+    timeout: Option<std::time::Duration>,
+    multi: bool,
+) -> Result {
+    let slot = ctx.slot();
+    let n = ctx.conn.db;
+    // Locked even when the database is unopened, so a ZADD cannot slip
+    // between the check and the registration of the waiter.
+    let guards = ctx.shared.keyspace.lock_many(keys.iter().map(|k| (n, *k)));
+    let rerun = ctx.shared.blocking.is_blocked(ctx.conn.info.id);
+    let mut served = None;
+    if let Some(z) = ZDb::of(&slot) {
+        for &key in keys {
+            match pop(&z, key, max, count) {
+                Ok(Some(items)) if !items.is_empty() => {
+                    served = Some((key, items));
+                    break;
+                }
+                Ok(_) => {}
+                // A key that changed type while this client waited does not
+                // concern it (Redis keeps it blocked).
+                Err(Error::WrongType) if rerun => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    let Some((key, items)) = served else {
+        block_on(ctx, keys, timeout);
+        return Ok(());
+    };
+    drop(guards);
+    drop(slot);
+    if multi {
+        mpop_reply(ctx, key, &items);
+    } else {
+        let (m, s) = &items[0];
+        ctx.array(3);
+        ctx.bulk(key);
+        ctx.bulk(m);
+        score_reply(ctx, *s);
+    }
+    Ok(())
+}
+
+fn bzpop_generic(ctx: &mut Ctx<'_>, args: Args<'_>, max: bool) -> Result {
+    let timeout = parse_timeout(&args[args.len() - 1], ctx.now_ms)?;
+    let keys: Vec<&[u8]> = (1..args.len() - 1).map(|i| &args[i]).collect();
+    bpop_first(ctx, &keys, max, 1, timeout, false)
+}
+
+fn bzpopmin(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    bzpop_generic(ctx, args, false)
+}
+
+fn bzpopmax(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    bzpop_generic(ctx, args, true)
+}
+
+fn bzmpop(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    // Redis parses numkeys, MIN|MAX and COUNT before the timeout.
+    let m = parse_mpop(&args, 2)?;
+    let timeout = parse_timeout(&args[1], ctx.now_ms)?;
+    let keys: Vec<&[u8]> = (m.first_key..m.first_key + m.numkeys)
+        .map(|i| &args[i])
+        .collect();
+    bpop_first(ctx, &keys, m.max, m.count, timeout, true)
 }
 
 /// Removes the members `select` picks; replies with how many.
@@ -1405,6 +1499,9 @@ fn setop_generic(ctx: &mut Ctx<'_>, args: Args<'_>, op: SetOp, store: bool) -> R
             .collect::<Result<Vec<_>>>()?;
         let result = combine(inputs, &weights, agg, op);
         let stored = z.store(dst, &result)?;
+        if stored > 0 {
+            ctx.shared.blocking.signal(n, dst);
+        }
         drop(_g);
         drop(slot);
         ctx.int(stored as i64);
