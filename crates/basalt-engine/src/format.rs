@@ -364,10 +364,10 @@ pub fn hint_footer_count(footer: &[u8]) -> Option<u64> {
     Some(u64::from_le_bytes(footer[8..16].try_into().unwrap()))
 }
 
-pub fn read_hint_file(
-    b: &[u8],
+pub fn read_hint_file<'b>(
+    b: &'b [u8],
     data_len: u64,
-    mut f: impl FnMut(HintRef<'_>),
+    mut f: impl FnMut(HintRef<'b>),
 ) -> std::result::Result<(), String> {
     FileHeader::decode(b, &HINT_MAGIC)?;
     if b.len() < FILE_HEADER_LEN + HINT_FOOTER_LEN {
@@ -387,53 +387,56 @@ pub fn read_hint_file(
         ));
     }
     let body = &b[FILE_HEADER_LEN..b.len() - HINT_FOOTER_LEN];
-    let walk = |visit: &mut dyn FnMut(HintRef<'_>)| -> std::result::Result<u64, String> {
-        let mut pos = 0usize;
-        let mut n = 0u64;
-        while pos < body.len() {
-            let at = FILE_HEADER_LEN + pos;
-            let rest = &body[pos..];
-            if rest.len() < HINT_ENTRY_HEADER_LEN {
-                return Err(format!("truncated hint entry at {at}"));
+    // Two walks: the first checks every entry (so nothing is applied from a
+    // damaged file), the second hands them out without checking again.
+    let walk =
+        |check: bool, visit: &mut dyn FnMut(HintRef<'b>)| -> std::result::Result<u64, String> {
+            let mut pos = 0usize;
+            let mut n = 0u64;
+            while pos < body.len() {
+                let at = FILE_HEADER_LEN + pos;
+                let rest = &body[pos..];
+                if rest.len() < HINT_ENTRY_HEADER_LEN {
+                    return Err(format!("truncated hint entry at {at}"));
+                }
+                let u32_at = |i: usize| u32::from_le_bytes(rest[i..i + 4].try_into().unwrap());
+                let u64_at = |i: usize| u64::from_le_bytes(rest[i..i + 8].try_into().unwrap());
+                let key_len = u32_at(24) as usize;
+                let field_len = u32_at(28) as usize;
+                let len = HINT_ENTRY_HEADER_LEN
+                    .checked_add(key_len)
+                    .and_then(|l| l.checked_add(field_len))
+                    .filter(|&l| l <= rest.len())
+                    .ok_or_else(|| format!("hint entry at {at} overruns the file"))?;
+                if check && u32_at(0) != crc32c::crc32c(&rest[4..len]) {
+                    return Err(format!("hint entry checksum mismatch at {at}"));
+                }
+                let kind = Kind::from_u8(rest[20])
+                    .ok_or_else(|| format!("unknown kind in hint entry at {at}"))?;
+                let k0 = HINT_ENTRY_HEADER_LEN;
+                visit(HintRef {
+                    seq: u64_at(4),
+                    expiry: u64_at(12),
+                    kind,
+                    flags: rest[21],
+                    tag: rest[22],
+                    offset: u32_at(32),
+                    record_len: u32_at(36),
+                    key: &rest[k0..k0 + key_len],
+                    field: &rest[k0 + key_len..len],
+                });
+                pos += len;
+                n += 1;
             }
-            let u32_at = |i: usize| u32::from_le_bytes(rest[i..i + 4].try_into().unwrap());
-            let u64_at = |i: usize| u64::from_le_bytes(rest[i..i + 8].try_into().unwrap());
-            let key_len = u32_at(24) as usize;
-            let field_len = u32_at(28) as usize;
-            let len = HINT_ENTRY_HEADER_LEN
-                .checked_add(key_len)
-                .and_then(|l| l.checked_add(field_len))
-                .filter(|&l| l <= rest.len())
-                .ok_or_else(|| format!("hint entry at {at} overruns the file"))?;
-            if u32_at(0) != crc32c::crc32c(&rest[4..len]) {
-                return Err(format!("hint entry checksum mismatch at {at}"));
-            }
-            let kind = Kind::from_u8(rest[20])
-                .ok_or_else(|| format!("unknown kind in hint entry at {at}"))?;
-            let k0 = HINT_ENTRY_HEADER_LEN;
-            visit(HintRef {
-                seq: u64_at(4),
-                expiry: u64_at(12),
-                kind,
-                flags: rest[21],
-                tag: rest[22],
-                offset: u32_at(32),
-                record_len: u32_at(36),
-                key: &rest[k0..k0 + key_len],
-                field: &rest[k0 + key_len..len],
-            });
-            pos += len;
-            n += 1;
-        }
-        Ok(n)
-    };
-    let n = walk(&mut |_| {})?;
+            Ok(n)
+        };
+    let n = walk(true, &mut |_| {})?;
     if n != count {
         return Err(format!(
             "hint footer promises {count} entries, file holds {n}"
         ));
     }
-    walk(&mut f)?;
+    walk(false, &mut f)?;
     Ok(())
 }
 

@@ -2,10 +2,22 @@
 //!
 //! The one idea: entries do not get a heap allocation each. Every entry
 //! (a 24-byte location header followed by the key bytes) is appended to a
-//! 1 MiB page, and the hash table holds only an 8-byte reference
-//! (page id, offset) per key. That avoids the allocator's per-object overhead
-//! and the 16-byte fat pointer a `Box<[u8]>` key would cost, which is how the
-//! index stays near 24 + key length + ~12 bytes per key.
+//! 1 MiB page, and the hash table holds only an 8-byte slot per key: a
+//! reference (page id, offset) plus 15 bits of the key's hash. That avoids
+//! the allocator's per-object overhead and the 16-byte fat pointer a
+//! `Box<[u8]>` key would cost, which is how the index stays near 24 + key
+//! length + ~12 bytes per key.
+//!
+//! The table is open addressing with linear probing, written here rather
+//! than taken from hashbrown because a lookup is the hottest path of both a
+//! GET and opening a directory, and it is bound by cache misses: hashbrown
+//! keeps control bytes and slots in separate arrays (two misses before the
+//! key is even compared), while a slot here carries its own tag, so a probe
+//! costs one miss in the table and one in the arena for the matching key.
+//! The slot a key starts probing at is known from its hash alone, so callers
+//! with several keys in hand (opening a directory, a pipelined batch) can
+//! [`Keydir::prefetch`] it ahead. Removal shifts later entries of the probe
+//! run back (no tombstones), so lookups never slow down with churn.
 //!
 //! Removing a key marks its entry dead; a page that is more than half dead
 //! is evacuated into the newest page and dropped. Page ids only grow, so a
@@ -19,8 +31,6 @@
 
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
-
-use hashbrown::HashTable;
 
 /// Where a record lives, and its sequence number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,11 +50,26 @@ pub const MAP_FILE: u32 = u32::MAX;
 
 const PAGE_SIZE: usize = 1 << 20;
 const HDR: usize = 24;
+/// Slot bit: occupied (an empty slot is 0).
+const OCC: u64 = 1 << 63;
+/// Slot bits 48..63: the top 15 bits of the key's hash.
+const TAG_SHIFT: u32 = 48;
+const TAG_MASK: u64 = 0x7fff << TAG_SHIFT;
+/// Slot bits 0..48: the entry reference, `page << OFFSET_BITS | offset`.
+const REF_MASK: u64 = (1 << TAG_SHIFT) - 1;
+/// Page ids must fit the 28 bits a reference gives them: 2^28 MiB of
+/// entries appended in one process's life.
+const MAX_PAGES: u64 = 1 << (TAG_SHIFT - OFFSET_BITS);
+/// Grow when more than 4/5 of the slots are used (linear probing stays
+/// short: ~3 slots per hit, ~13 per miss at the worst, mostly one line).
+const LOAD_NUM: usize = 4;
+const LOAD_DEN: usize = 5;
 const TTL_BIT: u32 = 1 << 31;
 const DEAD_BIT: u32 = 1 << 30;
 const LEN_MASK: u32 = DEAD_BIT - 1;
 /// Cursor encoding: page id in the high bits, offset in the low 20.
 const OFFSET_BITS: u32 = 20;
+const OFFSET_MASK: u64 = (1 << OFFSET_BITS) - 1;
 
 #[derive(Debug)]
 struct Page {
@@ -62,9 +87,12 @@ pub struct Entry {
 }
 
 /// See the module documentation.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Keydir {
-    table: HashTable<u64>,
+    /// Power-of-two many slots (or none); see the module documentation.
+    slots: Vec<u64>,
+    /// Occupied slots.
+    len: usize,
     hasher: hashbrown::DefaultHashBuilder,
     pages: VecDeque<Option<Page>>,
     /// Page id of `pages[0]`.
@@ -72,56 +100,78 @@ pub struct Keydir {
     live_bytes: usize,
 }
 
-impl Default for Keydir {
-    fn default() -> Self {
-        Keydir {
-            table: HashTable::new(),
-            hasher: hashbrown::DefaultHashBuilder::default(),
-            pages: VecDeque::new(),
-            base: 0,
-            live_bytes: 0,
-        }
-    }
+fn r(page: u64, off: usize) -> u64 {
+    (page << OFFSET_BITS) | off as u64
 }
 
-fn r(page: u64, off: usize) -> u64 {
-    (page << 32) | off as u64
+fn tag(h: u64) -> u64 {
+    ((h >> 49) << TAG_SHIFT) | OCC
+}
+
+/// Slots needed so `n` keys stay under the load limit (0 for none).
+fn buckets_for(n: usize) -> usize {
+    if n == 0 {
+        return 0;
+    }
+    (n * LOAD_DEN).div_ceil(LOAD_NUM).next_power_of_two().max(8)
+}
+
+/// Asks the CPU to start loading the cache line of `p`.
+#[inline(always)]
+fn prefetch_read(p: *const u64) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint; it never faults, whatever the address,
+    // and SSE (which provides it) is part of the x86_64 baseline.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 impl Keydir {
     /// Number of keys.
     pub fn len(&self) -> usize {
-        self.table.len()
+        self.len
     }
 
     /// Makes room for `additional` more keys without growing. Open uses it
     /// with the entry counts of the hint files, so loading does not rehash
     /// the table (one cache miss per key per doubling) as it grows.
     pub fn reserve(&mut self, additional: usize) {
-        let Keydir {
-            table,
-            pages,
-            base,
-            hasher,
-            ..
-        } = self;
-        table.reserve(additional, |&x| hasher.hash_one(key_at(pages, *base, x)));
+        let want = buckets_for(self.len.saturating_add(additional));
+        if want > self.slots.len() {
+            self.rebuild(want);
+        }
     }
 
     /// Gives back table capacity beyond what the keys need (after a
     /// [`Keydir::reserve`] that overestimated).
     pub fn shrink_to_fit(&mut self) {
-        let Keydir {
-            table,
-            pages,
-            base,
-            hasher,
-            ..
-        } = self;
-        table.shrink_to_fit(|&x| hasher.hash_one(key_at(pages, *base, x)));
+        let want = buckets_for(self.len);
+        if want < self.slots.len() {
+            self.rebuild(want);
+        }
     }
 
-    /// Bytes of memory held: table slots and control bytes plus page buffers.
+    /// Moves every slot into a table of `buckets` slots.
+    fn rebuild(&mut self, buckets: usize) {
+        let old = std::mem::replace(&mut self.slots, vec![0; buckets]);
+        if buckets == 0 {
+            return;
+        }
+        let mask = buckets - 1;
+        for s in old.into_iter().filter(|&s| s != 0) {
+            let h = self.hasher.hash_one(self.key_of(s & REF_MASK));
+            let mut i = h as usize & mask;
+            while self.slots[i] != 0 {
+                i = (i + 1) & mask;
+            }
+            self.slots[i] = tag(h) | (s & REF_MASK);
+        }
+    }
+
+    /// Bytes of memory held: table slots plus page buffers.
     pub fn memory_bytes(&self) -> usize {
         let pages: usize = self
             .pages
@@ -129,7 +179,67 @@ impl Keydir {
             .flatten()
             .map(|p| p.buf.capacity() + std::mem::size_of::<Page>())
             .sum();
-        self.table.capacity() * (8 + 1) + pages
+        self.slots.capacity() * 8 + pages
+    }
+
+    /// The hash [`Keydir::prefetch`] takes.
+    pub fn hash_key(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// Starts loading the table slot where a lookup of the key with hash
+    /// `h` begins, so a lookup a little later does not wait for memory.
+    #[inline]
+    pub fn prefetch(&self, h: u64) {
+        if !self.slots.is_empty() {
+            let i = h as usize & (self.slots.len() - 1);
+            prefetch_read(&self.slots[i]);
+        }
+    }
+
+    /// The slot holding `key` (`Ok`), or the empty slot where its probe
+    /// ended (`Err`; `usize::MAX` when the table has no slots).
+    fn find(&self, h: u64, key: &[u8]) -> Result<usize, usize> {
+        if self.slots.is_empty() {
+            return Err(usize::MAX);
+        }
+        let mask = self.slots.len() - 1;
+        let t = tag(h);
+        let mut i = h as usize & mask;
+        loop {
+            let s = self.slots[i];
+            if s == 0 {
+                return Err(i);
+            }
+            if s & (TAG_MASK | OCC) == t && self.key_of(s & REF_MASK) == key {
+                return Ok(i);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Empties slot `i`, moving later entries of its probe run back so no
+    /// lookup ever needs a tombstone.
+    fn vacate(&mut self, i: usize) {
+        let mask = self.slots.len() - 1;
+        let mut hole = i;
+        let mut j = (i + 1) & mask;
+        loop {
+            let s = self.slots[j];
+            if s == 0 {
+                break;
+            }
+            let home = self.hasher.hash_one(self.key_of(s & REF_MASK)) as usize & mask;
+            // `s` may fill the hole unless its home lies after the hole
+            // (cyclically) on the way to `j`.
+            if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(hole) & mask) {
+                self.slots[hole] = s;
+                hole = j;
+            }
+            j = (j + 1) & mask;
+        }
+        self.slots[hole] = 0;
+        self.len -= 1;
     }
 
     fn page(&self, id: u64) -> &Page {
@@ -139,8 +249,8 @@ impl Keydir {
     }
 
     fn bytes_at(&self, rf: u64) -> &[u8] {
-        let p = self.page(rf >> 32);
-        &p.buf[(rf & 0xffff_ffff) as usize..]
+        let p = self.page(rf >> OFFSET_BITS);
+        &p.buf[(rf & OFFSET_MASK) as usize..]
     }
 
     fn key_of(&self, rf: u64) -> &[u8] {
@@ -153,45 +263,43 @@ impl Keydir {
         decode(self.bytes_at(rf))
     }
 
-    fn hash(&self, key: &[u8]) -> u64 {
-        self.hasher.hash_one(key)
-    }
-
     /// Looks a key up.
     pub fn get(&self, key: &[u8]) -> Option<Entry> {
-        let h = self.hash(key);
-        self.table
-            .find(h, |&rf| self.key_of(rf) == key)
-            .map(|&rf| self.entry_of(rf))
+        let h = self.hasher.hash_one(key);
+        let i = self.find(h, key).ok()?;
+        Some(self.entry_of(self.slots[i] & REF_MASK))
     }
 
     /// Inserts or replaces; returns the previous entry.
     pub fn insert(&mut self, key: &[u8], loc: Loc, has_ttl: bool) -> Option<Entry> {
-        let h = self.hash(key);
-        if let Some(&rf) = self.table.find(h, |&rf| self.key_of(rf) == key) {
-            let old = self.entry_of(rf);
-            self.write_entry(rf, loc, has_ttl);
-            return Some(old);
+        if buckets_for(self.len + 1) > self.slots.len() {
+            self.rebuild(buckets_for(self.len + 1));
         }
-        let rf = self.append(key, loc, has_ttl);
-        let Keydir {
-            table,
-            pages,
-            base,
-            hasher,
-            ..
-        } = self;
-        table.insert_unique(h, rf, |&x| hasher.hash_one(key_at(pages, *base, x)));
-        None
+        let h = self.hasher.hash_one(key);
+        match self.find(h, key) {
+            Ok(i) => {
+                let rf = self.slots[i] & REF_MASK;
+                let old = self.entry_of(rf);
+                self.write_entry(rf, loc, has_ttl);
+                Some(old)
+            }
+            Err(i) => {
+                let rf = self.append(key, loc, has_ttl);
+                self.slots[i] = tag(h) | rf;
+                self.len += 1;
+                None
+            }
+        }
     }
 
     /// Changes the location of `key` only if it still points at
     /// (`file`, `offset`); compaction uses this so a write that raced it wins.
     pub fn update_if(&mut self, key: &[u8], file: u32, offset: u32, loc: Loc) -> bool {
-        let h = self.hash(key);
-        let Some(&rf) = self.table.find(h, |&rf| self.key_of(rf) == key) else {
+        let h = self.hasher.hash_one(key);
+        let Ok(i) = self.find(h, key) else {
             return false;
         };
+        let rf = self.slots[i] & REF_MASK;
         let e = self.entry_of(rf);
         if e.loc.file != file || e.loc.offset != offset {
             return false;
@@ -202,8 +310,9 @@ impl Keydir {
 
     /// Sets or clears the expiry flag of an existing key.
     pub fn set_ttl_flag(&mut self, key: &[u8], has_ttl: bool) {
-        let h = self.hash(key);
-        if let Some(&rf) = self.table.find(h, |&rf| self.key_of(rf) == key) {
+        let h = self.hasher.hash_one(key);
+        if let Ok(i) = self.find(h, key) {
+            let rf = self.slots[i] & REF_MASK;
             let e = self.entry_of(rf);
             self.write_entry(rf, e.loc, has_ttl);
         }
@@ -211,15 +320,11 @@ impl Keydir {
 
     /// Removes a key; returns its entry.
     pub fn remove(&mut self, key: &[u8]) -> Option<Entry> {
-        let h = self.hash(key);
-        let Keydir {
-            table, pages, base, ..
-        } = self;
-        let rf = match table.find_entry(h, |&rf| key_at(pages, *base, rf) == key) {
-            Ok(occ) => occ.remove().0,
-            Err(_) => return None,
-        };
+        let h = self.hasher.hash_one(key);
+        let i = self.find(h, key).ok()?;
+        let rf = self.slots[i] & REF_MASK;
         let old = self.entry_of(rf);
+        self.vacate(i);
         self.kill(rf);
         Some(old)
     }
@@ -279,8 +384,8 @@ impl Keydir {
     }
 
     fn write_entry(&mut self, rf: u64, loc: Loc, has_ttl: bool) {
-        let id = rf >> 32;
-        let off = (rf & 0xffff_ffff) as usize;
+        let id = rf >> OFFSET_BITS;
+        let off = (rf & OFFSET_MASK) as usize;
         let base = self.base;
         let p = self.pages[(id - base) as usize].as_mut().unwrap();
         let b = &mut p.buf[off..off + HDR];
@@ -309,6 +414,7 @@ impl Keydir {
             }));
         }
         let id = self.base + self.pages.len() as u64 - 1;
+        assert!(id < MAX_PAGES, "keydir page ids exhausted");
         let p = self.pages.back_mut().unwrap().as_mut().unwrap();
         let off = p.buf.len();
         let mut raw = key.len() as u32;
@@ -325,8 +431,8 @@ impl Keydir {
     }
 
     fn kill(&mut self, rf: u64) {
-        let id = rf >> 32;
-        let off = (rf & 0xffff_ffff) as usize;
+        let id = rf >> OFFSET_BITS;
+        let off = (rf & OFFSET_MASK) as usize;
         let idx = (id - self.base) as usize;
         let is_last = idx + 1 == self.pages.len();
         let p = self.pages[idx].as_mut().unwrap();
@@ -356,11 +462,16 @@ impl Keydir {
                 let new = self.append(key, e.loc, e.has_ttl);
                 let old = r(id, off);
                 let h = self.hasher.hash_one(key);
-                let slot = self
-                    .table
-                    .find_mut(h, |&x| x == old)
-                    .expect("live keydir entry missing from the table");
-                *slot = new;
+                let mask = self.slots.len() - 1;
+                let mut i = h as usize & mask;
+                while self.slots[i] & REF_MASK != old {
+                    assert!(
+                        self.slots[i] != 0,
+                        "live keydir entry missing from the table"
+                    );
+                    i = (i + 1) & mask;
+                }
+                self.slots[i] = tag(h) | new;
             }
             off += HDR + klen;
         }
@@ -369,13 +480,6 @@ impl Keydir {
             self.base += 1;
         }
     }
-}
-
-fn key_at(pages: &VecDeque<Option<Page>>, base: u64, rf: u64) -> &[u8] {
-    let p = pages[((rf >> 32) - base) as usize].as_ref().unwrap();
-    let b = &p.buf[(rf & 0xffff_ffff) as usize..];
-    let klen = (u32::from_le_bytes(b[0..4].try_into().unwrap()) & LEN_MASK) as usize;
-    &b[HDR..HDR + klen]
 }
 
 fn decode(b: &[u8]) -> Entry {
@@ -465,6 +569,46 @@ mod tests {
         for i in 0..25_000u64 {
             assert!(found.contains(format!("k{i}").as_bytes()), "k{i} missed");
         }
+    }
+
+    #[test]
+    fn random_churn_with_reserve_and_shrink_matches_a_hashmap() {
+        // A small key space and many removals exercise long probe runs,
+        // wrap-around at the end of the table and the backward shift.
+        let mut kd = Keydir::default();
+        let mut model: HashMap<Vec<u8>, u64> = HashMap::new();
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        for op in 0..200_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let key = format!("k{}", x % 3_000).into_bytes();
+            match x >> 60 {
+                0..=6 => {
+                    let old = kd.insert(&key, loc(op), false).map(|e| e.loc.seq);
+                    assert_eq!(old, model.insert(key, op));
+                }
+                7..=13 => {
+                    let old = kd.remove(&key).map(|e| e.loc.seq);
+                    assert_eq!(old, model.remove(&key));
+                }
+                14 => kd.reserve((x % 5_000) as usize),
+                _ => kd.shrink_to_fit(),
+            }
+            if op % 20_000 == 0 {
+                assert_eq!(kd.len(), model.len());
+                for (k, &seq) in &model {
+                    assert_eq!(kd.get(k).map(|e| e.loc.seq), Some(seq));
+                }
+            }
+        }
+        assert_eq!(kd.len(), model.len());
+        for i in 0..3_000u64 {
+            let k = format!("k{i}").into_bytes();
+            assert_eq!(kd.get(&k).map(|e| e.loc.seq), model.get(&k).copied());
+        }
+        kd.shrink_to_fit();
+        assert!(kd.slots.len() <= buckets_for(model.len()).max(8));
     }
 
     #[test]
