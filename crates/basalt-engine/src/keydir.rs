@@ -155,20 +155,53 @@ impl Keydir {
     }
 
     /// Moves every slot into a table of `buckets` slots.
+    ///
+    /// The live entries are found by walking the pages in order rather than
+    /// the old slots, so computing each key's hash reads memory
+    /// sequentially; only the write into the new table is a random access,
+    /// and it is prefetched a few entries ahead.
     fn rebuild(&mut self, buckets: usize) {
-        let old = std::mem::replace(&mut self.slots, vec![0; buckets]);
+        self.slots = Vec::new();
         if buckets == 0 {
             return;
         }
+        let mut slots = vec![0u64; buckets];
         let mask = buckets - 1;
-        for s in old.into_iter().filter(|&s| s != 0) {
-            let h = self.hasher.hash_one(self.key_of(s & REF_MASK));
+        fn place(slots: &mut [u64], mask: usize, h: u64, rf: u64) {
             let mut i = h as usize & mask;
-            while self.slots[i] != 0 {
+            while slots[i] != 0 {
                 i = (i + 1) & mask;
             }
-            self.slots[i] = tag(h) | (s & REF_MASK);
+            slots[i] = tag(h) | rf;
         }
+        const AHEAD: usize = 8;
+        let mut window = [(0u64, 0u64); AHEAD];
+        let mut n = 0usize;
+        for (idx, p) in self.pages.iter().enumerate() {
+            let Some(p) = p else { continue };
+            let id = self.base + idx as u64;
+            let mut off = 0;
+            while off < p.buf.len() {
+                let raw = u32::from_le_bytes(p.buf[off..off + 4].try_into().unwrap());
+                let klen = (raw & LEN_MASK) as usize;
+                if raw & DEAD_BIT == 0 {
+                    let h = self.hasher.hash_one(&p.buf[off + HDR..off + HDR + klen]);
+                    prefetch_read(&slots[h as usize & mask]);
+                    let w = &mut window[n % AHEAD];
+                    if n >= AHEAD {
+                        place(&mut slots, mask, w.0, w.1);
+                    }
+                    *w = (h, r(id, off));
+                    n += 1;
+                }
+                off += HDR + klen;
+            }
+        }
+        for k in n.saturating_sub(AHEAD)..n {
+            let (h, rf) = window[k % AHEAD];
+            place(&mut slots, mask, h, rf);
+        }
+        self.slots = slots;
     }
 
     /// Bytes of memory held: table slots plus page buffers.
@@ -583,16 +616,16 @@ mod tests {
             x ^= x >> 7;
             x ^= x << 17;
             let key = format!("k{}", x % 3_000).into_bytes();
-            match x >> 60 {
-                0..=6 => {
+            match x >> 58 {
+                0..=30 => {
                     let old = kd.insert(&key, loc(op), false).map(|e| e.loc.seq);
                     assert_eq!(old, model.insert(key, op));
                 }
-                7..=13 => {
+                31..=61 => {
                     let old = kd.remove(&key).map(|e| e.loc.seq);
                     assert_eq!(old, model.remove(&key));
                 }
-                14 => kd.reserve((x % 5_000) as usize),
+                62 => kd.reserve((x % 5_000) as usize),
                 _ => kd.shrink_to_fit(),
             }
             if op % 20_000 == 0 {
