@@ -27,7 +27,8 @@ enum Command {
     /// Embedded engines: fillrandom, readrandom, overwrite and a 90/10 mix.
     Engine(engine_bench::EngineArgs),
     /// The basalt server against redis-server (same durability), driven by
-    /// redis-benchmark: ops/s, server CPU per request, latency, RSS.
+    /// redis-benchmark: ops/s, server CPU per request, latency, RSS; then
+    /// memory per member of one big hash and one big sorted set.
     Server(server_bench::ServerArgs),
 }
 

@@ -15,14 +15,27 @@
 //! one `-t set,get`) so that the CPU time measured around it belongs to that
 //! test alone.
 //!
-//! Keyspace state carries over between runs (no FLUSHALL): round 2's SET
-//! overwrites what round 1 wrote, and GET hits whatever SET left. Both servers
-//! see the same sequence of invocations. redis-benchmark seeds its random keys
-//! afresh on every invocation, so the two keyspaces are alike in size and
-//! distribution, not key for key; DBSIZE at the end is checked against the
-//! other server and against the expected number of distinct keys. An
-//! unmeasured warm-up SET pass before round 1 keeps round 1 from being the
-//! only "fill an empty server" round.
+//! String keyspace state carries over between runs (no FLUSHALL): round 2's
+//! SET overwrites what round 1 wrote, and GET hits whatever SET left. Both
+//! servers see the same sequence of invocations. redis-benchmark seeds its
+//! random keys afresh on every invocation, so the two keyspaces are alike in
+//! size and distribution, not key for key; DBSIZE at the end is checked
+//! against the other server and against the expected number of distinct
+//! keys. An unmeasured warm-up SET pass before round 1 keeps round 1 from
+//! being the only "fill an empty server" round.
+//!
+//! Collection tests (`lpush`, `spop`, `zadd`, `lrange_100`, ...) each hit one
+//! fixed key, so they get equal state another way (see [`catalog`]): the
+//! tests run in redis-benchmark's own order (pushes before pops); before
+//! every round and pipeline depth both servers have those keys deleted;
+//! before a pop test the key is topped up to `-n` members, and before
+//! `lrange_N` the list is refilled, by this program's own pipelined client
+//! outside the measured window; every collection run records the key's
+//! length before and after, so the report shows what each test found and
+//! left.
+//!
+//! `--collections N` then measures memory per member on fresh servers (see
+//! [`collections`]).
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -38,6 +51,13 @@ use serde::Serialize;
 
 use crate::engine_bench::{group, median};
 use crate::sysinfo;
+
+mod catalog;
+mod client;
+mod collections;
+
+use catalog::{Coll, TestSpec};
+use client::Conn;
 
 /// The CPU the server is pinned to with `--pin`; `redis-benchmark` gets
 /// [`CLIENT_CPU`].
@@ -59,7 +79,7 @@ pub struct ServerArgs {
     #[arg(long)]
     redis_benchmark: Option<PathBuf>,
     /// Requests per redis-benchmark run (`-n`).
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(short = 'n', long, default_value_t = 1_000_000)]
     requests: u64,
     /// Keys are drawn at random from this many (`-r`).
     #[arg(long, default_value_t = 1_000_000)]
@@ -73,8 +93,12 @@ pub struct ServerArgs {
     /// Pipeline depths (`-P`), comma separated.
     #[arg(long, value_delimiter = ',', default_value = "1,16")]
     pipelines: Vec<u32>,
-    /// redis-benchmark tests (`-t`), comma separated. Each test is its own
-    /// invocation, in this order, so its server CPU time is its own.
+    /// redis-benchmark tests (`-t`), comma separated: any of ping_inline,
+    /// ping_mbulk, ping, set, get, incr, lpush, rpush, lpop, rpop, sadd,
+    /// hset, spop, zadd, zpopmin, lrange (= lrange_100), lrange_300,
+    /// lrange_500, lrange_600, mset. Each test is its own invocation, so its
+    /// server CPU time is its own; they run in redis-benchmark's own order
+    /// (pushes before pops), whatever the order given here.
     #[arg(long, value_delimiter = ',', default_value = "set,get")]
     tests: Vec<String>,
     /// Rounds; every figure reported is the median over the rounds.
@@ -82,9 +106,17 @@ pub struct ServerArgs {
     rounds: usize,
     /// Unmeasured SET requests (at the deepest pipeline) sent to each server
     /// before round 1, so round 1 overwrites like the later rounds instead of
-    /// filling an empty keyspace. Default: --requests; 0 skips the warm-up.
+    /// filling an empty keyspace. Default: --requests if a test uses the
+    /// `key:` strings (set, get, mset), else 0; 0 skips the warm-up.
     #[arg(long)]
     warmup: Option<u64>,
+    /// Memory per member: on fresh servers, fill one hash with this many
+    /// fields (`field:<i>`, 16-byte values) and, on another fresh pair, one
+    /// sorted set with this many members (`member:<i>`, score i), and report
+    /// each server's RSS growth per member and Basalt's data-dir bytes per
+    /// member. 0 skips it.
+    #[arg(long, default_value_t = 1_000_000)]
+    collections: u64,
     /// CPU pinning with `taskset`: `off` (default) lets the servers and
     /// redis-benchmark float over all cores; `on` (or a bare `--pin`) pins
     /// the server to CPU 1 and redis-benchmark to CPU 0; `both` runs
@@ -313,6 +345,9 @@ struct Server {
     /// Declared after `child` only for clarity: `Drop::drop` below stops the
     /// process before any field (this directory) is dropped.
     tmp: tempfile::TempDir,
+    /// Commands this program sent itself (collection setup, fills), for the
+    /// per-request CPU total at the end.
+    setup_requests: u64,
 }
 
 impl Server {
@@ -379,6 +414,7 @@ impl Server {
             child,
             command_line: shell_line(&argv),
             tmp,
+            setup_requests: 0,
         };
         server.wait_ready(startup_timeout)?;
         Ok(server)
@@ -495,7 +531,9 @@ enum Reply {
     Error(String),
     Integer(i64),
     Bulk(Option<Vec<u8>>),
-    /// Arrays and RESP3 types, not needed here.
+    /// `*N` with its elements read; `*-1` is `None`.
+    Array(Option<Vec<Reply>>),
+    /// RESP3 types, not needed here (the benchmark speaks RESP2).
     Other(String),
 }
 
@@ -537,6 +575,17 @@ fn read_reply(r: &mut impl BufRead) -> Result<Reply> {
                 r.read_exact(&mut buf)?;
                 buf.truncate(len as usize);
                 Reply::Bulk(Some(buf))
+            }
+        }
+        "*" => {
+            let len: i64 = rest
+                .parse()
+                .with_context(|| format!("bad array length {line:?}"))?;
+            if len < 0 {
+                Reply::Array(None)
+            } else {
+                let items = (0..len).map(|_| read_reply(r)).collect::<Result<_>>()?;
+                Reply::Array(Some(items))
             }
         }
         _ => Reply::Other(line.to_string()),
@@ -738,8 +787,18 @@ struct Sample {
     round: usize,
     pipeline: u32,
     server: ServerKind,
-    /// As redis-benchmark names it: "SET", "GET", ...
+    /// As redis-benchmark names it: "SET", "GET", "LRANGE_100 (first 100
+    /// elements)", ...
     test: String,
+    /// The `--tests` name that selected it: "set", "lrange_100", ...
+    benchmark_test: String,
+    /// Collection tests: the key, its length as the measured run began and
+    /// ended, and the members this program added to it first (a pop's
+    /// top-up, an LRANGE's fill), outside the measured window.
+    key: Option<String>,
+    len_before: Option<u64>,
+    len_after: Option<u64>,
+    setup_added: Option<u64>,
     ops_per_sec: f64,
     p50_ms: Option<f64>,
     p99_ms: Option<f64>,
@@ -762,10 +821,12 @@ struct ServerEnd {
     command_line: String,
     rss_bytes: Option<u64>,
     dbsize: Option<i64>,
+    /// How many of the collection keys the tests use exist at the end.
+    collection_keys: Option<i64>,
     data_dir_bytes: Option<u64>,
     /// All CPU since the server started, warm-up included.
     cpu: Option<CpuTimes>,
-    /// Requests sent to it in all, warm-up included.
+    /// Requests sent to it in all, warm-up and setup included.
     requests: u64,
 }
 
@@ -774,6 +835,7 @@ struct ServerEnd {
 struct Summary {
     pinned: bool,
     test: String,
+    benchmark_test: String,
     pipeline: u32,
     redis_ops_per_sec: f64,
     basalt_ops_per_sec: f64,
@@ -786,6 +848,15 @@ struct Summary {
     basalt_p50_ms: Option<f64>,
     basalt_p99_ms: Option<f64>,
     rounds: usize,
+    /// Collection tests: the key and the medians of its length before and
+    /// after the measured runs, and of the members added first.
+    key: Option<String>,
+    redis_len_before: Option<f64>,
+    redis_len_after: Option<f64>,
+    basalt_len_before: Option<f64>,
+    basalt_len_after: Option<f64>,
+    redis_setup_added: Option<f64>,
+    basalt_setup_added: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -795,7 +866,7 @@ struct JsonOut<'a> {
     data_size: usize,
     clients: u32,
     pipelines: &'a [u32],
-    tests: &'a [String],
+    tests: &'a [&'a str],
     rounds: usize,
     warmup_requests: u64,
     cpus: usize,
@@ -803,6 +874,10 @@ struct JsonOut<'a> {
     summary: &'a [Summary],
     servers: &'a [ServerEnd],
     samples: &'a [Sample],
+    /// `--collections`: members per collection (0: not run).
+    collection_members: u64,
+    collection_summary: &'a [collections::MemSummary],
+    collection_records: &'a [collections::MemRecord],
 }
 
 /// The fixed parts of every redis-benchmark invocation.
@@ -813,10 +888,12 @@ struct Plan<'a> {
 }
 
 impl Plan<'_> {
+    /// The invocation: `test` is `-t <name>` or a custom command (which
+    /// must come after every option).
     fn argv(
         &self,
         port: u16,
-        test: &str,
+        test: &[String],
         requests: u64,
         pipeline: u32,
         pinned: bool,
@@ -829,8 +906,6 @@ impl Plan<'_> {
             "127.0.0.1".into(),
             "-p".into(),
             port.to_string(),
-            "-t".into(),
-            test.into(),
             "-n".into(),
             requests.to_string(),
             "-r".into(),
@@ -845,6 +920,7 @@ impl Plan<'_> {
         ] {
             argv.push(s);
         }
+        argv.extend(test.iter().cloned());
         argv
     }
 
@@ -853,18 +929,33 @@ impl Plan<'_> {
     fn measure(
         &self,
         server: &mut Server,
-        test: &str,
+        spec: &TestSpec,
         pipeline: u32,
         pinned: bool,
         round: usize,
         commands: &mut Vec<String>,
     ) -> Result<Vec<Sample>> {
-        let argv = self.argv(server.port, test, self.args.requests, pipeline, pinned);
+        let argv = self.argv(
+            server.port,
+            &spec.invocation(),
+            self.args.requests,
+            pipeline,
+            pinned,
+        );
         let line = shell_line(&argv);
         if !commands.contains(&line) {
             commands.push(line);
         }
         server.ensure_running()?;
+        // Unmeasured: bring the collection key into the state the test needs.
+        let mut setup = None;
+        if spec.collection.is_some() {
+            let mut conn = Conn::open(server.port, self.timeout)?;
+            let prepared =
+                catalog::prepare(&mut conn, spec, self.args.requests, self.args.data_size)
+                    .with_context(|| format!("prepare {} on {}", spec.name, server.kind.name()))?;
+            setup = prepared.map(|p| (conn, p));
+        }
         let cpu0 = server.cpu()?;
         let client0 = children_cpu_seconds();
         let t0 = Instant::now();
@@ -877,6 +968,12 @@ impl Plan<'_> {
         let cpu1 = server.cpu()?;
         let server_cpu_s = cpu1.own - cpu0.own;
         let server_children_cpu_s = cpu1.children - cpu0.children;
+        let mut state = None;
+        if let Some((mut conn, p)) = setup {
+            let after = catalog::length(&mut conn, p.coll)?;
+            server.setup_requests += p.commands + 1;
+            state = Some((p, after));
+        }
         // One invocation is one test, except `-t ping`, which runs two; their
         // CPU cannot be split, so it is shared out per request.
         let ops = self.args.requests as f64 * rows.len() as f64;
@@ -887,7 +984,12 @@ impl Plan<'_> {
                 round,
                 pipeline,
                 server: server.kind,
-                test: r.test,
+                test: spec.rename(&r.test),
+                benchmark_test: spec.name.to_string(),
+                key: state.map(|(p, _)| p.coll.key().to_string()),
+                len_before: state.map(|(p, _)| p.len_before),
+                len_after: state.map(|(_, after)| after),
+                setup_added: state.map(|(p, _)| p.added),
                 ops_per_sec: r.rps,
                 p50_ms: r.p50_ms,
                 p99_ms: r.p99_ms,
@@ -911,32 +1013,51 @@ pub fn run(args: ServerArgs) -> Result<()> {
         args.pipelines.iter().all(|&p| p > 0),
         "pipeline depths must be at least 1"
     );
-    ensure!(!args.tests.is_empty(), "--tests is empty");
+    let specs = catalog::select(&args.tests)?;
+    let colls = catalog::collections_of(&specs);
     let tools = Tools::resolve(&args)?;
     let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
     fs::create_dir_all(&base).with_context(|| format!("create {}", base.display()))?;
-    let warmup = args.warmup.unwrap_or(args.requests);
+    let default_warmup = if specs.iter().any(|t| t.string_keys) {
+        args.requests
+    } else {
+        0
+    };
+    let warmup = args.warmup.unwrap_or(default_warmup);
     let deepest = *args.pipelines.iter().max().expect("checked non-empty");
-    let requests_per_server = warmup
-        + args.rounds as u64
-            * args.pipelines.len() as u64
-            * args.tests.len() as u64
-            * args.requests;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let test_names: Vec<&str> = specs.iter().map(|t| t.name).collect();
 
     println!(
-        "basalt-bench server: redis-benchmark -n {} -r {} -d {} -c {}, pipelines {:?}, tests {}, \
-         {} round(s), warm-up {} SET at P={} per server",
+        "basalt-bench server: redis-benchmark -n {} -r {} -d {} -c {}, pipelines {:?}, tests {} \
+         (redis-benchmark's own order), {} round(s), warm-up {} SET at P={} per server",
         args.requests,
         args.keyspace,
         args.data_size,
         args.clients,
         args.pipelines,
-        args.tests.join(","),
+        test_names.join(","),
         args.rounds,
         warmup,
         deepest
     );
+    if !colls.is_empty() {
+        let keys: Vec<&str> = colls.iter().map(|c| c.key()).collect();
+        println!(
+            "  collection tests: the same state on both servers: {} deleted before every round and \
+             pipeline depth; before a pop test the key is topped up to -n members, before LRANGE_N \
+             the list is refilled with max(N, -n) elements of -d bytes (this program's own pipelined \
+             client, outside the measured window); lengths before/after each run are reported",
+            keys.join(" ")
+        );
+    }
+    if args.collections > 0 {
+        println!(
+            "  memory per member: fresh servers, one hash of {n} fields, one sorted set of {n} \
+             members (see the last table)",
+            n = group(args.collections as f64)
+        );
+    }
     println!(
         "  redis-server    {} ({})",
         tools.redis_server.display(),
@@ -960,12 +1081,12 @@ pub fn run(args: ServerArgs) -> Result<()> {
         tools: &tools,
         timeout: Duration::from_secs(args.run_timeout),
     };
+    let startup = Duration::from_secs(args.startup_timeout);
     let mut samples = Vec::new();
     let mut ends = Vec::new();
     let mut commands = Vec::new();
     let mut server_lines = Vec::new();
     for &pinned in args.pin.modes() {
-        let startup = Duration::from_secs(args.startup_timeout);
         let mut servers = Vec::new();
         for kind in ServerKind::BOTH {
             let s = Server::start(kind, &tools, pinned, &base, startup)?;
@@ -982,7 +1103,8 @@ pub fn run(args: ServerArgs) -> Result<()> {
 
         if warmup > 0 {
             for s in &mut servers {
-                let argv = plan.argv(s.port, "set", warmup, deepest, pinned);
+                let set = ["-t".to_string(), "set".into()];
+                let argv = plan.argv(s.port, &set, warmup, deepest, pinned);
                 eprintln!(
                     "[{}] warm-up {}: {}",
                     pin_label(pinned),
@@ -996,7 +1118,16 @@ pub fn run(args: ServerArgs) -> Result<()> {
 
         for round in 0..args.rounds {
             for &pipeline in &args.pipelines {
-                for test in &args.tests {
+                // Every round and depth starts the collection tests from nothing.
+                for s in &mut servers {
+                    if !colls.is_empty() {
+                        let mut conn = Conn::open(s.port, plan.timeout)?;
+                        catalog::reset(&mut conn, &colls)
+                            .with_context(|| format!("reset {}", s.kind.name()))?;
+                        s.setup_requests += 1;
+                    }
+                }
+                for spec in &specs {
                     // Flip the order every round so neither server always goes first.
                     let order: Vec<usize> = if round % 2 == 0 {
                         vec![0, 1]
@@ -1006,7 +1137,7 @@ pub fn run(args: ServerArgs) -> Result<()> {
                     for i in order {
                         let got = plan.measure(
                             &mut servers[i],
-                            test,
+                            spec,
                             pipeline,
                             pinned,
                             round,
@@ -1023,6 +1154,11 @@ pub fn run(args: ServerArgs) -> Result<()> {
 
         for s in &mut servers {
             s.ensure_running()?;
+            let measured = samples
+                .iter()
+                .filter(|x| x.pinned == pinned && x.server == s.kind)
+                .count() as u64
+                * args.requests;
             ends.push(ServerEnd {
                 pinned,
                 server: s.kind,
@@ -1032,14 +1168,37 @@ pub fn run(args: ServerArgs) -> Result<()> {
                     .dbsize()
                     .map_err(|e| eprintln!("DBSIZE on {}: {e:#}", s.kind.name()))
                     .ok(),
+                collection_keys: count_existing(s, &colls, plan.timeout)
+                    .map_err(|e| eprintln!("EXISTS on {}: {e:#}", s.kind.name()))
+                    .ok(),
                 data_dir_bytes: sysinfo::dir_bytes(&s.data_dir()).ok(),
                 cpu: s.cpu().ok(),
-                requests: requests_per_server,
+                requests: warmup + measured + s.setup_requests,
             });
         }
         // Stops both servers and removes their directories.
         drop(servers);
     }
+
+    let (mem_records, mem_summary) = if args.collections > 0 {
+        let pinned = args.pin.modes()[0];
+        let (records, summary, lines) = collections::run(
+            args.collections,
+            &tools,
+            pinned,
+            &base,
+            startup,
+            plan.timeout,
+        )?;
+        server_lines.extend(
+            lines
+                .into_iter()
+                .map(|l| format!("[collections, {}] {l}", pin_label(pinned))),
+        );
+        (records, summary)
+    } else {
+        (Vec::new(), Vec::new())
+    };
 
     let summary = summarize(&samples);
     println!("server command lines:");
@@ -1051,7 +1210,9 @@ pub fn run(args: ServerArgs) -> Result<()> {
         println!("  {l}");
     }
     println!();
-    print!("{}", report(&summary, &ends, &args, cpus));
+    print!("{}", report(&summary, &ends, &args, &specs, warmup, cpus));
+    print!("{}", collections::report(&mem_records, &mem_summary));
+    println!("load average at the end: {}", load_average());
 
     if let Some(path) = &args.json {
         let out = JsonOut {
@@ -1060,7 +1221,7 @@ pub fn run(args: ServerArgs) -> Result<()> {
             data_size: args.data_size,
             clients: args.clients,
             pipelines: &args.pipelines,
-            tests: &args.tests,
+            tests: &test_names,
             rounds: args.rounds,
             warmup_requests: warmup,
             cpus,
@@ -1068,6 +1229,9 @@ pub fn run(args: ServerArgs) -> Result<()> {
             summary: &summary,
             servers: &ends,
             samples: &samples,
+            collection_members: args.collections,
+            collection_summary: &mem_summary,
+            collection_records: &mem_records,
         };
         let text = serde_json::to_string_pretty(&out)?;
         fs::write(path, text + "\n").with_context(|| format!("write {}", path.display()))?;
@@ -1076,15 +1240,38 @@ pub fn run(args: ServerArgs) -> Result<()> {
     Ok(())
 }
 
+/// How many of `colls`' keys exist on `s` (one `EXISTS k1 k2 ...`).
+fn count_existing(s: &Server, colls: &[Coll], timeout: Duration) -> Result<i64> {
+    if colls.is_empty() {
+        return Ok(0);
+    }
+    let mut conn = Conn::open(s.port, timeout)?;
+    conn.integer(client::cmd(
+        std::iter::once("EXISTS").chain(colls.iter().map(|c| c.key())),
+    ))
+}
+
 fn progress(s: &Sample, rounds: usize) {
     let children = if s.server_children_cpu_s > 0.0 {
         format!(" +{:.2} s reaped child", s.server_children_cpu_s)
     } else {
         String::new()
     };
+    let state = match (&s.key, s.len_before, s.len_after) {
+        (Some(k), Some(b), Some(a)) => format!(
+            "  {k} {} -> {}{}",
+            group(b as f64),
+            group(a as f64),
+            match s.setup_added {
+                Some(n) if n > 0 => format!(" ({} added first)", group(n as f64)),
+                _ => String::new(),
+            }
+        ),
+        _ => String::new(),
+    };
     eprintln!(
-        "[{}] round {}/{} P={:<3} {:<6} {:<6} {:>11} ops/s  p50/p99 {} ms  server cpu {:.2} s ({:.2} us/op){}  \
-         redis-benchmark cpu {:.2} s of {:.2} s wall",
+        "[{}] round {}/{} P={:<3} {:<10} {:<6} {:>11} ops/s  p50/p99 {} ms  server cpu {:.2} s ({:.2} us/op){}  \
+         redis-benchmark cpu {:.2} s of {:.2} s wall{}",
         pin_label(s.pinned),
         s.round + 1,
         rounds,
@@ -1097,7 +1284,8 @@ fn progress(s: &Sample, rounds: usize) {
         s.server_cpu_us_per_op,
         children,
         s.client_cpu_s,
-        s.wall_s
+        s.wall_s,
+        state
     );
 }
 
@@ -1155,9 +1343,22 @@ fn summarize(samples: &[Sample]) -> Vec<Summary> {
                 med(&r, |s| s.server_cpu_us_per_op),
                 med(&b, |s| s.server_cpu_us_per_op),
             );
+            let b_first = b.first().copied();
+            let len = |v: &[&Sample], f: fn(&Sample) -> Option<u64>| {
+                let xs: Vec<f64> = v.iter().filter_map(|s| f(s).map(|x| x as f64)).collect();
+                (!xs.is_empty()).then(|| median(xs))
+            };
             Summary {
                 pinned,
                 pipeline,
+                benchmark_test: b_first.map_or(String::new(), |s| s.benchmark_test.clone()),
+                key: b_first.and_then(|s| s.key.clone()),
+                redis_len_before: len(&r, |s| s.len_before),
+                redis_len_after: len(&r, |s| s.len_after),
+                basalt_len_before: len(&b, |s| s.len_before),
+                basalt_len_after: len(&b, |s| s.len_after),
+                redis_setup_added: len(&r, |s| s.setup_added),
+                basalt_setup_added: len(&b, |s| s.setup_added),
                 redis_ops_per_sec: r_ops,
                 basalt_ops_per_sec: b_ops,
                 ops_ratio: b_ops / r_ops,
@@ -1175,21 +1376,21 @@ fn summarize(samples: &[Sample]) -> Vec<Summary> {
         .collect()
 }
 
-/// Distinct keys expected after all SET requests, when SET is the only test
-/// that creates keys: `keyspace * (1 - (1 - 1/keyspace)^draws)`.
-fn expected_dbsize(args: &ServerArgs) -> Option<f64> {
-    let creates_no_keys = |t: &str| matches!(t, "get" | "ping" | "ping_inline" | "ping_mbulk");
+/// Distinct `key:` strings expected after all SET requests (warm-up
+/// included), when SET is the only test that creates string keys:
+/// `keyspace * (1 - (1 - 1/keyspace)^draws)`. Collection tests create at most
+/// their own fixed keys, counted apart ([`ServerEnd::collection_keys`]).
+fn expected_dbsize(args: &ServerArgs, specs: &[TestSpec], warmup: u64) -> Option<f64> {
     let mut sets = 0u64;
-    for t in &args.tests {
-        let t = t.to_ascii_lowercase();
-        if t == "set" {
-            sets += 1;
-        } else if !creates_no_keys(&t) {
-            return None;
+    for t in specs {
+        match t.name {
+            "set" => sets += 1,
+            "get" | "ping" | "ping_inline" | "ping_mbulk" => {}
+            _ if t.collection.is_some() => {}
+            _ => return None,
         }
     }
-    let draws = args.warmup.unwrap_or(args.requests)
-        + args.rounds as u64 * args.pipelines.len() as u64 * sets * args.requests;
+    let draws = warmup + args.rounds as u64 * args.pipelines.len() as u64 * sets * args.requests;
     let k = args.keyspace as f64;
     Some(k * (1.0 - (1.0 - 1.0 / k).powf(draws as f64)))
 }
@@ -1205,8 +1406,21 @@ fn mib(bytes: Option<u64>) -> String {
     })
 }
 
-fn report(summary: &[Summary], ends: &[ServerEnd], args: &ServerArgs, cpus: usize) -> String {
+fn report(
+    summary: &[Summary],
+    ends: &[ServerEnd],
+    args: &ServerArgs,
+    specs: &[TestSpec],
+    warmup: u64,
+    cpus: usize,
+) -> String {
     let mut s = String::new();
+    let w = summary
+        .iter()
+        .map(|x| x.test.len())
+        .max()
+        .unwrap_or(0)
+        .max(6);
     let pins: BTreeSet<bool> = summary.iter().map(|x| x.pinned).collect();
     for pinned in pins {
         let rounds = summary
@@ -1238,7 +1452,7 @@ fn report(summary: &[Summary], ends: &[ServerEnd], args: &ServerArgs, cpus: usiz
         );
         let _ = writeln!(
             s,
-            "{:<6} {:>3} {:>12} {:>12} {:>7} {:>10} {:>10} {:>7} {:>15} {:>15}",
+            "{:<w$} {:>3} {:>12} {:>12} {:>7} {:>10} {:>10} {:>7} {:>15} {:>15}",
             "test",
             "P",
             "redis ops/s",
@@ -1252,13 +1466,13 @@ fn report(summary: &[Summary], ends: &[ServerEnd], args: &ServerArgs, cpus: usiz
         );
         let _ = writeln!(
             s,
-            "{:<6} {:>3} {:>12} {:>12} {:>7} {:>10} {:>10} {:>7} {:>15} {:>15}",
+            "{:<w$} {:>3} {:>12} {:>12} {:>7} {:>10} {:>10} {:>7} {:>15} {:>15}",
             "", "", "", "", "", "us/op", "us/op", "", "ms", "ms"
         );
         for x in summary.iter().filter(|x| x.pinned == pinned) {
             let _ = writeln!(
                 s,
-                "{:<6} {:>3} {:>12} {:>12} {:>6.2}x {:>10.2} {:>10.2} {:>6.2}x {:>15} {:>15}",
+                "{:<w$} {:>3} {:>12} {:>12} {:>6.2}x {:>10.2} {:>10.2} {:>6.2}x {:>15} {:>15}",
                 x.test,
                 x.pipeline,
                 group(x.redis_ops_per_sec),
@@ -1270,6 +1484,50 @@ fn report(summary: &[Summary], ends: &[ServerEnd], args: &ServerArgs, cpus: usiz
                 latency_pair(x.redis_p50_ms, x.redis_p99_ms),
                 latency_pair(x.basalt_p50_ms, x.basalt_p99_ms),
             );
+        }
+        let with_keys: Vec<&Summary> = summary
+            .iter()
+            .filter(|x| x.pinned == pinned && x.key.is_some())
+            .collect();
+        if !with_keys.is_empty() {
+            let _ = writeln!(
+                s,
+                "collection keys: length when the measured run began -> when it ended (medians), \
+                 and members this program added first, unmeasured:"
+            );
+            let n = |x: Option<f64>| x.map_or("-".to_string(), group);
+            for x in with_keys {
+                let (r0, r1) = (x.redis_len_before, x.redis_len_after);
+                let (b0, b1) = (x.basalt_len_before, x.basalt_len_after);
+                let same = r0 == b0 && r1 == b1;
+                let lens = if same {
+                    format!("{} -> {}", n(b0), n(b1))
+                } else {
+                    format!(
+                        "redis {} -> {}, basalt {} -> {}",
+                        n(r0),
+                        n(r1),
+                        n(b0),
+                        n(b1)
+                    )
+                };
+                let added = match (x.redis_setup_added, x.basalt_setup_added) {
+                    (Some(r), Some(b)) if r == b && b > 0.0 => {
+                        format!("  ({} added first)", group(b))
+                    }
+                    (Some(r), Some(b)) if r != b => {
+                        format!("  (added first: redis {}, basalt {})", group(r), group(b))
+                    }
+                    _ => String::new(),
+                };
+                let _ = writeln!(
+                    s,
+                    "  {:<w$} P={:<3} {:<7} {lens}{added}",
+                    x.test,
+                    x.pipeline,
+                    x.key.as_deref().unwrap_or("")
+                );
+            }
         }
         let _ = writeln!(s, "after all runs:");
         let mine: Vec<&ServerEnd> = ends.iter().filter(|e| e.pinned == pinned).collect();
@@ -1283,7 +1541,7 @@ fn report(summary: &[Summary], ends: &[ServerEnd], args: &ServerArgs, cpus: usiz
                 mib(e.data_dir_bytes),
                 e.cpu.map_or("-".into(), |c| format!(
                     "{:.1} s own + {:.1} s reaped children (AOF rewrites) = {:.2} us per request \
-                     over all {} requests incl. warm-up",
+                     over all {} requests incl. warm-up and setup",
                     c.own,
                     c.children,
                     (c.own + c.children) * 1e6 / e.requests as f64,
@@ -1291,10 +1549,23 @@ fn report(summary: &[Summary], ends: &[ServerEnd], args: &ServerArgs, cpus: usiz
                 )),
             );
         }
-        if let Some(expected) = expected_dbsize(args) {
+        if let Some(expected) = expected_dbsize(args, specs, warmup) {
+            let colls: Vec<String> = mine
+                .iter()
+                .filter_map(|e| e.collection_keys.filter(|&n| n > 0))
+                .map(|n| n.to_string())
+                .collect();
+            let plus = if colls.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " + the collection keys left ({} on redis/basalt)",
+                    colls.join("/")
+                )
+            };
             let _ = writeln!(
                 s,
-                "  expected DBSIZE ~ {} (distinct keys among the SET requests' random draws)",
+                "  expected DBSIZE ~ {} (distinct keys among the SET requests' random draws){plus}",
                 group(expected)
             );
         }
@@ -1314,9 +1585,10 @@ fn report(summary: &[Summary], ends: &[ServerEnd], args: &ServerArgs, cpus: usiz
     }
     let _ = writeln!(
         s,
-        "note: keyspace state carries over between runs (no FLUSHALL), the same sequence for both \
-         servers (redis-benchmark draws its random keys afresh per run); GET misses keys SET never \
-         drew (hit rate ~ DBSIZE / -r)."
+        "note: string keyspace state carries over between runs (no FLUSHALL), the same sequence for \
+         both servers (redis-benchmark draws its random keys afresh per run); GET misses keys SET \
+         never drew (hit rate ~ DBSIZE / -r). Collection keys are deleted before every round and \
+         pipeline depth, and topped up/refilled before pops and LRANGE, on both servers alike."
     );
     s
 }
@@ -1393,5 +1665,20 @@ mod tests {
         );
         assert_eq!(read_reply(&mut r).unwrap(), Reply::Bulk(None));
         assert_eq!(read_reply(&mut r).unwrap(), Reply::Error("ERR no".into()));
+    }
+
+    #[test]
+    fn resp_arrays_are_read_whole_so_a_pipeline_stays_in_step() {
+        let mut r = BufReader::new(&b"*2\r\n$1\r\na\r\n:1\r\n*-1\r\n*0\r\n:7\r\n"[..]);
+        assert_eq!(
+            read_reply(&mut r).unwrap(),
+            Reply::Array(Some(vec![
+                Reply::Bulk(Some(b"a".to_vec())),
+                Reply::Integer(1)
+            ]))
+        );
+        assert_eq!(read_reply(&mut r).unwrap(), Reply::Array(None));
+        assert_eq!(read_reply(&mut r).unwrap(), Reply::Array(Some(vec![])));
+        assert_eq!(read_reply(&mut r).unwrap(), Reply::Integer(7));
     }
 }
