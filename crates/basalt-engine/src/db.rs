@@ -28,6 +28,8 @@ use crate::options::{Options, SyncPolicy};
 use crate::vfs::{FileMap, VFile};
 use crate::{Error, Result};
 
+/// A value's file, location and expiry, as `Db::locate_value` finds them.
+type Located = (Arc<DataFile>, Loc, Option<u64>);
 /// A value read together with its version.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Versioned {
@@ -877,43 +879,73 @@ impl Db {
 
     /// The value with its version and expiry.
     pub fn get_versioned(&self, key: &[u8]) -> Result<Option<Versioned>> {
-        let inner = &*self.inner;
-        let shard = inner.shard(key);
-        let (file, loc, expires_at) = {
-            let idx = shard.index.read();
-            let Some(e) = idx.keys.get(key) else {
-                return Ok(None);
-            };
-            let expires_at = if e.has_ttl { idx.expiry_of(key) } else { None };
-            if expires_at.is_some_and(|t| t <= inner.now()) {
-                return Ok(None);
-            }
-            if e.loc.file == MAP_FILE {
-                return Err(Error::WrongKind {
-                    expected: "value",
-                    found: "map",
-                });
-            }
-            let f = idx
-                .files
-                .get(&e.loc.file)
-                .expect("index points at a missing file");
-            (f.handle.clone(), e.loc, expires_at)
+        let Some((file, loc, expires_at)) = self.locate_value(key)? else {
+            return Ok(None);
         };
-        // SAFETY: `loc` and `file` were read from this shard's index above.
-        let value = unsafe {
-            inner.read_with(shard, &file, loc, |rec| {
-                if rec.key() != key {
-                    return Err("record holds another key than the index says");
-                }
-                rec.value()
-            })
-        }?;
+        let value = self.read_value(key, &file, loc, |v| v.to_vec())?;
         Ok(Some(Versioned {
             value,
             version: loc.seq,
             expires_at,
         }))
+    }
+
+    /// Calls `f` with the key's value seen in place: no copy is made unless
+    /// the value is compressed or its file is not mapped. `None` when the
+    /// key does not exist. The fast path for a caller that only forwards
+    /// the bytes (a server writing a reply).
+    pub fn get_with<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
+        let Some((file, loc, _)) = self.locate_value(key)? else {
+            return Ok(None);
+        };
+        self.read_value(key, &file, loc, f).map(Some)
+    }
+
+    /// Where the value of `key` is: its file, location and expiry.
+    fn locate_value(&self, key: &[u8]) -> Result<Option<Located>> {
+        let inner = &*self.inner;
+        let shard = inner.shard(key);
+        let idx = shard.index.read();
+        let Some(e) = idx.keys.get(key) else {
+            return Ok(None);
+        };
+        let expires_at = if e.has_ttl { idx.expiry_of(key) } else { None };
+        if expires_at.is_some_and(|t| t <= inner.now()) {
+            return Ok(None);
+        }
+        if e.loc.file == MAP_FILE {
+            return Err(Error::WrongKind {
+                expected: "value",
+                found: "map",
+            });
+        }
+        let f = idx
+            .files
+            .get(&e.loc.file)
+            .expect("index points at a missing file");
+        Ok(Some((f.handle.clone(), e.loc, expires_at)))
+    }
+
+    /// Reads the value record of `key` at `loc` and hands its value to `f`.
+    fn read_value<R>(
+        &self,
+        key: &[u8],
+        file: &DataFile,
+        loc: Loc,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R> {
+        let inner = &*self.inner;
+        let shard = inner.shard(key);
+        // SAFETY: `loc` and `file` were read from this shard's index
+        // (`locate_value`).
+        unsafe {
+            inner.read_with(shard, file, loc, |rec| {
+                if rec.key() != key {
+                    return Err("record holds another key than the index says");
+                }
+                Ok(f(&rec.value_ref()?))
+            })
+        }
     }
 
     /// The expiry of a key in ms since the epoch; `None` if the key has none
@@ -1130,6 +1162,56 @@ impl Db {
         };
         // SAFETY: `loc` and `file` were read from this shard's index above.
         unsafe { inner.read_with(shard, &file, loc, |rec| rec.value()) }.map(Some)
+    }
+
+    /// Reads several fields of the map at `key` in one pass: one lookup of
+    /// the key and one clock read for all of them. `f(i, value)` is called
+    /// for each `fields[i]` that exists, in order, with the value seen in
+    /// place (no copy unless compressed). Returns how many fields were
+    /// found, or `None` when the key does not exist; a key holding a value
+    /// is an [`Error::WrongKind`].
+    pub fn fields_with<F: AsRef<[u8]>>(
+        &self,
+        key: &[u8],
+        fields: &[F],
+        mut f: impl FnMut(usize, &[u8]),
+    ) -> Result<Option<usize>> {
+        let inner = &*self.inner;
+        let shard = inner.shard(key);
+        // Locations first, under the index lock; the reads happen without
+        // it. Each distinct file is held once (fields written together
+        // mostly share one).
+        let mut files: Vec<(u32, Arc<DataFile>)> = Vec::new();
+        let mut found: Vec<(usize, usize, Loc)> = Vec::with_capacity(fields.len());
+        {
+            let idx = shard.index.read();
+            let Some(m) = Self::live_map(inner, &idx, key)? else {
+                return Ok(None);
+            };
+            for (i, field) in fields.iter().enumerate() {
+                let Some(&loc) = m.fields.get(field.as_ref()) else {
+                    continue;
+                };
+                let fi = match files.iter().position(|(id, _)| *id == loc.file) {
+                    Some(fi) => fi,
+                    None => {
+                        files.push((loc.file, idx.files[&loc.file].handle.clone()));
+                        files.len() - 1
+                    }
+                };
+                found.push((i, fi, loc));
+            }
+        }
+        for &(i, fi, loc) in &found {
+            // SAFETY: `loc` and the file were read from this shard's index.
+            unsafe {
+                inner.read_with(shard, &files[fi].1, loc, |rec| {
+                    f(i, &rec.value_ref()?);
+                    Ok(())
+                })
+            }?;
+        }
+        Ok(Some(found.len()))
     }
 
     fn live_map<'a>(inner: &Inner, idx: &'a Index, key: &[u8]) -> Result<Option<&'a MapEntry>> {

@@ -261,12 +261,18 @@ impl<'a> Record<'a> {
     }
     /// The value, decompressed, in a new buffer of exactly its size.
     pub fn value(&self) -> std::result::Result<Vec<u8>, &'static str> {
+        self.value_ref().map(|v| v.into_owned())
+    }
+    /// The value, borrowed from the record's bytes unless it has to be
+    /// decompressed.
+    pub fn value_ref(&self) -> std::result::Result<std::borrow::Cow<'a, [u8]>, &'static str> {
         let stored = self.stored_value();
         if self.header.flags & FLAG_LZ4 != 0 {
             lz4_flex::block::decompress_size_prepended(stored)
+                .map(std::borrow::Cow::Owned)
                 .map_err(|_| "lz4 value does not decompress")
         } else {
-            Ok(stored.to_vec())
+            Ok(std::borrow::Cow::Borrowed(stored))
         }
     }
 }

@@ -107,12 +107,19 @@ fn check(db: &Db, model: &Model, now: u64) {
         match want.map(|e| &e.val) {
             None => {
                 assert_eq!(db.get(&key).unwrap(), None, "get({k})");
+                assert_eq!(db.get_with(&key, |v| v.to_vec()).unwrap(), None);
+                assert_eq!(db.fields_with(&key, &[b"f0"], |_, _| ()).unwrap(), None);
                 assert!(db.fields(&key).unwrap().is_empty());
                 assert_eq!(db.version(&key), 0);
             }
             Some(Val::Value(v)) => {
                 let got = db.get_versioned(&key).unwrap().expect("value present");
                 assert_eq!(&got.value, v, "value of {k}");
+                assert_eq!(db.get_with(&key, |b| b.to_vec()).unwrap().as_ref(), Some(v));
+                assert!(matches!(
+                    db.fields_with(&key, &[b"f0"], |_, _| ()),
+                    Err(Error::WrongKind { .. })
+                ));
                 assert_eq!(got.version, want.unwrap().version, "version of {k}");
                 let exp = want.unwrap().expiry;
                 assert_eq!(got.expires_at, (exp != 0).then_some(exp));
@@ -132,6 +139,24 @@ fn check(db: &Db, model: &Model, now: u64) {
                         m.get(&field(f))
                     );
                 }
+                // All six fields (some absent) in one pass, in order.
+                let names: Vec<_> = (0..6u8).map(field).collect();
+                let mut seen = Vec::new();
+                let n = db
+                    .fields_with(&key, &names, |i, v| {
+                        seen.push((names[i].clone(), v.to_vec()))
+                    })
+                    .unwrap();
+                let want_seen: Vec<_> = names
+                    .iter()
+                    .filter_map(|f| m.get(f).map(|v| (f.clone(), v.clone())))
+                    .collect();
+                assert_eq!(n, Some(want_seen.len()));
+                assert_eq!(seen, want_seen, "fields_with of {k}");
+                assert!(matches!(
+                    db.get_with(&key, |_| ()),
+                    Err(Error::WrongKind { .. })
+                ));
                 assert_eq!(
                     db.version(&key),
                     want.unwrap().version,

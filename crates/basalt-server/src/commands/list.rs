@@ -31,7 +31,7 @@
 use std::collections::HashMap;
 
 use basalt_engine::{Db, KeyKind};
-use basalt_resp::Args;
+use basalt_resp::{Args, Encoder};
 use parking_lot::{Mutex, RwLockReadGuard};
 
 use super::flags::*;
@@ -502,19 +502,30 @@ fn lrange(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let end = int_arg(&args[3])?;
     let key = &args[1];
     let slot = ctx.slot();
-    let items = match slot.db() {
-        None => Vec::new(),
-        Some(db) => {
-            let _g = ctx.lock(key);
-            let l = List::load(db, slot.generation(), ctx.conn.db, key)?;
-            match norm_range(start, end, l.len) {
-                None => Vec::new(),
-                Some((a, b)) => l.range(a, b + 1)?,
-            }
-        }
+    let Some(db) = slot.db() else {
+        ctx.array(0);
+        return Ok(());
     };
+    let _g = ctx.lock(key);
+    let l = List::load(db, slot.generation(), ctx.conn.db, key)?;
+    let Some((a, b)) = norm_range(start, end, l.len) else {
+        drop(slot);
+        ctx.array(0);
+        return Ok(());
+    };
+    // One engine pass over the whole range, each value encoded straight
+    // from the mapped file; the count goes first, so the elements are
+    // encoded aside (a list's positions are dense, but a missing one must
+    // not make the reply lie about its length).
+    let names: Vec<[u8; 8]> = (a..=b).map(|i| pos_field(l.head + i)).collect();
+    let mut body = Vec::new();
+    let mut enc = Encoder::new(&mut body, ctx.conn.protocol);
+    let n = db
+        .fields_with(key, &names, |_, v| enc.bulk(v))?
+        .unwrap_or(0);
     drop(slot);
-    bulks(ctx, &items);
+    ctx.array(n);
+    ctx.out.extend_from_slice(&body);
     Ok(())
 }
 

@@ -6,7 +6,7 @@
 //! KEEPTTL.
 
 use basalt_engine::Db;
-use basalt_resp::Args;
+use basalt_resp::{Args, Encoder};
 
 use super::flags::*;
 use super::{def, int_arg, is, parse_i64, CommandDef, Ctx, Error, Group, Result};
@@ -55,8 +55,16 @@ fn read_with_ttl(db: &Db, key: &[u8]) -> Result<Option<(Vec<u8>, Option<u64>)>> 
 }
 
 fn get(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
-    let v = read_string(ctx.slot().db(), &args[1])?;
-    ctx.opt_bulk(v.as_deref());
+    let slot = ctx.slot();
+    let mut enc = Encoder::new(ctx.out, ctx.conn.protocol);
+    // The value goes from the engine's mapped file straight into the reply.
+    let found = match slot.db() {
+        Some(db) => db.get_with(&args[1], |v| enc.bulk(v))?,
+        None => None,
+    };
+    if found.is_none() {
+        enc.null();
+    }
     Ok(())
 }
 
