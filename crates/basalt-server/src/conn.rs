@@ -15,6 +15,10 @@
 //! [`After::Block`] has registered a waiter; the loop writes the replies so
 //! far, parks in [`park`] (reading nothing else), and on a wakeup parses
 //! the same command from the buffer again and re-runs it.
+//!
+//! Pub/sub (see `crate::pubsub`): messages wait in the client's mailbox. An
+//! idle (or parked) connection wakes on the mailbox and writes them; a
+//! busy one appends them to its batch output after the command in flight.
 
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -28,6 +32,7 @@ use tokio::net::TcpStream;
 use crate::blocking::Unblock;
 use crate::commands::{self, flags::BLOCKING, After, Conn};
 use crate::config::Appendfsync;
+use crate::pubsub;
 use crate::state::{now_ms, Shared};
 
 /// Replies buffered before they are written in the middle of a batch.
@@ -52,6 +57,7 @@ pub(crate) async fn serve(mut stream: TcpStream, peer: SocketAddr, shared: Arc<S
     // A client that was blocked leaves the queues; its wakeup, if it had
     // one, passes to the next waiter.
     shared.blocking.finish(info.id);
+    shared.pubsub.drop_client(&info);
     shared.clients.unregister(info.id);
     tracing::debug!(id = info.id, "client disconnected");
 }
@@ -114,6 +120,14 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
             _ = info.kill.notified() => return Ok(()),
             _ = Shared::wait_shutdown(&mut shutdown) => return Ok(()),
             r = stream.read_buf(&mut buf) => r?,
+            // After the read: a client that keeps sending gets its messages
+            // appended to each batch's output instead.
+            _ = info.pubsub.ready() => {
+                if !pubsub::deliver(stream, &info, &shared.pubsub, conn.protocol, &shared.stats).await? {
+                    return Ok(());
+                }
+                continue;
+            }
         };
         if n == 0 {
             return Ok(());
@@ -182,7 +196,16 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
                 Some(After::Sleep(d)) => tokio::time::sleep(d).await,
                 Some(After::Block) => {
                     flush(stream, shared, &mut out, &mut wrote).await?;
-                    match park(stream, shared, &info, &mut buf, &mut shutdown).await? {
+                    match park(
+                        stream,
+                        shared,
+                        &info,
+                        conn.protocol,
+                        &mut buf,
+                        &mut shutdown,
+                    )
+                    .await?
+                    {
                         Parked::Rerun => {
                             // Run the same command again (it is still in
                             // `buf` at `cmd_start`); count it once.
@@ -208,6 +231,9 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
                 // A re-run that served the client (or failed): it no longer
                 // waits.
                 shared.blocking.finish(info.id);
+            }
+            if info.pubsub.has_pending() {
+                pubsub::append_pending(&info, &shared.pubsub, &mut out, conn.protocol);
             }
             if out.len() >= OUTPUT_FLUSH {
                 flush(stream, shared, &mut out, &mut wrote).await?;
@@ -260,6 +286,7 @@ async fn park(
     stream: &mut TcpStream,
     shared: &Shared,
     info: &crate::state::ClientInfo,
+    protocol: Protocol,
     buf: &mut Vec<u8>,
     shutdown: &mut tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<Parked> {
@@ -285,6 +312,11 @@ async fn park(
                 });
             }
             _ = sleep_until_opt(deadline) => return Ok(Parked::TimedOut),
+            _ = info.pubsub.ready() => {
+                if !pubsub::deliver(stream, info, &shared.pubsub, protocol, &shared.stats).await? {
+                    return Ok(Parked::Closed);
+                }
+            }
             r = stream.read_buf(buf), if read_more => {
                 match r {
                     Ok(0) | Err(_) => return Ok(Parked::Closed),

@@ -123,7 +123,8 @@ pub const COMMANDS: &[CommandDef] = &[
     ),
 ];
 
-fn help(ctx: &mut Ctx<'_>, cmd: &str, lines: &[&str]) {
+/// Writes a `<CMD> HELP` reply: the header, `lines`, and HELP itself.
+pub(crate) fn help(ctx: &mut Ctx<'_>, cmd: &str, lines: &[&str]) {
     ctx.array(lines.len() + 3);
     ctx.simple(
         format!("{cmd} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:").as_bytes(),
@@ -154,6 +155,7 @@ fn categories(c: &CommandDef) -> Vec<&'static str> {
         Group::Set => "@set",
         Group::SortedSet => "@sortedset",
         Group::List => "@list",
+        Group::Pubsub => "@pubsub",
     });
     v.push(if c.flags & FAST != 0 {
         "@fast"
@@ -774,8 +776,14 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             st.rejected.load(Ordering::Relaxed)
         );
         kv!(out, "evicted_keys", 0);
-        kv!(out, "pubsub_channels", 0);
-        kv!(out, "pubsub_patterns", 0);
+        kv!(out, "pubsub_channels", sh.pubsub.channel_count());
+        kv!(out, "pubsub_patterns", sh.pubsub.pattern_count());
+        // Redis 7.0 has no such counter; later Redis versions use this name.
+        kv!(
+            out,
+            "client_output_buffer_limit_disconnections",
+            sh.pubsub.disconnections.load(Ordering::Relaxed)
+        );
     }
     if want("replication") {
         head(&mut out, "Replication");
@@ -846,6 +854,10 @@ enum Kind {
     Bool,
     /// Any string; accepted and recorded, no effect.
     Str,
+    /// notify-keyspace-events.
+    NotifyEvents,
+    /// client-output-buffer-limit.
+    ObufLimit,
 }
 
 /// Settings CONFIG knows: (name, kind, default). Immutable ones read their
@@ -866,7 +878,8 @@ const PARAMS: &[(&str, Kind, &str)] = &[
     ("timeout", Kind::Int, "0"),
     ("tcp-keepalive", Kind::Int, "300"),
     ("hz", Kind::Int, "10"),
-    ("notify-keyspace-events", Kind::Str, ""),
+    ("notify-keyspace-events", Kind::NotifyEvents, ""),
+    ("client-output-buffer-limit", Kind::ObufLimit, ""),
     ("slowlog-log-slower-than", Kind::Int, "10000"),
     ("slowlog-max-len", Kind::Int, "128"),
     ("latency-monitor-threshold", Kind::Int, "0"),
@@ -907,6 +920,8 @@ fn param_value(ctx: &Ctx<'_>, name: &'static str, kind: Kind, default: &str) -> 
         "databases" => c.databases.to_string(),
         "loglevel" => c.loglevel.clone(),
         "appendfsync" => ctx.shared.settings.appendfsync().as_str().to_string(),
+        "notify-keyspace-events" => crate::notify::render(ctx.shared.pubsub.events()),
+        "client-output-buffer-limit" => ctx.shared.pubsub.limits().render(),
         _ if kind == Kind::Immutable => default.to_string(),
         _ => ctx
             .shared
@@ -952,6 +967,7 @@ fn config(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         }
         // Validate everything first, then apply: all or nothing, as in Redis.
         let mut changes: Vec<(&'static str, Kind, String)> = Vec::new();
+        let mut limits = ctx.shared.pubsub.limits();
         for j in (2..args.len()).step_by(2) {
             let name = String::from_utf8_lossy(&args[j]).to_ascii_lowercase();
             let value = String::from_utf8_lossy(&args[j + 1]).into_owned();
@@ -979,6 +995,14 @@ fn config(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                 {
                     return Err(set_failed(pname, "argument must be 'yes' or 'no'"))
                 }
+                Kind::NotifyEvents if crate::notify::parse(value.as_bytes()).is_none() => {
+                    return Err(set_failed(pname, crate::notify::INVALID))
+                }
+                Kind::ObufLimit => {
+                    limits = limits
+                        .parse_update(&value)
+                        .map_err(|why| set_failed(pname, why))?;
+                }
                 _ => {}
             }
             changes.push((pname, kind, value));
@@ -990,6 +1014,12 @@ fn config(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                         ctx.shared.settings.set_appendfsync(a);
                     }
                 }
+                Kind::NotifyEvents => {
+                    if let Some(flags) = crate::notify::parse(value.as_bytes()) {
+                        ctx.shared.pubsub.set_events(flags);
+                    }
+                }
+                Kind::ObufLimit => ctx.shared.pubsub.set_limits(limits),
                 Kind::Bool => {
                     ctx.shared
                         .settings
