@@ -310,6 +310,20 @@ fn pubsub_introspection_counts_channels_subscribers_and_patterns() {
             .any(|l| l.contains(" flags=P ") && l.contains(" sub=1 psub=2 ")),
         "{list}"
     );
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query(&mut rc)
+        .unwrap();
+    assert_eq!(list.lines().count(), 2, "{list}");
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("normal")
+        .query(&mut rc)
+        .unwrap();
+    assert!(list.lines().all(|l| l.contains(" flags=N ")), "{list}");
     // Closing a subscriber drops its subscriptions.
     drop(a);
     assert!(common::eventually(Duration::from_secs(5), || {

@@ -15,6 +15,7 @@ use super::flags::*;
 use super::{def, int_arg, is, parse_i64, CommandDef, Ctx, Error, Group, Result, Rng};
 use crate::glob;
 use crate::keyspace::TAG_HASH;
+use crate::notify::{GENERIC, HASH};
 
 const G: Group = Group::Hash;
 
@@ -69,6 +70,7 @@ fn set_pairs(ctx: &Ctx<'_>, args: &Args<'_>) -> Result<i64> {
         added += created as i64;
         j += 2;
     }
+    ctx.notify(HASH, "hset", key);
     Ok(added)
 }
 
@@ -99,6 +101,7 @@ fn hsetnx(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         false
     } else {
         db.put_field_tagged(key, TAG_HASH, field, &args[3])?;
+        ctx.notify(HASH, "hset", key);
         true
     };
     drop(db);
@@ -146,6 +149,12 @@ fn hdel(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         if collection_len(Some(db), key, TAG_HASH)?.is_some() {
             for f in args.iter().skip(2) {
                 n += db.delete_field(key, f)? as i64;
+            }
+            if n > 0 {
+                ctx.notify(HASH, "hdel", key);
+                if !db.exists(key) {
+                    ctx.notify(GENERIC, "del", key);
+                }
             }
         }
     }
@@ -242,6 +251,7 @@ fn hincrby(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         .ok_or_else(|| Error::err("increment or decrement would overflow"))?;
     db.put_field_tagged(key, TAG_HASH, field, new.to_string().as_bytes())?;
     drop(db);
+    ctx.notify(HASH, "hincrby", key);
     ctx.int(new);
     Ok(())
 }
@@ -278,6 +288,7 @@ fn hincrbyfloat(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let text = format!("{new}");
     db.put_field_tagged(key, TAG_HASH, field, text.as_bytes())?;
     drop(db);
+    ctx.notify(HASH, "hincrbyfloat", key);
     ctx.bulk(text.as_bytes());
     Ok(())
 }

@@ -19,6 +19,7 @@ use super::{
 };
 use crate::glob;
 use crate::keyspace::{RedisType, Slot, TAG_HASH, TAG_LIST, TAG_SET, TAG_ZSET};
+use crate::notify::GENERIC;
 
 const G: Group = Group::Generic;
 
@@ -57,6 +58,7 @@ fn del(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let mut count = 0;
     for key in args.iter().skip(1) {
         if db.delete(key)? {
+            ctx.notify(GENERIC, "del", key);
             count += 1;
         }
     }
@@ -135,6 +137,8 @@ fn rename_generic(ctx: &mut Ctx<'_>, args: Args<'_>, nx: bool) -> Result {
         return Err(Error::NoSuchKey);
     }
     db.delete(src)?;
+    ctx.notify(GENERIC, "rename_from", src);
+    ctx.notify(GENERIC, "rename_to", dst);
     // A list or sorted set arriving under `dst` may serve a blocked client.
     ctx.shared.blocking.signal(n, dst);
     if nx {
@@ -374,6 +378,7 @@ fn copy(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         }
     };
     if copied {
+        ctx.notify_db(GENERIC, "copy_to", dst, to);
         ctx.shared.blocking.signal(to, dst);
     }
     ctx.int(copied as i64);
@@ -403,6 +408,8 @@ fn move_(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         }
     };
     if moved {
+        ctx.notify_db(GENERIC, "move_from", key, from);
+        ctx.notify_db(GENERIC, "move_to", key, to);
         ctx.shared.blocking.signal(to, key);
     }
     ctx.int(moved as i64);

@@ -38,6 +38,7 @@ use super::flags::*;
 use super::{def, int_arg, is, parse_i64, CommandDef, Ctx, Error, Group, Result};
 use crate::blocking::{block_on, parse_timeout};
 use crate::keyspace::{Slot, TAG_LIST};
+use crate::notify::{GENERIC, LIST};
 
 const G: Group = Group::List;
 
@@ -107,6 +108,33 @@ fn cache_shard(key: &[u8]) -> &'static Mutex<CacheMap> {
 enum End {
     Left,
     Right,
+}
+
+impl End {
+    /// The keyspace event of a push at this end.
+    fn push_event(self) -> &'static str {
+        match self {
+            End::Left => "lpush",
+            End::Right => "rpush",
+        }
+    }
+
+    /// The keyspace event of a pop from this end.
+    fn pop_event(self) -> &'static str {
+        match self {
+            End::Left => "lpop",
+            End::Right => "rpop",
+        }
+    }
+}
+
+/// Keyspace events after elements left `key` (Redis's
+/// `listElementsRemoved`): the pop, then `del` if the list is gone.
+fn popped_events(ctx: &Ctx<'_>, key: &[u8], end: End, now_empty: bool) {
+    ctx.notify(LIST, end.pop_event(), key);
+    if now_empty {
+        ctx.notify(GENERIC, "del", key);
+    }
 }
 
 fn end_arg(a: &[u8]) -> Result<End> {
@@ -420,6 +448,7 @@ fn push_generic(ctx: &mut Ctx<'_>, args: Args<'_>, end: End, only_existing: bool
         }
     }
     l.commit();
+    ctx.notify(LIST, end.push_event(), key);
     ctx.shared.blocking.signal(ctx.conn.db, key);
     let n = l.len;
     drop(_g);
@@ -463,7 +492,11 @@ fn pop_generic(ctx: &mut Ctx<'_>, args: Args<'_>, end: End) -> Result {
             } else {
                 let r = l.pop_many(end, count.unwrap_or(1));
                 l.commit();
-                Some(r?)
+                let items = r?;
+                if !items.is_empty() {
+                    popped_events(ctx, key, end, l.len == 0);
+                }
+                Some(items)
             }
         }
     };
@@ -563,6 +596,7 @@ fn lset(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let r = l.put_at(l.head + i, &args[3]);
     l.commit();
     r?;
+    ctx.notify(LIST, "lset", key);
     drop(_g);
     drop(slot);
     ctx.ok();
@@ -628,6 +662,7 @@ fn linsert(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     };
     l.commit();
     r?;
+    ctx.notify(LIST, "linsert", key);
     let n = l.len;
     drop(_g);
     drop(slot);
@@ -693,6 +728,10 @@ fn lrem(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         };
         l.commit();
         r?;
+        ctx.notify(LIST, "lrem", key);
+        if removed == n {
+            ctx.notify(GENERIC, "del", key);
+        }
     }
     drop(_g);
     drop(slot);
@@ -715,6 +754,8 @@ fn ltrim(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             };
             if left == l.len {
                 db.delete(key)?;
+                ctx.notify(LIST, "ltrim", key);
+                ctx.notify(GENERIC, "del", key);
             } else {
                 let mut r = Ok(());
                 for _ in 0..left {
@@ -731,6 +772,7 @@ fn ltrim(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                 }
                 l.commit();
                 r?;
+                ctx.notify(LIST, "ltrim", key);
             }
         }
     }
@@ -855,6 +897,8 @@ fn move_one(
         let r = s.push(to, &v).and_then(|_| s.drop_end(from));
         s.commit();
         r?;
+        ctx.notify(LIST, to.push_event(), dst);
+        ctx.notify(LIST, from.pop_event(), src);
         ctx.shared.blocking.signal(dbi, dst);
         return Ok(Some(v));
     }
@@ -865,6 +909,8 @@ fn move_one(
     let r = d.push(to, &v);
     d.commit();
     r?;
+    ctx.notify(LIST, to.push_event(), dst);
+    popped_events(ctx, src, from, s.len == 0);
     ctx.shared.blocking.signal(dbi, dst);
     Ok(Some(v))
 }
@@ -964,7 +1010,9 @@ fn pop_first(
             if l.exists() {
                 let r = l.pop_many(end, count);
                 l.commit();
-                served = Some((key, r?));
+                let items = r?;
+                popped_events(ctx, key, end, l.len == 0);
+                served = Some((key, items));
                 break;
             }
         }

@@ -390,6 +390,8 @@ fn client(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         ctx.enc().verbatim(b"txt", line.as_bytes());
     } else if is(sub, "list") {
         let mut ids: Option<Vec<u64>> = None;
+        // None = any; Some(true) = pubsub clients; Some(false) = normal.
+        let mut pubsub_type: Option<bool> = None;
         let mut j = 2;
         while j < args.len() {
             if is(&args[j], "type") && j + 1 < args.len() {
@@ -400,7 +402,9 @@ fn client(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                         String::from_utf8_lossy(t)
                     )));
                 }
-                if !is(t, "normal") {
+                if is(t, "normal") || is(t, "pubsub") {
+                    pubsub_type = Some(is(t, "pubsub"));
+                } else {
                     ids = Some(Vec::new());
                 }
                 j += 2;
@@ -420,7 +424,9 @@ fn client(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         }
         let mut text = String::new();
         for c in ctx.shared.clients.all() {
-            if ids.as_ref().is_none_or(|ids| ids.contains(&c.id)) {
+            if ids.as_ref().is_none_or(|ids| ids.contains(&c.id))
+                && pubsub_type.is_none_or(|p| c.pubsub.subscribed() == p)
+            {
                 text.push_str(&c.line());
                 text.push('\n');
             }
@@ -518,7 +524,9 @@ fn client_kill(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         return Ok(());
     }
     let (mut id, mut addr, mut laddr, mut user) = (None, None, None, None);
-    let mut typ_normal = true;
+    // None = normal and pubsub clients; Some(p) = only pubsub (p) or only
+    // normal (!p); master/replica match nobody.
+    let mut typ: Option<Option<bool>> = Some(None);
     let mut skipme = true;
     let mut j = 2;
     while j < args.len() {
@@ -539,13 +547,11 @@ fn client_kill(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             user = Some(val.to_vec());
         } else if is(opt, "type") {
             if is(val, "normal") {
-                typ_normal = true;
-            } else if is(val, "master")
-                || is(val, "replica")
-                || is(val, "slave")
-                || is(val, "pubsub")
-            {
-                typ_normal = false;
+                typ = Some(Some(false));
+            } else if is(val, "pubsub") {
+                typ = Some(Some(true));
+            } else if is(val, "master") || is(val, "replica") || is(val, "slave") {
+                typ = None;
             } else {
                 return Err(Error::err(format!(
                     "Unknown client type '{}'",
@@ -567,7 +573,7 @@ fn client_kill(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     }
     let mut killed = 0;
     for c in ctx.shared.clients.all() {
-        let hit = typ_normal
+        let hit = typ.is_some_and(|t| t.is_none_or(|p| c.pubsub.subscribed() == p))
             && id.is_none_or(|i| c.id == i)
             && addr.as_ref().is_none_or(|a| c.addr.to_string() == *a)
             && laddr.as_ref().is_none_or(|a| c.laddr.to_string() == *a)

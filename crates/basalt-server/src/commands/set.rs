@@ -18,6 +18,7 @@ use super::hash::{collection_len, random_count, scan_args, scan_cursor, scan_nam
 use super::{def, is, parse_i64, CommandDef, Ctx, Error, Group, Result, Rng};
 use crate::glob;
 use crate::keyspace::TAG_SET;
+use crate::notify::{GENERIC, SET};
 
 const G: Group = Group::Set;
 
@@ -59,6 +60,9 @@ fn sadd(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         added += db.put_field_tagged(key, TAG_SET, m, b"")?.1 as i64;
     }
     drop(db);
+    if added > 0 {
+        ctx.notify(SET, "sadd", key);
+    }
     ctx.int(added);
     Ok(())
 }
@@ -72,6 +76,12 @@ fn srem(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         if set_len(Some(db), key)?.is_some() {
             for m in args.iter().skip(2) {
                 n += db.delete_field(key, m)? as i64;
+            }
+            if n > 0 {
+                ctx.notify(SET, "srem", key);
+                if !db.exists(key) {
+                    ctx.notify(GENERIC, "del", key);
+                }
             }
         }
     }
@@ -172,6 +182,12 @@ fn spop(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                     db.delete_field(key, m)?;
                 }
             }
+            if !popped.is_empty() {
+                ctx.notify(SET, "spop", key);
+                if want >= len {
+                    ctx.notify(GENERIC, "del", key);
+                }
+            }
         }
     }
     drop(slot);
@@ -231,7 +247,13 @@ fn smove(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         if src == dst {
             db.contains_field(src, member)?
         } else if db.delete_field(src, member)? {
-            db.put_field_tagged(dst, TAG_SET, member, b"")?;
+            ctx.notify(SET, "srem", src);
+            if !db.exists(src) {
+                ctx.notify(GENERIC, "del", src);
+            }
+            if db.put_field_tagged(dst, TAG_SET, member, b"")?.1 {
+                ctx.notify(SET, "sadd", dst);
+            }
             true
         } else {
             false
@@ -359,11 +381,21 @@ fn store_op(ctx: &mut Ctx<'_>, args: Args<'_>, op: Op) -> Result {
     let result = compute(Some(&db), &keys, op)?;
     // Not crash-atomic: a crash between the delete and the last add leaves
     // part of the result (the engine has no multi-record transaction).
-    db.delete(dst)?;
+    let existed = db.delete(dst)?;
     for m in &result {
         db.put_field_tagged(dst, TAG_SET, m, b"")?;
     }
     drop(db);
+    if !result.is_empty() {
+        let event = match op {
+            Op::Inter => "sinterstore",
+            Op::Union => "sunionstore",
+            Op::Diff => "sdiffstore",
+        };
+        ctx.notify(SET, event, dst);
+    } else if existed {
+        ctx.notify(GENERIC, "del", dst);
+    }
     ctx.int(result.len() as i64);
     Ok(())
 }

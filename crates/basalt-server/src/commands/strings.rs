@@ -10,6 +10,7 @@ use basalt_resp::Args;
 
 use super::flags::*;
 use super::{def, int_arg, is, parse_i64, CommandDef, Ctx, Error, Group, Result};
+use crate::notify::{GENERIC, STRING};
 
 /// Redis's `proto-max-bulk-len` default: the largest string a command may build.
 pub const MAX_STRING: u64 = 512 << 20;
@@ -182,6 +183,10 @@ fn set_generic(
     }
     let at = if o.keepttl { db.expires_at(key) } else { at };
     db.put_with_expiry(key, value, at)?;
+    ctx.notify(STRING, "set", key);
+    if o.expire.is_some() {
+        ctx.notify(GENERIC, "expire", key);
+    }
     match (&old, ok) {
         (Some(v), _) => ctx.opt_bulk(v.as_deref()),
         (None, Some(n)) => ctx.int(n),
@@ -225,6 +230,7 @@ fn getset(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let _g = ctx.lock(key);
     let old = db.get(key)?;
     db.put(key, &args[2])?;
+    ctx.notify(STRING, "set", key);
     ctx.opt_bulk(old.as_deref());
     Ok(())
 }
@@ -238,8 +244,8 @@ fn getdel(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     };
     let _g = ctx.lock(key);
     let old = db.get(key)?;
-    if old.is_some() {
-        db.delete(key)?;
+    if old.is_some() && db.delete(key)? {
+        ctx.notify(GENERIC, "del", key);
     }
     ctx.opt_bulk(old.as_deref());
     Ok(())
@@ -265,8 +271,13 @@ fn getex(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     if let Some(at) = at {
         // A time already past deletes the key (engine: expire <= now).
         db.expire(key, at)?;
-    } else if o.persist {
-        db.persist(key)?;
+        if at <= ctx.now_ms {
+            ctx.notify(GENERIC, "del", key);
+        } else {
+            ctx.notify(GENERIC, "expire", key);
+        }
+    } else if o.persist && db.persist(key)? {
+        ctx.notify(GENERIC, "persist", key);
     }
     ctx.bulk(&v);
     Ok(())
@@ -304,6 +315,7 @@ fn mset(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         .lock_many(args.iter().skip(1).step_by(2).map(|k| (n, k)));
     for j in (1..args.len()).step_by(2) {
         db.put(&args[j], &args[j + 1])?;
+        ctx.notify(STRING, "set", &args[j]);
     }
     ctx.ok();
     Ok(())
@@ -323,6 +335,7 @@ fn msetnx(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     }
     for j in (1..args.len()).step_by(2) {
         db.put(&args[j], &args[j + 1])?;
+        ctx.notify(STRING, "set", &args[j]);
     }
     ctx.int(1);
     Ok(())
@@ -342,6 +355,7 @@ fn append(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     }
     value.extend_from_slice(&args[2]);
     db.put_with_expiry(key, &value, at)?;
+    ctx.notify(STRING, "append", key);
     ctx.int(value.len() as i64);
     Ok(())
 }
@@ -402,6 +416,7 @@ fn setrange(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         let mut value = vec![0u8; offset as usize];
         value.extend_from_slice(piece);
         db.put(key, &value)?;
+        ctx.notify(STRING, "setrange", key);
         ctx.int(value.len() as i64);
         return Ok(());
     };
@@ -418,6 +433,7 @@ fn setrange(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     }
     value[offset..offset + piece.len()].copy_from_slice(piece);
     db.put_with_expiry(key, &value, at)?;
+    ctx.notify(STRING, "setrange", key);
     ctx.int(value.len() as i64);
     Ok(())
 }
@@ -436,6 +452,7 @@ fn incr_by(ctx: &mut Ctx<'_>, key: &[u8], incr: i64) -> Result {
     use std::io::Write as _;
     let _ = write!(buf, "{new}");
     db.put_with_expiry(key, &buf, at)?;
+    ctx.notify(STRING, "incrby", key);
     ctx.int(new);
     Ok(())
 }
@@ -489,6 +506,7 @@ fn incrbyfloat(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     // people use (10.5 + 0.1 = "10.6"), never an exponent.
     let text = format!("{new}");
     db.put_with_expiry(key, text.as_bytes(), at)?;
+    ctx.notify(STRING, "incrbyfloat", key);
     ctx.bulk(text.as_bytes());
     Ok(())
 }
