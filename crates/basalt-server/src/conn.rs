@@ -33,7 +33,7 @@ use crate::blocking::Unblock;
 use crate::commands::{self, flags::BLOCKING, After, Conn};
 use crate::config::Appendfsync;
 use crate::pubsub;
-use crate::state::{now_ms, Shared};
+use crate::state::{now_ms, ClientInfo, Shared};
 
 /// Replies buffered before they are written in the middle of a batch.
 pub const OUTPUT_FLUSH: usize = 64 << 20;
@@ -63,9 +63,12 @@ pub(crate) async fn serve(mut stream: TcpStream, peer: SocketAddr, shared: Arc<S
 }
 
 /// Writes the batch's replies, after the group-commit fsync if one is due.
+/// A kill (CLIENT KILL, or a publisher finding this client over its output
+/// limit) ends a write that a client which does not read has stalled.
 async fn flush(
     stream: &mut TcpStream,
     shared: &Shared,
+    info: &ClientInfo,
     out: &mut Vec<u8>,
     wrote: &mut bool,
 ) -> std::io::Result<()> {
@@ -86,7 +89,13 @@ async fn flush(
             .stats
             .net_output
             .fetch_add(out.len() as u64, Ordering::Relaxed);
-        stream.write_all(out).await?;
+        tokio::select! {
+            biased;
+            r = stream.write_all(out) => r?,
+            _ = info.kill.notified() => {
+                return Err(std::io::Error::other("client killed while its replies were pending"));
+            }
+        }
         out.clear();
         if out.capacity() > 4 * OUTPUT_FLUSH {
             out.shrink_to(READ_CHUNK);
@@ -195,7 +204,7 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
                 // in Redis; only this connection waits.
                 Some(After::Sleep(d)) => tokio::time::sleep(d).await,
                 Some(After::Block) => {
-                    flush(stream, shared, &mut out, &mut wrote).await?;
+                    flush(stream, shared, &info, &mut out, &mut wrote).await?;
                     match park(
                         stream,
                         shared,
@@ -236,7 +245,7 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
                 pubsub::append_pending(&info, &shared.pubsub, &mut out, conn.protocol);
             }
             if out.len() >= OUTPUT_FLUSH {
-                flush(stream, shared, &mut out, &mut wrote).await?;
+                flush(stream, shared, &info, &mut out, &mut wrote).await?;
             }
         }
         shared.stats.commands.fetch_add(count, Ordering::Relaxed);
@@ -247,7 +256,7 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
         if let Some(name) = last {
             *info.last_cmd.lock() = name;
         }
-        flush(stream, shared, &mut out, &mut wrote).await?;
+        flush(stream, shared, &info, &mut out, &mut wrote).await?;
         buf.drain(..pos);
         if shutdown_after {
             shared.request_shutdown();
@@ -285,7 +294,7 @@ const PARKED_INPUT: usize = 1 << 20;
 async fn park(
     stream: &mut TcpStream,
     shared: &Shared,
-    info: &crate::state::ClientInfo,
+    info: &ClientInfo,
     protocol: Protocol,
     buf: &mut Vec<u8>,
     shutdown: &mut tokio::sync::watch::Receiver<bool>,

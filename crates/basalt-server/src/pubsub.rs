@@ -202,6 +202,9 @@ pub struct Mailbox {
     patterns: Mutex<BTreeSet<Bytes>>,
     nchannels: AtomicUsize,
     npatterns: AtomicUsize,
+    /// `nchannels + npatterns`, so the per-command subscribed-mode check is
+    /// one load.
+    nall: AtomicUsize,
     queue: Mutex<Queue>,
     /// Something was queued since the connection last drained.
     pending: AtomicBool,
@@ -222,12 +225,14 @@ impl Mailbox {
     }
 
     /// Whether the client has any subscription (Redis's `CLIENT_PUBSUB`).
+    #[inline]
     pub fn subscribed(&self) -> bool {
-        self.channel_count() + self.pattern_count() > 0
+        self.nall.load(Ordering::Relaxed) > 0
     }
 
-    fn count(&self) -> i64 {
-        (self.channel_count() + self.pattern_count()) as i64
+    /// Subscriptions of both kinds (the count in (un)subscribe replies).
+    pub fn count(&self) -> i64 {
+        self.nall.load(Ordering::Relaxed) as i64
     }
 
     /// Whether messages wait to be written (one atomic load).
@@ -381,6 +386,7 @@ impl Hub {
         let name = Bytes::copy_from_slice(name);
         if own.lock().insert(name.clone()) {
             counter.fetch_add(1, Ordering::Relaxed);
+            mb.nall.fetch_add(1, Ordering::Relaxed);
             self.total.fetch_add(1, Ordering::Relaxed);
             map.entry(name)
                 .or_default()
@@ -399,6 +405,7 @@ impl Hub {
         };
         if own.lock().remove(name) {
             counter.fetch_sub(1, Ordering::Relaxed);
+            mb.nall.fetch_sub(1, Ordering::Relaxed);
             self.total.fetch_sub(1, Ordering::Relaxed);
             if let Some(subs) = map.get_mut(name) {
                 subs.remove(&client.id);
@@ -559,6 +566,81 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn msg(payload: usize) -> Msg {
+        Msg {
+            pattern: None,
+            channel: Bytes::from_static(b"c"),
+            payload: Bytes::from(vec![b'x'; payload]),
+        }
+    }
+
+    #[test]
+    fn hard_limit_counts_bytes_until_written() {
+        let mb = Mailbox::default();
+        let limit = ObufLimit {
+            hard: 3000,
+            soft: 0,
+            soft_secs: 0,
+        };
+        assert!(mb.push(msg(1000), &limit));
+        assert!(mb.push(msg(1000), &limit));
+        // Taken for writing but not yet written: still counted.
+        let mut out = Vec::new();
+        let n = mb.take(&mut out, Protocol::Resp2);
+        assert!(out.starts_with(b"*3\r\n$7\r\nmessage\r\n$1\r\nc\r\n$1000\r\n"));
+        assert_eq!(n, out.len(), "wire_len matches the encoding");
+        assert!(
+            !mb.push(msg(1000), &limit),
+            "2 written-pending + 1 queued pass 3000 bytes"
+        );
+        assert!(mb.dead.load(Ordering::Relaxed));
+        // A dead mailbox takes nothing more (and is not reported twice).
+        assert!(mb.push(msg(1), &limit));
+        assert_eq!(mb.take(&mut Vec::new(), Protocol::Resp2), 0);
+
+        let mb = Mailbox::default();
+        assert!(mb.push(msg(1000), &limit));
+        let n = mb.take(&mut Vec::new(), Protocol::Resp3);
+        mb.written(n, &limit);
+        for _ in 0..2 {
+            assert!(mb.push(msg(1000), &limit));
+        }
+    }
+
+    #[test]
+    fn soft_limit_disconnects_only_when_exceeded_for_longer_than_its_seconds() {
+        let limit = ObufLimit {
+            hard: 0,
+            soft: 1500,
+            soft_secs: 0,
+        };
+        let mb = Mailbox::default();
+        assert!(mb.push(msg(1000), &limit));
+        assert!(
+            mb.push(msg(1000), &limit),
+            "first time over: the clock starts"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(
+            !mb.push(msg(10), &limit),
+            "still over after the grace period"
+        );
+
+        // Dropping below the soft limit resets the clock.
+        let limit = ObufLimit {
+            hard: 0,
+            soft: 1500,
+            soft_secs: 60,
+        };
+        let mb = Mailbox::default();
+        assert!(mb.push(msg(2000), &limit));
+        let n = mb.take(&mut Vec::new(), Protocol::Resp2);
+        mb.written(n, &limit);
+        assert!(mb.queue.lock().soft_since.is_none());
+        assert!(mb.push(msg(2000), &limit));
+        assert!(mb.push(msg(2000), &limit), "within 60 s of going over");
+    }
 
     #[test]
     fn obuf_limits_parse_units_and_classes() {

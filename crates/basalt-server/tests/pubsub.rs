@@ -168,6 +168,10 @@ fn subscribed_resp2_client_may_only_ping_subscribe_quit_and_reset() {
         sub.cmd(&["PUBLISH", "ch", "v"]),
         err("ERR Can't execute 'publish': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context")
     );
+    assert_eq!(
+        sub.cmd(&["CLIENT", "LIST"]),
+        err("ERR Can't execute 'client|list': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context")
+    );
     // Arity is checked first, as in Redis.
     assert_eq!(
         sub.cmd(&["GET"]),

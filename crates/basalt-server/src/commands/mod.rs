@@ -419,7 +419,7 @@ pub fn execute(
     {
         let line = format!(
             "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
-            cmd.name
+            pubsub::full_name(cmd.name, &args)
         );
         Encoder::new(out, conn.protocol).error(line.as_bytes());
         return (None, None);

@@ -83,6 +83,21 @@ pub fn allowed_while_subscribed(name: &str) -> bool {
     )
 }
 
+/// Redis's `fullname` of a command for error texts: `client|list` for a
+/// container's subcommand, the name otherwise.
+pub fn full_name(name: &str, args: &Args<'_>) -> String {
+    const CONTAINERS: &[&str] = &["client", "command", "config", "debug", "object", "pubsub"];
+    match args.get(1) {
+        Some(sub) if CONTAINERS.contains(&name) => {
+            format!(
+                "{name}|{}",
+                String::from_utf8_lossy(sub).to_ascii_lowercase()
+            )
+        }
+        _ => name.to_string(),
+    }
+}
+
 fn confirm(ctx: &mut Ctx<'_>, what: &[u8], name: Option<&[u8]>, count: i64) {
     let mut e = ctx.enc();
     e.push(3);
@@ -109,7 +124,7 @@ fn unsub_generic(ctx: &mut Ctx<'_>, args: Args<'_>, kind: Kind, what: &[u8]) -> 
     if args.len() == 1 {
         let names = hub.subscriptions(&info, kind);
         if names.is_empty() {
-            let count = (info.pubsub.channel_count() + info.pubsub.pattern_count()) as i64;
+            let count = info.pubsub.count();
             confirm(ctx, what, None, count);
         }
         for name in names {
