@@ -263,7 +263,7 @@ mod tests {
         assert_eq!(crate::notify::render(c.notify_keyspace_events), "AKE");
         assert_eq!(c.client_output_buffer_limit.pubsub.hard, 1 << 20);
         assert_eq!(c.client_output_buffer_limit.pubsub.soft, 0);
-        std::fs::write(&path, "notify-keyspace-events = \"KEn\"\n").unwrap();
+        std::fs::write(&path, "notify-keyspace-events = \"KE?\"\n").unwrap();
         let args = ServerArgs {
             config: Some(path),
             ..ServerArgs::default()

@@ -18,7 +18,7 @@
 //!
 //! Pub/sub (see `crate::pubsub`): messages wait in the client's mailbox. An
 //! idle (or parked) connection wakes on the mailbox and writes them; a
-//! busy one appends them to its batch output after the command in flight.
+//! busy one puts them in its batch output with the command in flight.
 
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -158,6 +158,7 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
         let mut last: Option<&'static str> = None;
         loop {
             let cmd_start = pos;
+            let reply_at = out.len();
             let (found, after) = match parser.parse(&buf[pos..]) {
                 Ok(Parsed::Command { args, consumed }) => {
                     pos += consumed;
@@ -242,7 +243,14 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
                 shared.blocking.finish(info.id);
             }
             if info.pubsub.has_pending() {
-                pubsub::append_pending(&info, &shared.pubsub, &mut out, conn.protocol);
+                pubsub::write_pending(
+                    &info,
+                    &shared.pubsub,
+                    &mut out,
+                    reply_at,
+                    found,
+                    conn.protocol,
+                );
             }
             if out.len() >= OUTPUT_FLUSH {
                 flush(stream, shared, &info, &mut out, &mut wrote).await?;

@@ -38,12 +38,14 @@ pub const STREAM: u32 = 1 << 10;
 pub const KEY_MISS: u32 = 1 << 11;
 /// `d`: module events (no modules).
 pub const MODULE: u32 = 1 << 12;
+/// `n`: `new`, when a write creates a key (not part of `A`).
+pub const NEW: u32 = 1 << 13;
 /// `A`: alias for `g$lshzxetd`.
 pub const ALL: u32 =
     GENERIC | STRING | LIST | SET | HASH | ZSET | EXPIRED | EVICTED | STREAM | MODULE;
 
 /// The error text CONFIG SET gives for a letter Redis 7.0 does not know.
-pub const INVALID: &str = "Invalid event class character. Use 'Ag$lshzxeKEtmd'.";
+pub const INVALID: &str = "Invalid event class character. Use 'Ag$lshzxeKEtmdn'.";
 
 /// Parses flag letters (Redis's `keyspaceEventsStringToFlags`).
 pub fn parse(s: &[u8]) -> Option<u32> {
@@ -64,6 +66,7 @@ pub fn parse(s: &[u8]) -> Option<u32> {
             b't' => STREAM,
             b'm' => KEY_MISS,
             b'd' => MODULE,
+            b'n' => NEW,
             _ => return None,
         };
     }
@@ -87,6 +90,7 @@ pub fn render(flags: u32) -> String {
             (EVICTED, 'e'),
             (STREAM, 't'),
             (MODULE, 'd'),
+            (NEW, 'n'),
         ] {
             if flags & bit != 0 {
                 s.push(c);
@@ -155,7 +159,11 @@ mod tests {
         assert_eq!(render(parse(b"Kg$lshzxetd").unwrap()), "AK");
         assert_eq!(render(parse(b"").unwrap()), "");
         assert_eq!(render(parse(b"mK").unwrap()), "Km");
-        assert_eq!(parse(b"KEn"), None, "`n` (new) is Redis 7.2");
+        // `n` is not part of `A`, and `A` hides it when both are set, as
+        // in Redis 7.0.15.
+        assert_eq!(render(parse(b"KEn").unwrap()), "nKE");
+        assert_eq!(render(parse(b"nKEA").unwrap()), "AKE");
+        assert_eq!(parse(b"KEA").unwrap() & NEW, 0);
         assert_eq!(parse(b"KE?"), None);
     }
 }

@@ -517,11 +517,30 @@ impl Hub {
     }
 }
 
-/// Appends the client's pending messages to its batch output (after the
-/// reply of the command in flight). They leave with the batch's write,
-/// which backpressure bounds, so they stop counting against the limit now.
-pub(crate) fn append_pending(info: &ClientInfo, hub: &Hub, out: &mut Vec<u8>, protocol: Protocol) {
-    let n = info.pubsub.take(out, protocol);
+/// Puts the client's pending messages into its batch output after a
+/// command ran. Redis adds a message to the output buffer the moment it is
+/// published, so a message caused by (or arriving during) a command goes
+/// before that command's reply, which started at `reply_at`, except after
+/// a (P)SUBSCRIBE, whose confirmation comes first. The messages leave with
+/// the batch's write, which backpressure bounds, so they stop counting
+/// against the limit now.
+pub(crate) fn write_pending(
+    info: &ClientInfo,
+    hub: &Hub,
+    out: &mut Vec<u8>,
+    reply_at: usize,
+    cmd: Option<&crate::commands::CommandDef>,
+    protocol: Protocol,
+) {
+    let subscribe = cmd.is_some_and(|c| c.name == "subscribe" || c.name == "psubscribe");
+    let n = if subscribe || reply_at >= out.len() {
+        info.pubsub.take(out, protocol)
+    } else {
+        let mut msgs = Vec::new();
+        let n = info.pubsub.take(&mut msgs, protocol);
+        out.splice(reply_at..reply_at, msgs);
+        n
+    };
     info.pubsub.written(n, &hub.pubsub_limit());
 }
 

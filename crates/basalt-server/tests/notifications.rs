@@ -143,6 +143,8 @@ fn notify_keyspace_events_is_validated_and_normalised_like_redis() {
         ("Ex", "xE"),
         ("Kg$lshzxetd", "AK"),
         ("mE", "Em"),
+        ("KEn", "nKE"),
+        ("nKEA", "AKE"),
         ("", ""),
     ] {
         assert_eq!(
@@ -156,8 +158,8 @@ fn notify_keyspace_events_is_validated_and_normalised_like_redis() {
         ok()
     );
     assert_eq!(
-        c.cmd(&["CONFIG", "SET", "notify-keyspace-events", "KEn"]),
-        err("ERR CONFIG SET failed (possibly related to argument 'notify-keyspace-events') - Invalid event class character. Use 'Ag$lshzxeKEtmd'.")
+        c.cmd(&["CONFIG", "SET", "notify-keyspace-events", "KE?"]),
+        err("ERR CONFIG SET failed (possibly related to argument 'notify-keyspace-events') - Invalid event class character. Use 'Ag$lshzxeKEtmdn'.")
     );
     assert_eq!(get(&mut c), "AKE", "a rejected value changes nothing");
 }
@@ -446,6 +448,78 @@ fn list_commands_emit_redis_events_including_lmove_and_blocking_pops() {
     assert_eq!(c.cmd(&["LPUSH", "q", "job"]), Frame::Integer(1));
     assert_eq!(waiter.read(), Frame::Array(vec![bulk("q"), bulk("job")]));
     assert_eq!(ev.take(), ["lpush q", "lpop q", "del q"]);
+}
+
+#[test]
+fn new_events_precede_the_event_of_the_write_that_created_the_key() {
+    let s = TestServer::start();
+    // `A` does not include `n`; `n` alone gives only `new`.
+    let mut ev = Events::new(&s, "KEA");
+    let mut c = s.raw();
+    run(&mut c, &[&["SET", "a", "1"]]);
+    assert_eq!(ev.take(), ["set a"]);
+    assert_eq!(
+        ev.ctl
+            .cmd(&["CONFIG", "SET", "notify-keyspace-events", "KEAn"]),
+        ok()
+    );
+    run(
+        &mut c,
+        &[
+            &["SET", "a", "2"],
+            &["SET", "b", "1"],
+            &["HSET", "h", "f", "v"],
+            &["HSET", "h", "g", "v"],
+            &["RPUSH", "l", "x"],
+            &["LMOVE", "l", "m", "LEFT", "LEFT"],
+            &["SADD", "s1", "x"],
+            &["SUNIONSTORE", "s1", "s1"],
+            &["ZADD", "z", "1", "m"],
+            &["INCR", "n"],
+            &["RENAME", "a", "b"],
+            &["COPY", "b", "h", "REPLACE"],
+            &["MOVE", "b", "3"],
+        ],
+    );
+    assert_eq!(
+        ev.take(),
+        [
+            "set a",
+            "new b",
+            "set b",
+            "new h",
+            "hset h",
+            "hset h",
+            "new l",
+            "rpush l",
+            "new m",
+            "lpush m",
+            "lpop l",
+            "del l",
+            "new s1",
+            "sadd s1",
+            "sunionstore s1",
+            "new z",
+            "zadd z",
+            "new n",
+            "incrby n",
+            "new b",
+            "rename_from a",
+            "rename_to b",
+            "new h",
+            "copy_to h",
+            "new@3 b",
+            "move_from b",
+            "move_to@3 b",
+        ]
+    );
+    assert_eq!(
+        ev.ctl
+            .cmd(&["CONFIG", "SET", "notify-keyspace-events", "En"]),
+        ok()
+    );
+    run(&mut c, &[&["SET", "fresh", "1"], &["SET", "fresh", "2"]]);
+    assert_eq!(ev.take(), ["new fresh"]);
 }
 
 #[test]

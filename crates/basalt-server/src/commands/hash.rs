@@ -15,7 +15,7 @@ use super::flags::*;
 use super::{def, int_arg, is, parse_i64, CommandDef, Ctx, Error, Group, Result, Rng};
 use crate::glob;
 use crate::keyspace::TAG_HASH;
-use crate::notify::{GENERIC, HASH};
+use crate::notify::{GENERIC, HASH, NEW};
 
 const G: Group = Group::Hash;
 
@@ -62,13 +62,16 @@ fn set_pairs(ctx: &Ctx<'_>, args: &Args<'_>) -> Result<i64> {
     let key = &args[1];
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
-    collection_len(Some(&db), key, TAG_HASH)?;
+    let created = collection_len(Some(&db), key, TAG_HASH)?.is_none();
     let mut added = 0;
     let mut j = 2;
     while j + 1 < args.len() {
         let (_, created) = db.put_field_tagged(key, TAG_HASH, &args[j], &args[j + 1])?;
         added += created as i64;
         j += 2;
+    }
+    if created {
+        ctx.notify(NEW, "new", key);
     }
     ctx.notify(HASH, "hset", key);
     Ok(added)
@@ -96,11 +99,14 @@ fn hsetnx(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let (key, field) = (&args[1], &args[2]);
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
-    collection_len(Some(&db), key, TAG_HASH)?;
+    let created = collection_len(Some(&db), key, TAG_HASH)?.is_none();
     let set = if db.contains_field(key, field)? {
         false
     } else {
         db.put_field_tagged(key, TAG_HASH, field, &args[3])?;
+        if created {
+            ctx.notify(NEW, "new", key);
+        }
         ctx.notify(HASH, "hset", key);
         true
     };
@@ -241,7 +247,7 @@ fn hincrby(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let incr = int_arg(&args[3])?;
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
-    collection_len(Some(&db), key, TAG_HASH)?;
+    let created = collection_len(Some(&db), key, TAG_HASH)?.is_none();
     let old = match db.get_field(key, field)? {
         Some(v) => parse_i64(&v).ok_or_else(|| Error::err("hash value is not an integer"))?,
         None => 0,
@@ -251,6 +257,9 @@ fn hincrby(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         .ok_or_else(|| Error::err("increment or decrement would overflow"))?;
     db.put_field_tagged(key, TAG_HASH, field, new.to_string().as_bytes())?;
     drop(db);
+    if created {
+        ctx.notify(NEW, "new", key);
+    }
     ctx.notify(HASH, "hincrby", key);
     ctx.int(new);
     Ok(())
@@ -274,7 +283,7 @@ fn hincrbyfloat(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     }
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
-    collection_len(Some(&db), key, TAG_HASH)?;
+    let created = collection_len(Some(&db), key, TAG_HASH)?.is_none();
     let old = match db.get_field(key, field)? {
         Some(v) => parse_ld(&v).ok_or_else(|| Error::err("hash value is not a float"))?,
         None => 0.0,
@@ -288,6 +297,9 @@ fn hincrbyfloat(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let text = format!("{new}");
     db.put_field_tagged(key, TAG_HASH, field, text.as_bytes())?;
     drop(db);
+    if created {
+        ctx.notify(NEW, "new", key);
+    }
     ctx.notify(HASH, "hincrbyfloat", key);
     ctx.bulk(text.as_bytes());
     Ok(())

@@ -19,7 +19,7 @@ use super::{
 };
 use crate::glob;
 use crate::keyspace::{RedisType, Slot, TAG_HASH, TAG_LIST, TAG_SET, TAG_ZSET};
-use crate::notify::GENERIC;
+use crate::notify::{GENERIC, NEW};
 
 const G: Group = Group::Generic;
 
@@ -137,6 +137,8 @@ fn rename_generic(ctx: &mut Ctx<'_>, args: Args<'_>, nx: bool) -> Result {
         return Err(Error::NoSuchKey);
     }
     db.delete(src)?;
+    // Redis deletes the destination and adds it again: always `new`.
+    ctx.notify(NEW, "new", dst);
     ctx.notify(GENERIC, "rename_from", src);
     ctx.notify(GENERIC, "rename_to", dst);
     // A list or sorted set arriving under `dst` may serve a blocked client.
@@ -378,6 +380,8 @@ fn copy(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         }
     };
     if copied {
+        // As RENAME: a replaced destination is deleted and added again.
+        ctx.notify_db(NEW, "new", dst, to);
         ctx.notify_db(GENERIC, "copy_to", dst, to);
         ctx.shared.blocking.signal(to, dst);
     }
@@ -408,6 +412,8 @@ fn move_(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         }
     };
     if moved {
+        // MOVE only moves onto an absent key: it always creates one.
+        ctx.notify_db(NEW, "new", key, to);
         ctx.notify_db(GENERIC, "move_from", key, from);
         ctx.notify_db(GENERIC, "move_to", key, to);
         ctx.shared.blocking.signal(to, key);
@@ -487,7 +493,7 @@ fn object(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             "    Return the number of references of the value associated with the specified",
             "    <key>.",
             "HELP",
-            "    Print this help.",
+            "    Prints this help.",
         ];
         ctx.array(lines.len());
         for l in lines {

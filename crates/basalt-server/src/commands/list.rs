@@ -38,7 +38,7 @@ use super::flags::*;
 use super::{def, int_arg, is, parse_i64, CommandDef, Ctx, Error, Group, Result};
 use crate::blocking::{block_on, parse_timeout};
 use crate::keyspace::{Slot, TAG_LIST};
-use crate::notify::{GENERIC, LIST};
+use crate::notify::{GENERIC, LIST, NEW};
 
 const G: Group = Group::List;
 
@@ -441,6 +441,7 @@ fn push_generic(ctx: &mut Ctx<'_>, args: Args<'_>, end: End, only_existing: bool
         ctx.int(0);
         return Ok(());
     }
+    let created = !l.exists();
     for v in args.iter().skip(2) {
         if let Err(e) = l.push(end, v) {
             l.commit();
@@ -448,6 +449,9 @@ fn push_generic(ctx: &mut Ctx<'_>, args: Args<'_>, end: End, only_existing: bool
         }
     }
     l.commit();
+    if created {
+        ctx.notify(NEW, "new", key);
+    }
     ctx.notify(LIST, end.push_event(), key);
     ctx.shared.blocking.signal(ctx.conn.db, key);
     let n = l.len;
@@ -903,12 +907,16 @@ fn move_one(
         return Ok(Some(v));
     }
     let mut d = List::load(db, gen, dbi, dst)?;
+    let created = !d.exists();
     let v = s.pop(from);
     s.commit();
     let v = v?;
     let r = d.push(to, &v);
     d.commit();
     r?;
+    if created {
+        ctx.notify(NEW, "new", dst);
+    }
     ctx.notify(LIST, to.push_event(), dst);
     popped_events(ctx, src, from, s.len == 0);
     ctx.shared.blocking.signal(dbi, dst);

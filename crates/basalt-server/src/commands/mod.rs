@@ -382,6 +382,14 @@ impl<'a> Ctx<'a> {
         self.shared.pubsub.notify(class, event, key, self.conn.db);
     }
 
+    /// Whether `key` is absent from `db`, asked only when `new` events are
+    /// on (otherwise false after one relaxed load). A write that finds it
+    /// absent publishes `new` once it has created the key.
+    #[inline]
+    pub fn absent_for_new(&self, db: &Db, key: &[u8]) -> bool {
+        self.shared.pubsub.notifies(crate::notify::NEW) && !db.exists(key)
+    }
+
     /// [`Ctx::notify`] for a key of database `db` (MOVE, COPY ... DB).
     #[inline]
     pub fn notify_db(&self, class: u32, event: &str, key: &[u8], db: usize) {

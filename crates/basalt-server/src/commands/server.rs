@@ -133,7 +133,7 @@ pub(crate) fn help(ctx: &mut Ctx<'_>, cmd: &str, lines: &[&str]) {
         ctx.simple(l.as_bytes());
     }
     ctx.simple(b"HELP");
-    ctx.simple(b"    Print this help.");
+    ctx.simple(b"    Prints this help.");
 }
 
 // ---------------------------------------------------------------- COMMAND

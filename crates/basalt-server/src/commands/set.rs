@@ -18,7 +18,7 @@ use super::hash::{collection_len, random_count, scan_args, scan_cursor, scan_nam
 use super::{def, is, parse_i64, CommandDef, Ctx, Error, Group, Result, Rng};
 use crate::glob;
 use crate::keyspace::TAG_SET;
-use crate::notify::{GENERIC, SET};
+use crate::notify::{GENERIC, NEW, SET};
 
 const G: Group = Group::Set;
 
@@ -54,13 +54,16 @@ fn sadd(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let key = &args[1];
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
-    set_len(Some(&db), key)?;
+    let created = set_len(Some(&db), key)?.is_none();
     let mut added = 0;
     for m in args.iter().skip(2) {
         added += db.put_field_tagged(key, TAG_SET, m, b"")?.1 as i64;
     }
     drop(db);
     if added > 0 {
+        if created {
+            ctx.notify(NEW, "new", key);
+        }
         ctx.notify(SET, "sadd", key);
     }
     ctx.int(added);
@@ -243,13 +246,16 @@ fn smove(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let moved = if set_len(Some(db), src)?.is_none() {
         false
     } else {
-        set_len(Some(db), dst)?;
+        let dst_created = set_len(Some(db), dst)?.is_none();
         if src == dst {
             db.contains_field(src, member)?
         } else if db.delete_field(src, member)? {
             ctx.notify(SET, "srem", src);
             if !db.exists(src) {
                 ctx.notify(GENERIC, "del", src);
+            }
+            if dst_created {
+                ctx.notify(NEW, "new", dst);
             }
             if db.put_field_tagged(dst, TAG_SET, member, b"")?.1 {
                 ctx.notify(SET, "sadd", dst);
@@ -392,6 +398,9 @@ fn store_op(ctx: &mut Ctx<'_>, args: Args<'_>, op: Op) -> Result {
             Op::Union => "sunionstore",
             Op::Diff => "sdiffstore",
         };
+        if !existed {
+            ctx.notify(NEW, "new", dst);
+        }
         ctx.notify(SET, event, dst);
     } else if existed {
         ctx.notify(GENERIC, "del", dst);

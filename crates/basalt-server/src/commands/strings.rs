@@ -10,7 +10,7 @@ use basalt_resp::Args;
 
 use super::flags::*;
 use super::{def, int_arg, is, parse_i64, CommandDef, Ctx, Error, Group, Result};
-use crate::notify::{GENERIC, STRING};
+use crate::notify::{GENERIC, NEW, STRING};
 
 /// Redis's `proto-max-bulk-len` default: the largest string a command may build.
 pub const MAX_STRING: u64 = 512 << 20;
@@ -182,7 +182,15 @@ fn set_generic(
         return Ok(());
     }
     let at = if o.keepttl { db.expires_at(key) } else { at };
+    let created = match &old {
+        Some(v) => v.is_none() && ctx.shared.pubsub.notifies(NEW),
+        None if o.nx || o.xx => !found && ctx.shared.pubsub.notifies(NEW),
+        None => ctx.absent_for_new(&db, key),
+    };
     db.put_with_expiry(key, value, at)?;
+    if created {
+        ctx.notify(NEW, "new", key);
+    }
     ctx.notify(STRING, "set", key);
     if o.expire.is_some() {
         ctx.notify(GENERIC, "expire", key);
@@ -230,6 +238,9 @@ fn getset(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let _g = ctx.lock(key);
     let old = db.get(key)?;
     db.put(key, &args[2])?;
+    if old.is_none() {
+        ctx.notify(NEW, "new", key);
+    }
     ctx.notify(STRING, "set", key);
     ctx.opt_bulk(old.as_deref());
     Ok(())
@@ -314,7 +325,11 @@ fn mset(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         .keyspace
         .lock_many(args.iter().skip(1).step_by(2).map(|k| (n, k)));
     for j in (1..args.len()).step_by(2) {
+        let created = ctx.absent_for_new(&db, &args[j]);
         db.put(&args[j], &args[j + 1])?;
+        if created {
+            ctx.notify(NEW, "new", &args[j]);
+        }
         ctx.notify(STRING, "set", &args[j]);
     }
     ctx.ok();
@@ -334,7 +349,11 @@ fn msetnx(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         return Ok(());
     }
     for j in (1..args.len()).step_by(2) {
+        let created = ctx.absent_for_new(&db, &args[j]);
         db.put(&args[j], &args[j + 1])?;
+        if created {
+            ctx.notify(NEW, "new", &args[j]);
+        }
         ctx.notify(STRING, "set", &args[j]);
     }
     ctx.int(1);
@@ -349,12 +368,17 @@ fn append(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let key = &args[1];
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
-    let (mut value, at) = read_with_ttl(&db, key)?.unwrap_or_default();
+    let old = read_with_ttl(&db, key)?;
+    let created = old.is_none();
+    let (mut value, at) = old.unwrap_or_default();
     if value.len() as u64 + args[2].len() as u64 > MAX_STRING {
         return Err(too_big());
     }
     value.extend_from_slice(&args[2]);
     db.put_with_expiry(key, &value, at)?;
+    if created {
+        ctx.notify(NEW, "new", key);
+    }
     ctx.notify(STRING, "append", key);
     ctx.int(value.len() as i64);
     Ok(())
@@ -416,6 +440,7 @@ fn setrange(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         let mut value = vec![0u8; offset as usize];
         value.extend_from_slice(piece);
         db.put(key, &value)?;
+        ctx.notify(NEW, "new", key);
         ctx.notify(STRING, "setrange", key);
         ctx.int(value.len() as i64);
         return Ok(());
@@ -441,9 +466,9 @@ fn setrange(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 fn incr_by(ctx: &mut Ctx<'_>, key: &[u8], incr: i64) -> Result {
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
-    let (old, at) = match read_with_ttl(&db, key)? {
-        Some((v, at)) => (parse_i64(&v).ok_or(Error::NotInteger)?, at),
-        None => (0, None),
+    let (old, at, created) = match read_with_ttl(&db, key)? {
+        Some((v, at)) => (parse_i64(&v).ok_or(Error::NotInteger)?, at, false),
+        None => (0, None, true),
     };
     let new = old
         .checked_add(incr)
@@ -452,6 +477,9 @@ fn incr_by(ctx: &mut Ctx<'_>, key: &[u8], incr: i64) -> Result {
     use std::io::Write as _;
     let _ = write!(buf, "{new}");
     db.put_with_expiry(key, &buf, at)?;
+    if created {
+        ctx.notify(NEW, "new", key);
+    }
     ctx.notify(STRING, "incrby", key);
     ctx.int(new);
     Ok(())
@@ -492,9 +520,9 @@ fn incrbyfloat(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let key = &args[1];
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
-    let (old, at) = match read_with_ttl(&db, key)? {
-        Some((v, at)) => (parse_ld(&v).ok_or(Error::NotFloat)?, at),
-        None => (0.0, None),
+    let (old, at, created) = match read_with_ttl(&db, key)? {
+        Some((v, at)) => (parse_ld(&v).ok_or(Error::NotFloat)?, at, false),
+        None => (0.0, None, true),
     };
     let incr = parse_ld(&args[2]).ok_or(Error::NotFloat)?;
     let new = old + incr;
@@ -506,6 +534,9 @@ fn incrbyfloat(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     // people use (10.5 + 0.1 = "10.6"), never an exponent.
     let text = format!("{new}");
     db.put_with_expiry(key, text.as_bytes(), at)?;
+    if created {
+        ctx.notify(NEW, "new", key);
+    }
     ctx.notify(STRING, "incrbyfloat", key);
     ctx.bulk(text.as_bytes());
     Ok(())

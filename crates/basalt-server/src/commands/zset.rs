@@ -26,7 +26,7 @@ use super::{def, int_arg, is, parse_i64, CommandDef, Ctx, Error, Group, Result, 
 use crate::blocking::{block_on, parse_timeout};
 use crate::glob;
 use crate::keyspace::{Slot, TAG_SET, TAG_ZSET};
-use crate::notify::{GENERIC, ZSET};
+use crate::notify::{GENERIC, NEW, ZSET};
 use crate::zindex::{LexBound, LexRange, ScoreRange, ZCache, ZIndex};
 
 const G: Group = Group::SortedSet;
@@ -438,6 +438,7 @@ fn zadd_generic(ctx: &mut Ctx<'_>, args: &Args<'_>, mut f: AddFlags, from: usize
         }
         return Ok(());
     }
+    let created = existing.is_none();
     let mut ix = existing.unwrap_or_default();
     let (mut added, mut updated) = (0, 0);
     let mut last = None;
@@ -468,6 +469,9 @@ fn zadd_generic(ctx: &mut Ctx<'_>, args: &Args<'_>, mut f: AddFlags, from: usize
     }
     z.put_back(key, ix);
     if added + updated > 0 {
+        if created {
+            ctx.notify(NEW, "new", key);
+        }
         ctx.notify(ZSET, if f.incr { "zincr" } else { "zadd" }, key);
     }
     if added > 0 {
@@ -881,6 +885,9 @@ fn zrangestore(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 /// stored, else `del` if the destination existed.
 fn stored_events(ctx: &Ctx<'_>, dst: &[u8], event: &str, stored: usize, existed: bool) {
     if stored > 0 {
+        if !existed {
+            ctx.notify(NEW, "new", dst);
+        }
         ctx.notify(ZSET, event, dst);
     } else if existed {
         ctx.notify(GENERIC, "del", dst);
