@@ -523,6 +523,61 @@ fn new_events_precede_the_event_of_the_write_that_created_the_key() {
 }
 
 #[test]
+fn keymiss_events_for_reads_that_find_no_key() {
+    let s = TestServer::start();
+    let mut ev = Events::new(&s, "Em");
+    let mut c = s.raw();
+    run(
+        &mut c,
+        &[
+            &["SADD", "s", "a"],
+            &["SET", "str", "v"],
+            &["GET", "nokey"],
+            &["GET", "str"],
+            &["MGET", "str", "k1", "s"],
+            &["HGET", "h", "f"],
+            &["LRANGE", "l", "0", "-1"],
+            &["ZSCORE", "z", "m"],
+            &["SISMEMBER", "s", "zz"],
+            &["TTL", "t"],
+            &["EXISTS", "e", "s"],
+            &["SUNION", "s", "u1", "u2"],
+            &["ZUNIONSTORE", "d", "2", "s", "z2"],
+            &["COPY", "c", "d"],
+            &["SET", "g", "v", "GET"],
+            &["OBJECT", "ENCODING", "o"],
+            &["DEL", "nokey"],
+            &["INCR", "i"],
+        ],
+    );
+    // Writes (DEL, INCR, SADD ...) and OBJECT look keys up without a miss
+    // event, as in Redis.
+    assert_eq!(
+        ev.take(),
+        [
+            "keymiss nokey",
+            "keymiss k1",
+            "keymiss h",
+            "keymiss l",
+            "keymiss z",
+            "keymiss t",
+            "keymiss e",
+            "keymiss u1",
+            "keymiss u2",
+            "keymiss z2",
+            "keymiss c",
+            "keymiss g",
+        ]
+    );
+    // Keys are looked up in order until one has the wrong type.
+    assert_eq!(
+        c.cmd(&["SINTER", "k2", "str", "k3"]),
+        err("WRONGTYPE Operation against a key holding the wrong kind of value")
+    );
+    assert_eq!(ev.take(), ["keymiss k2"]);
+}
+
+#[test]
 fn expired_event_from_the_active_sweep_arrives_without_access() {
     let s = TestServer::start();
     let mut ev = Events::new(&s, "Ex");

@@ -210,7 +210,10 @@ fn pexpireat(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 fn ttl_generic(ctx: &mut Ctx<'_>, key: &[u8], ms: bool, absolute: bool) -> Result {
     let meta = ctx.slot().db().and_then(|db| db.meta(key));
     let reply = match meta {
-        None => -2,
+        None => {
+            ctx.keymiss(key);
+            -2
+        }
         Some(m) => match m.expires_at {
             None => -1,
             Some(at) => {

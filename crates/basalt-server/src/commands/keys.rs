@@ -68,16 +68,25 @@ fn del(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 
 fn exists(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let slot = ctx.slot();
-    let count = match slot.db() {
-        Some(db) => args.iter().skip(1).filter(|k| db.exists(k)).count(),
-        None => 0,
-    };
+    let db = slot.db();
+    let mut count = 0;
+    for key in args.iter().skip(1) {
+        if db.is_some_and(|db| db.exists(key)) {
+            count += 1;
+        } else {
+            ctx.keymiss(key);
+        }
+    }
     ctx.int(count as i64);
     Ok(())
 }
 
 fn type_(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
-    let t = super::type_of(ctx.slot().db(), &args[1]).map_or("none", RedisType::name);
+    let t = super::type_of(ctx.slot().db(), &args[1]);
+    if t.is_none() {
+        ctx.keymiss(&args[1]);
+    }
+    let t = t.map_or("none", RedisType::name);
     ctx.simple(t.as_bytes());
     Ok(())
 }
@@ -360,18 +369,27 @@ fn copy(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let copied = if from == to {
         let db = ctx.db_w()?;
         let _g = ks.lock_many([(from, src), (to, dst)]);
-        if !db.exists(src) || (!replace && db.exists(dst)) {
+        if !db.exists(src) {
+            ctx.keymiss(src);
+            false
+        } else if !replace && db.exists(dst) {
             false
         } else {
             copy_key(&db, src, &db, dst)?
         }
     } else {
         match two_slots(ctx, from, to)? {
-            None => false,
+            None => {
+                ctx.keymiss(src);
+                false
+            }
             Some((a, b)) => {
                 let _g = ks.lock_many([(from, src), (to, dst)]);
                 let (a, b) = (a.db().expect("checked"), b.db().expect("checked"));
-                if !a.exists(src) || (!replace && b.exists(dst)) {
+                if !a.exists(src) {
+                    ctx.keymiss(src);
+                    false
+                } else if !replace && b.exists(dst) {
                     false
                 } else {
                     copy_key(a, src, b, dst)?

@@ -524,7 +524,10 @@ fn rpop(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 
 fn llen(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let n = match ctx.slot().db().and_then(|db| db.meta(&args[1])) {
-        None => 0,
+        None => {
+            ctx.keymiss(&args[1]);
+            0
+        }
         Some(m) => match m.kind {
             KeyKind::Map { tag: TAG_LIST, len } => len as i64,
             _ => return Err(Error::WrongType),
@@ -540,10 +543,16 @@ fn lrange(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let key = &args[1];
     let slot = ctx.slot();
     let items = match slot.db() {
-        None => Vec::new(),
+        None => {
+            ctx.keymiss(key);
+            Vec::new()
+        }
         Some(db) => {
             let _g = ctx.lock(key);
             let l = List::load(db, slot.generation(), ctx.conn.db, key)?;
+            if !l.exists() {
+                ctx.keymiss(key);
+            }
             match norm_range(start, end, l.len) {
                 None => Vec::new(),
                 Some((a, b)) => l.range(a, b + 1)?,
@@ -559,11 +568,15 @@ fn lindex(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let key = &args[1];
     let slot = ctx.slot();
     let v = match slot.db() {
-        None => None,
+        None => {
+            ctx.keymiss(key);
+            None
+        }
         Some(db) => {
             let _g = ctx.lock(key);
             let l = List::load(db, slot.generation(), ctx.conn.db, key)?;
             if !l.exists() {
+                ctx.keymiss(key);
                 None
             } else {
                 let i = int_arg(&args[2])?;
@@ -828,6 +841,9 @@ fn lpos(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     if let Some(db) = slot.db() {
         let _g = ctx.lock(key);
         let l = List::load(db, slot.generation(), ctx.conn.db, key)?;
+        if !l.exists() {
+            ctx.keymiss(key);
+        }
         let want = match count {
             Some(0) => i64::MAX,
             Some(c) => c,
@@ -852,6 +868,9 @@ fn lpos(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                 }
             }
         }
+    }
+    if slot.db().is_none() {
+        ctx.keymiss(key);
     }
     drop(slot);
     match count {

@@ -382,6 +382,34 @@ impl<'a> Ctx<'a> {
         self.shared.pubsub.notify(class, event, key, self.conn.db);
     }
 
+    /// Publishes `keymiss` for `key` (Redis does on a read lookup that
+    /// finds nothing), if `notify-keyspace-events` has `m`.
+    #[inline]
+    pub fn keymiss(&self, key: &[u8]) {
+        self.notify(crate::notify::KEY_MISS, "keymiss", key);
+    }
+
+    /// `keymiss` for every absent key of `keys`, in order, stopping at the
+    /// first key whose type `accept` refuses (where Redis stops with
+    /// WRONGTYPE): the lookups of a multi-key read (SINTER, ZUNION, ...).
+    pub fn keymiss_each<'k>(
+        &self,
+        db: Option<&Db>,
+        keys: impl IntoIterator<Item = &'k [u8]>,
+        accept: impl Fn(RedisType) -> bool,
+    ) {
+        if !self.shared.pubsub.notifies(crate::notify::KEY_MISS) {
+            return;
+        }
+        for key in keys {
+            match type_of(db, key) {
+                None => self.keymiss(key),
+                Some(t) if !accept(t) => return,
+                Some(_) => {}
+            }
+        }
+    }
+
     /// Whether `key` is absent from `db`, asked only when `new` events are
     /// on (otherwise false after one relaxed load). A write that finds it
     /// absent publishes `new` once it has created the key.

@@ -57,6 +57,9 @@ fn read_with_ttl(db: &Db, key: &[u8]) -> Result<Option<(Vec<u8>, Option<u64>)>> 
 
 fn get(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let v = read_string(ctx.slot().db(), &args[1])?;
+    if v.is_none() {
+        ctx.keymiss(&args[1]);
+    }
     ctx.opt_bulk(v.as_deref());
     Ok(())
 }
@@ -166,6 +169,9 @@ fn set_generic(
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
     let old = if o.get { Some(db.get(key)?) } else { None };
+    if matches!(old, Some(None)) {
+        ctx.keymiss(key);
+    }
     // Only NX and XX need to know whether the key exists: a plain SET
     // skips the extra index probe.
     let found = match &old {
@@ -237,6 +243,9 @@ fn getset(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
     let old = db.get(key)?;
+    if old.is_none() {
+        ctx.keymiss(key);
+    }
     db.put(key, &args[2])?;
     if old.is_none() {
         ctx.notify(NEW, "new", key);
@@ -250,11 +259,15 @@ fn getdel(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let key = &args[1];
     let slot = ctx.slot();
     let Some(db) = slot.db() else {
+        ctx.keymiss(key);
         ctx.null();
         return Ok(());
     };
     let _g = ctx.lock(key);
     let old = db.get(key)?;
+    if old.is_none() {
+        ctx.keymiss(key);
+    }
     if old.is_some() && db.delete(key)? {
         ctx.notify(GENERIC, "del", key);
     }
@@ -271,11 +284,13 @@ fn getex(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     };
     let slot = ctx.slot();
     let Some(db) = slot.db() else {
+        ctx.keymiss(key);
         ctx.null();
         return Ok(());
     };
     let _g = ctx.lock(key);
     let Some(v) = db.get(key)? else {
+        ctx.keymiss(key);
         ctx.null();
         return Ok(());
     };
@@ -299,10 +314,14 @@ fn mget(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let db = slot.db();
     ctx.array(args.len() - 1);
     for key in args.iter().skip(1) {
-        // Keys of other types read as nil, as in Redis.
-        let v = match db {
-            Some(db) => db.get(key).ok().flatten(),
-            None => None,
+        // Keys of other types read as nil, as in Redis (and are found).
+        let v = match db.map(|db| db.get(key)) {
+            Some(Ok(Some(v))) => Some(v),
+            Some(Err(_)) => None,
+            Some(Ok(None)) | None => {
+                ctx.keymiss(key);
+                None
+            }
         };
         ctx.opt_bulk(v.as_deref());
     }
@@ -387,7 +406,11 @@ fn append(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 fn strlen(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     // The index's stored length counts the record's encoding, not the
     // value, so the value is read (one disk read, like GET).
-    let len = read_string(ctx.slot().db(), &args[1])?.map_or(0, |v| v.len());
+    let v = read_string(ctx.slot().db(), &args[1])?;
+    if v.is_none() {
+        ctx.keymiss(&args[1]);
+    }
+    let len = v.map_or(0, |v| v.len());
     ctx.int(len as i64);
     Ok(())
 }
@@ -395,7 +418,11 @@ fn strlen(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 fn getrange(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let mut start = int_arg(&args[2])?;
     let mut end = int_arg(&args[3])?;
-    let v = read_string(ctx.slot().db(), &args[1])?.unwrap_or_default();
+    let v = read_string(ctx.slot().db(), &args[1])?;
+    if v.is_none() {
+        ctx.keymiss(&args[1]);
+    }
+    let v = v.unwrap_or_default();
     let len = v.len() as i64;
     if start < 0 && end < 0 && start > end {
         ctx.bulk(b"");

@@ -25,7 +25,7 @@ use super::flags::*;
 use super::{def, int_arg, is, parse_i64, CommandDef, Ctx, Error, Group, Result, Rng};
 use crate::blocking::{block_on, parse_timeout};
 use crate::glob;
-use crate::keyspace::{Slot, TAG_SET, TAG_ZSET};
+use crate::keyspace::{RedisType, Slot, TAG_SET, TAG_ZSET};
 use crate::notify::{GENERIC, NEW, ZSET};
 use crate::zindex::{LexBound, LexRange, ScoreRange, ZCache, ZIndex};
 
@@ -544,10 +544,14 @@ fn zrem(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 fn read<R>(ctx: &Ctx<'_>, key: &[u8], f: impl FnOnce(Option<&ZIndex>) -> R) -> Result<R> {
     let slot = ctx.slot();
     let Some(z) = ZDb::of(&slot) else {
+        ctx.keymiss(key);
         return Ok(f(None));
     };
     let _g = ctx.lock(key);
     let ix = z.load(key)?;
+    if ix.is_none() {
+        ctx.keymiss(key);
+    }
     let r = f(ix.as_ref());
     if let Some(ix) = ix {
         z.put_back(key, ix);
@@ -867,7 +871,10 @@ fn zrangestore(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             z.put_back(src, ix);
             items
         }
-        None => Vec::new(),
+        None => {
+            ctx.keymiss(src);
+            Vec::new()
+        }
     };
     let existed = z.db.exists(dst);
     let stored = z.store(dst, &items)?;
@@ -1391,6 +1398,11 @@ impl Aggregate {
 }
 
 /// The members of one input: a sorted set, or a set with every score 1.
+/// The types a ZUNION / ZINTER / ZDIFF input may have.
+fn zset_input(t: RedisType) -> bool {
+    matches!(t, RedisType::ZSet | RedisType::Set)
+}
+
 fn input_members(z: &ZDb<'_>, key: &[u8]) -> Result<Vec<(Vec<u8>, f64)>> {
     let Some(meta) = z.db.meta(key) else {
         return Ok(Vec::new());
@@ -1549,6 +1561,7 @@ fn setop_generic(ctx: &mut Ctx<'_>, args: Args<'_>, op: SetOp, store: bool) -> R
             .shared
             .keyspace
             .lock_many(keys.iter().map(|k| (n, *k)).chain([(n, dst)]));
+        ctx.keymiss_each(Some(z.db), keys.iter().copied(), zset_input);
         let inputs = keys
             .iter()
             .map(|k| input_members(&z, k))
@@ -1570,6 +1583,7 @@ fn setop_generic(ctx: &mut Ctx<'_>, args: Args<'_>, op: SetOp, store: bool) -> R
         ctx.int(stored as i64);
     } else {
         let slot = ctx.slot();
+        ctx.keymiss_each(slot.db(), keys.iter().copied(), zset_input);
         let result = match ZDb::of(&slot) {
             None => Vec::new(),
             Some(z) => {
@@ -1639,6 +1653,7 @@ fn zintercard(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let keys: Vec<&[u8]> = (2..2 + numkeys).map(|i| &args[i]).collect();
     let n = ctx.conn.db;
     let slot = ctx.slot();
+    ctx.keymiss_each(slot.db(), keys.iter().copied(), zset_input);
     let card = match ZDb::of(&slot) {
         None => 0,
         Some(z) => {
