@@ -151,7 +151,8 @@ struct Msg {
 
 fn bulk_len(n: usize) -> usize {
     // `$<digits>\r\n<bytes>\r\n`
-    1 + n.to_string().len() + 2 + n + 2
+    let digits = n.checked_ilog10().map_or(1, |d| d as usize + 1);
+    1 + digits + 2 + n + 2
 }
 
 impl Msg {
