@@ -86,8 +86,15 @@ pub struct ServerArgs {
     /// Log level or tracing filter, e.g. info, debug, basalt_server=trace [default: info]
     #[arg(long, env = "BASALT_LOGLEVEL")]
     pub loglevel: Option<String>,
+    /// Keyspace notification classes, Redis's letters (e.g. KEA) [default: none]
+    #[arg(long, env = "BASALT_NOTIFY_KEYSPACE_EVENTS")]
+    pub notify_keyspace_events: Option<String>,
+    /// Output limits, e.g. "pubsub 32mb 8mb 60" [default: normal 0 0 0 slave 256mb 64mb 60 pubsub 32mb 8mb 60]
+    #[arg(long, env = "BASALT_CLIENT_OUTPUT_BUFFER_LIMIT")]
+    pub client_output_buffer_limit: Option<String>,
     /// TOML file with the same keys as these flags (port, bind, dir,
-    /// appendfsync, databases, loglevel); flags and environment win over it
+    /// appendfsync, databases, loglevel, notify-keyspace-events,
+    /// client-output-buffer-limit); flags and environment win over it
     #[arg(long, env = "BASALT_CONFIG")]
     pub config: Option<PathBuf>,
 }
@@ -102,6 +109,10 @@ struct FileConfig {
     appendfsync: Option<Appendfsync>,
     databases: Option<u32>,
     loglevel: Option<String>,
+    #[serde(rename = "notify-keyspace-events")]
+    notify_keyspace_events: Option<String>,
+    #[serde(rename = "client-output-buffer-limit")]
+    client_output_buffer_limit: Option<String>,
 }
 
 /// The merged configuration the server runs with.
@@ -121,6 +132,12 @@ pub struct Config {
     pub loglevel: String,
     /// The config file read, if any (CONFIG GET shows nothing for it).
     pub config_file: Option<PathBuf>,
+    /// `notify-keyspace-events` as flag bits (`crate::notify`). Default: 0
+    /// (off).
+    pub notify_keyspace_events: u32,
+    /// `client-output-buffer-limit`. Default: Redis's (`normal 0 0 0 slave
+    /// 256mb 64mb 60 pubsub 32mb 8mb 60`).
+    pub client_output_buffer_limit: crate::pubsub::ObufLimits,
 }
 
 impl Default for Config {
@@ -133,6 +150,8 @@ impl Default for Config {
             databases: 16,
             loglevel: "info".into(),
             config_file: None,
+            notify_keyspace_events: 0,
+            client_output_buffer_limit: crate::pubsub::ObufLimits::default(),
         }
     }
 }
@@ -165,7 +184,25 @@ impl Config {
         if databases == 0 || databases > 1024 {
             anyhow::bail!("databases must be between 1 and 1024, got {databases}");
         }
+        let events = match args.notify_keyspace_events.or(file.notify_keyspace_events) {
+            Some(v) => crate::notify::parse(v.as_bytes()).ok_or_else(|| {
+                anyhow::anyhow!("notify-keyspace-events {v:?}: {}", crate::notify::INVALID)
+            })?,
+            None => d.notify_keyspace_events,
+        };
+        let limits = match args
+            .client_output_buffer_limit
+            .or(file.client_output_buffer_limit)
+        {
+            Some(v) => d
+                .client_output_buffer_limit
+                .parse_update(&v)
+                .map_err(|e| anyhow::anyhow!("client-output-buffer-limit {v:?}: {e}"))?,
+            None => d.client_output_buffer_limit,
+        };
         Ok(Config {
+            notify_keyspace_events: events,
+            client_output_buffer_limit: limits,
             port: args.port.or(file.port).unwrap_or(d.port),
             bind: args.bind.or(file.bind).unwrap_or(d.bind),
             dir: args.dir.or(file.dir).unwrap_or(d.dir),
@@ -207,6 +244,31 @@ mod tests {
         assert_eq!(c.appendfsync, Appendfsync::Always);
         assert_eq!(c.databases, 16);
         assert_eq!(c.bind, IpAddr::from([127, 0, 0, 1]));
+    }
+
+    #[test]
+    fn notification_and_output_limit_settings_come_from_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("basalt.toml");
+        std::fs::write(
+            &path,
+            "notify-keyspace-events = \"KEA\"\nclient-output-buffer-limit = \"pubsub 1mb 0 0\"\n",
+        )
+        .unwrap();
+        let args = ServerArgs {
+            config: Some(path.clone()),
+            ..ServerArgs::default()
+        };
+        let c = Config::from_args(args).unwrap();
+        assert_eq!(crate::notify::render(c.notify_keyspace_events), "AKE");
+        assert_eq!(c.client_output_buffer_limit.pubsub.hard, 1 << 20);
+        assert_eq!(c.client_output_buffer_limit.pubsub.soft, 0);
+        std::fs::write(&path, "notify-keyspace-events = \"KE?\"\n").unwrap();
+        let args = ServerArgs {
+            config: Some(path),
+            ..ServerArgs::default()
+        };
+        assert!(Config::from_args(args).is_err());
     }
 
     #[test]

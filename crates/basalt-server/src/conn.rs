@@ -15,6 +15,10 @@
 //! [`After::Block`] has registered a waiter; the loop writes the replies so
 //! far, parks in [`park`] (reading nothing else), and on a wakeup parses
 //! the same command from the buffer again and re-runs it.
+//!
+//! Pub/sub (see `crate::pubsub`): messages wait in the client's mailbox. An
+//! idle (or parked) connection wakes on the mailbox and writes them; a
+//! busy one puts them in its batch output with the command in flight.
 
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -28,7 +32,8 @@ use tokio::net::TcpStream;
 use crate::blocking::Unblock;
 use crate::commands::{self, flags::BLOCKING, After, Conn};
 use crate::config::Appendfsync;
-use crate::state::{now_ms, Shared};
+use crate::pubsub;
+use crate::state::{now_ms, ClientInfo, Shared};
 
 /// Replies buffered before they are written in the middle of a batch.
 pub const OUTPUT_FLUSH: usize = 64 << 20;
@@ -52,14 +57,18 @@ pub(crate) async fn serve(mut stream: TcpStream, peer: SocketAddr, shared: Arc<S
     // A client that was blocked leaves the queues; its wakeup, if it had
     // one, passes to the next waiter.
     shared.blocking.finish(info.id);
+    shared.pubsub.drop_client(&info);
     shared.clients.unregister(info.id);
     tracing::debug!(id = info.id, "client disconnected");
 }
 
 /// Writes the batch's replies, after the group-commit fsync if one is due.
+/// A kill (CLIENT KILL, or a publisher finding this client over its output
+/// limit) ends a write that a client which does not read has stalled.
 async fn flush(
     stream: &mut TcpStream,
     shared: &Shared,
+    info: &ClientInfo,
     out: &mut Vec<u8>,
     wrote: &mut bool,
 ) -> std::io::Result<()> {
@@ -80,7 +89,13 @@ async fn flush(
             .stats
             .net_output
             .fetch_add(out.len() as u64, Ordering::Relaxed);
-        stream.write_all(out).await?;
+        tokio::select! {
+            biased;
+            r = stream.write_all(out) => r?,
+            _ = info.kill.notified() => {
+                return Err(std::io::Error::other("client killed while its replies were pending"));
+            }
+        }
         out.clear();
         if out.capacity() > 4 * OUTPUT_FLUSH {
             out.shrink_to(READ_CHUNK);
@@ -114,6 +129,14 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
             _ = info.kill.notified() => return Ok(()),
             _ = Shared::wait_shutdown(&mut shutdown) => return Ok(()),
             r = stream.read_buf(&mut buf) => r?,
+            // After the read: a client that keeps sending gets its messages
+            // appended to each batch's output instead.
+            _ = info.pubsub.ready() => {
+                if !pubsub::deliver(stream, &info, &shared.pubsub, conn.protocol, &shared.stats).await? {
+                    return Ok(());
+                }
+                continue;
+            }
         };
         if n == 0 {
             return Ok(());
@@ -135,6 +158,7 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
         let mut last: Option<&'static str> = None;
         loop {
             let cmd_start = pos;
+            let reply_at = out.len();
             let (found, after) = match parser.parse(&buf[pos..]) {
                 Ok(Parsed::Command { args, consumed }) => {
                     pos += consumed;
@@ -181,8 +205,17 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
                 // in Redis; only this connection waits.
                 Some(After::Sleep(d)) => tokio::time::sleep(d).await,
                 Some(After::Block) => {
-                    flush(stream, shared, &mut out, &mut wrote).await?;
-                    match park(stream, shared, &info, &mut buf, &mut shutdown).await? {
+                    flush(stream, shared, &info, &mut out, &mut wrote).await?;
+                    match park(
+                        stream,
+                        shared,
+                        &info,
+                        conn.protocol,
+                        &mut buf,
+                        &mut shutdown,
+                    )
+                    .await?
+                    {
                         Parked::Rerun => {
                             // Run the same command again (it is still in
                             // `buf` at `cmd_start`); count it once.
@@ -209,8 +242,18 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
                 // waits.
                 shared.blocking.finish(info.id);
             }
+            if info.pubsub.has_pending() {
+                pubsub::write_pending(
+                    &info,
+                    &shared.pubsub,
+                    &mut out,
+                    reply_at,
+                    found,
+                    conn.protocol,
+                );
+            }
             if out.len() >= OUTPUT_FLUSH {
-                flush(stream, shared, &mut out, &mut wrote).await?;
+                flush(stream, shared, &info, &mut out, &mut wrote).await?;
             }
         }
         shared.stats.commands.fetch_add(count, Ordering::Relaxed);
@@ -221,7 +264,7 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
         if let Some(name) = last {
             *info.last_cmd.lock() = name;
         }
-        flush(stream, shared, &mut out, &mut wrote).await?;
+        flush(stream, shared, &info, &mut out, &mut wrote).await?;
         buf.drain(..pos);
         if shutdown_after {
             shared.request_shutdown();
@@ -259,7 +302,8 @@ const PARKED_INPUT: usize = 1 << 20;
 async fn park(
     stream: &mut TcpStream,
     shared: &Shared,
-    info: &crate::state::ClientInfo,
+    info: &ClientInfo,
+    protocol: Protocol,
     buf: &mut Vec<u8>,
     shutdown: &mut tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<Parked> {
@@ -285,6 +329,11 @@ async fn park(
                 });
             }
             _ = sleep_until_opt(deadline) => return Ok(Parked::TimedOut),
+            _ = info.pubsub.ready() => {
+                if !pubsub::deliver(stream, info, &shared.pubsub, protocol, &shared.stats).await? {
+                    return Ok(Parked::Closed);
+                }
+            }
             r = stream.read_buf(buf), if read_more => {
                 match r {
                     Ok(0) | Err(_) => return Ok(Parked::Closed),

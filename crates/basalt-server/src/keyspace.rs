@@ -14,13 +14,20 @@
 //! `*.trash` name (atomic), deletes it and starts empty, so a crash halfway
 //! never brings part of the data back; left-over trash is removed at start-up.
 //!
+//! Expiry events: each engine is opened with an expiry listener that calls
+//! the server's hook with the database *number* the engine currently
+//! serves. The number lives in an `Arc<AtomicUsize>` that travels with the
+//! engine inside its [`Slot`]; SWAPDB rewrites it for both slots, so an
+//! expiry after a swap is reported under the new number.
+//!
 //! Lock order: slot locks (ascending db index), then stripe locks (ascending
 //! stripe). Slot write locks (SWAPDB, FLUSHDB, DEBUG RELOAD) are never held
 //! while taking a stripe.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use basalt_engine::{Db, KeyKind, KeyMeta, Options, SyncPolicy};
 use parking_lot::{
@@ -96,12 +103,31 @@ impl RedisType {
     }
 }
 
+/// Called with (database number, key) each time an engine removes an
+/// expired key (the active sweep, or a write that finds the key expired).
+pub type ExpiredHook = Arc<dyn Fn(usize, &[u8]) + Send + Sync>;
+
+struct Hook(Option<ExpiredHook>);
+
+impl std::fmt::Debug for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Hook(set)"
+        } else {
+            "Hook(none)"
+        })
+    }
+}
+
 /// One numbered database: its engine (if opened) and its directory name.
 #[derive(Debug)]
 pub struct Slot {
     db: Option<Db>,
     name: String,
     generation: u64,
+    /// The database number this engine serves now (its expiry listener
+    /// reads it; SWAPDB updates it).
+    number: Arc<AtomicUsize>,
 }
 
 /// Source of [`Slot::generation`] values, unique for the process's life.
@@ -151,6 +177,7 @@ pub struct Keyspace {
     trash_seq: AtomicU64,
     /// Set by [`Keyspace::close`]: no database opens again.
     closed: AtomicBool,
+    on_expired: Hook,
 }
 
 /// Errors of the keyspace layer (opening, flushing, swapping databases).
@@ -168,7 +195,13 @@ impl Keyspace {
     /// Opens `databases` databases under `root`: reads DBMAP, removes trash
     /// left by an interrupted FLUSHDB, opens db 0 and every database whose
     /// directory exists.
-    pub fn open(root: &Path, databases: usize, sync: SyncPolicy) -> KsResult<Keyspace> {
+    pub fn open(
+        root: &Path,
+        databases: usize,
+        sync: SyncPolicy,
+        on_expired: Option<ExpiredHook>,
+    ) -> KsResult<Keyspace> {
+        let on_expired = Hook(on_expired);
         std::fs::create_dir_all(root).map_err(|e| io_err("create directory", root, e))?;
         let mut names: Vec<String> = (0..databases).map(|n| n.to_string()).collect();
         let map_path = root.join("DBMAP");
@@ -200,8 +233,9 @@ impl Keyspace {
         let mut slots = Vec::with_capacity(databases);
         for (n, name) in names.iter().enumerate() {
             let dir = root.join(name);
+            let number = Arc::new(AtomicUsize::new(n));
             let db = if n == 0 || dir.is_dir() {
-                Some(Db::open(&dir, Self::options(sync))?)
+                Some(Db::open(&dir, Self::options(sync, &on_expired, &number))?)
             } else {
                 None
             };
@@ -209,6 +243,7 @@ impl Keyspace {
                 db,
                 name: name.clone(),
                 generation: GENERATIONS.fetch_add(1, Ordering::Relaxed),
+                number,
             }));
         }
         Ok(Keyspace {
@@ -219,11 +254,28 @@ impl Keyspace {
             names: Mutex::new(names),
             trash_seq: AtomicU64::new(0),
             closed: AtomicBool::new(false),
+            on_expired,
         })
     }
 
-    fn options(sync: SyncPolicy) -> Options {
-        Options::default().sync(sync)
+    fn options(sync: SyncPolicy, hook: &Hook, number: &Arc<AtomicUsize>) -> Options {
+        let opts = Options::default().sync(sync);
+        match &hook.0 {
+            Some(f) => {
+                let (f, number) = (f.clone(), number.clone());
+                opts.expiry_listener(Arc::new(move |key: &[u8]| {
+                    f(number.load(Ordering::Relaxed), key)
+                }))
+            }
+            None => opts,
+        }
+    }
+
+    fn open_slot(&self, slot: &mut Slot) -> KsResult<()> {
+        let dir = self.root.join(&slot.name);
+        let opts = Self::options(self.sync, &self.on_expired, &slot.number);
+        slot.set_db(Db::open(&dir, opts)?);
+        Ok(())
     }
 
     /// Number of databases.
@@ -262,8 +314,7 @@ impl Keyspace {
             ));
         }
         if slot.db.is_none() {
-            let dir = self.root.join(&slot.name);
-            slot.set_db(Db::open(&dir, Self::options(self.sync))?);
+            self.open_slot(&mut slot)?;
         }
         let slot = RwLockWriteGuard::downgrade(slot);
         Ok(RwLockReadGuard::map(slot, |s| {
@@ -331,7 +382,7 @@ impl Keyspace {
         sync_dir(&self.root)?;
         std::fs::remove_dir_all(&trash).map_err(|e| io_err("remove", &trash, e))?;
         if n == 0 {
-            slot.set_db(Db::open(&dir, Self::options(self.sync))?);
+            self.open_slot(&mut slot)?;
         }
         Ok(())
     }
@@ -352,6 +403,8 @@ impl Keyspace {
             return Err(e);
         }
         std::mem::swap(&mut *g_lo, &mut *g_hi);
+        g_lo.number.store(lo, Ordering::Relaxed);
+        g_hi.number.store(hi, Ordering::Relaxed);
         Ok(())
     }
 
@@ -387,8 +440,7 @@ impl Keyspace {
             let mut slot = slot.write();
             if let Some(db) = slot.db.take() {
                 db.close()?;
-                let dir = self.root.join(&slot.name);
-                slot.set_db(Db::open(&dir, Self::options(self.sync))?);
+                self.open_slot(&mut slot)?;
             }
         }
         Ok(())

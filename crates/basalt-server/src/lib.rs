@@ -25,6 +25,8 @@ pub mod config;
 mod conn;
 pub mod glob;
 pub mod keyspace;
+pub mod notify;
+pub mod pubsub;
 mod state;
 pub mod zindex;
 
@@ -87,14 +89,26 @@ fn start_inner(config: Config, signals: bool) -> anyhow::Result<ServerHandle> {
         Appendfsync::Always | Appendfsync::Everysec => basalt_engine::SyncPolicy::EveryMs(1000),
         Appendfsync::No => basalt_engine::SyncPolicy::Never,
     };
-    let keyspace = Keyspace::open(&config.dir, config.databases as usize, sync)
-        .with_context(|| format!("cannot open the data directory {}", config.dir.display()))?;
+    let hub = Arc::new(pubsub::Hub::default());
+    hub.set_events(config.notify_keyspace_events);
+    hub.set_limits(config.client_output_buffer_limit);
+    let on_expired: keyspace::ExpiredHook = {
+        let hub = hub.clone();
+        Arc::new(move |db: usize, key: &[u8]| hub.notify(notify::EXPIRED, "expired", key, db))
+    };
+    let keyspace = Keyspace::open(
+        &config.dir,
+        config.databases as usize,
+        sync,
+        Some(on_expired),
+    )
+    .with_context(|| format!("cannot open the data directory {}", config.dir.display()))?;
     let load_time = load_started.elapsed();
     let listener = runtime
         .block_on(TcpListener::bind((config.bind, config.port)))
         .with_context(|| format!("cannot listen on {}:{}", config.bind, config.port))?;
     let addr = listener.local_addr()?;
-    let shared = Arc::new(Shared::new(config, addr, keyspace));
+    let shared = Arc::new(Shared::new(config, addr, keyspace, hub));
     let keys: u64 = (0..shared.keyspace.len())
         .map(|n| shared.keyspace.figures(n).keys)
         .sum();

@@ -76,6 +76,8 @@ pub struct ClientInfo {
     pub killed: AtomicBool,
     /// Wakes the connection when it is killed.
     pub kill: Notify,
+    /// Subscriptions and pending pub/sub messages.
+    pub pubsub: crate::pubsub::Mailbox,
 }
 
 impl ClientInfo {
@@ -84,7 +86,7 @@ impl ClientInfo {
         let now = now_ms();
         let last = self.last_active_ms.load(Ordering::Relaxed);
         format!(
-            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags=N db={} sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
             self.id,
             self.addr,
             self.laddr,
@@ -92,7 +94,10 @@ impl ClientInfo {
             String::from_utf8_lossy(&self.name.lock()),
             self.created.elapsed().as_secs(),
             now.saturating_sub(last) / 1000,
+            if self.pubsub.subscribed() { "P" } else { "N" },
             self.db.load(Ordering::Relaxed),
+            self.pubsub.channel_count(),
+            self.pubsub.pattern_count(),
             self.last_cmd.lock(),
             self.resp.load(Ordering::Relaxed),
             String::from_utf8_lossy(&self.lib_name.lock()),
@@ -134,6 +139,7 @@ impl Clients {
             no_evict: AtomicBool::new(false),
             killed: AtomicBool::new(false),
             kill: Notify::new(),
+            pubsub: Default::default(),
         });
         self.map.lock().insert(id, info.clone());
         info
@@ -216,11 +222,18 @@ pub struct Shared {
     pub lastsave: AtomicU64,
     /// Clients blocked on keys (BLPOP and friends).
     pub blocking: crate::blocking::Blocking,
+    /// Pub/sub subscriptions, keyspace notification settings, output limits.
+    pub pubsub: Arc<crate::pubsub::Hub>,
     shutdown: watch::Sender<bool>,
 }
 
 impl Shared {
-    pub(crate) fn new(config: Config, addr: SocketAddr, keyspace: Keyspace) -> Shared {
+    pub(crate) fn new(
+        config: Config,
+        addr: SocketAddr,
+        keyspace: Keyspace,
+        pubsub: Arc<crate::pubsub::Hub>,
+    ) -> Shared {
         let settings = Settings {
             appendfsync: AtomicU8::new(0),
             extra: Mutex::new(BTreeMap::new()),
@@ -242,6 +255,7 @@ impl Shared {
             run_id,
             lastsave: AtomicU64::new(now_ms() / 1000),
             blocking: Default::default(),
+            pubsub,
             shutdown: watch::channel(false).0,
         }
     }

@@ -182,8 +182,9 @@ fn set_algebra_and_store_variants() {
     ] {
         assert_eq!(r.cmd(&cmd), err(WRONGTYPE), "{cmd:?}");
     }
-    // Redis stops at the first missing key of an intersection.
-    assert_eq!(r.cmd(&["SINTER", "nokey", "h"]), arr(vec![]));
+    // Redis 7.0 checks every key's type, also after a missing key.
+    assert_eq!(r.cmd(&["SINTER", "nokey", "h"]), err(WRONGTYPE));
+    assert_eq!(r.cmd(&["SINTERCARD", "2", "nokey", "h"]), err(WRONGTYPE));
     assert_eq!(r.cmd(&["SMOVE", "nokey", "h", "1"]), int(0));
     // RESP3: set replies are sets.
     let _ = r.cmd(&["HELLO", "3"]);

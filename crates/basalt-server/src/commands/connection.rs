@@ -88,6 +88,14 @@ pub const COMMANDS: &[CommandDef] = &[
 ];
 
 fn ping(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    if args.len() <= 2 && ctx.conn.protocol == Protocol::Resp2 && ctx.conn.info.pubsub.subscribed()
+    {
+        // Redis's reply in RESP2 subscribed mode: a pub/sub-shaped array.
+        ctx.array(2);
+        ctx.bulk(b"pong");
+        ctx.bulk(args.get(1).unwrap_or(b""));
+        return Ok(());
+    }
     match args.len() {
         1 => ctx.simple(b"PONG"),
         2 => ctx.bulk(&args[1]),
@@ -115,6 +123,7 @@ fn reset(ctx: &mut Ctx<'_>, _args: Args<'_>) -> Result {
     info.resp.store(2, Ordering::Relaxed);
     info.no_evict.store(false, Ordering::Relaxed);
     info.name.lock().clear();
+    ctx.shared.pubsub.drop_client(info);
     ctx.simple(b"RESET");
     Ok(())
 }

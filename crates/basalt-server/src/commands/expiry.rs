@@ -9,6 +9,7 @@ use basalt_resp::Args;
 use super::flags::*;
 use super::strings::invalid_expire;
 use super::{def, int_arg, is, CommandDef, Ctx, Error, Group, Result};
+use crate::notify::GENERIC;
 
 const G: Group = Group::Generic;
 
@@ -179,8 +180,10 @@ fn expire_generic(ctx: &mut Ctx<'_>, args: Args<'_>, seconds: bool, absolute: bo
     }
     if when <= ctx.now_ms as i64 {
         db.delete(key)?;
+        ctx.notify(GENERIC, "del", key);
     } else {
         db.expire(key, when as u64)?;
+        ctx.notify(GENERIC, "expire", key);
     }
     drop(slot);
     ctx.int(1);
@@ -207,7 +210,10 @@ fn pexpireat(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 fn ttl_generic(ctx: &mut Ctx<'_>, key: &[u8], ms: bool, absolute: bool) -> Result {
     let meta = ctx.slot().db().and_then(|db| db.meta(key));
     let reply = match meta {
-        None => -2,
+        None => {
+            ctx.keymiss(key);
+            -2
+        }
         Some(m) => match m.expires_at {
             None => -1,
             Some(at) => {
@@ -247,7 +253,11 @@ fn persist(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let done = match slot.db() {
         Some(db) => {
             let _g = ctx.lock(key);
-            db.persist(key)?
+            let done = db.persist(key)?;
+            if done {
+                ctx.notify(GENERIC, "persist", key);
+            }
+            done
         }
         None => false,
     };

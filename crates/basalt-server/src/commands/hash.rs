@@ -15,6 +15,7 @@ use super::flags::*;
 use super::{def, int_arg, is, parse_i64, CommandDef, Ctx, Error, Group, Result, Rng};
 use crate::glob;
 use crate::keyspace::TAG_HASH;
+use crate::notify::{GENERIC, HASH, NEW};
 
 const G: Group = Group::Hash;
 
@@ -56,12 +57,22 @@ pub fn collection_len(db: Option<&Db>, key: &[u8], tag: u8) -> Result<Option<usi
     }
 }
 
+/// [`collection_len`] for a read: an absent key is a `keymiss` (Redis's
+/// `lookupKeyRead`).
+pub fn read_len(ctx: &Ctx<'_>, db: Option<&Db>, key: &[u8], tag: u8) -> Result<Option<usize>> {
+    let n = collection_len(db, key, tag)?;
+    if n.is_none() {
+        ctx.keymiss(key);
+    }
+    Ok(n)
+}
+
 /// Sets field/value pairs from `args[2..]`; returns how many fields are new.
 fn set_pairs(ctx: &Ctx<'_>, args: &Args<'_>) -> Result<i64> {
     let key = &args[1];
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
-    collection_len(Some(&db), key, TAG_HASH)?;
+    let created = collection_len(Some(&db), key, TAG_HASH)?.is_none();
     let mut added = 0;
     let mut j = 2;
     while j + 1 < args.len() {
@@ -69,6 +80,10 @@ fn set_pairs(ctx: &Ctx<'_>, args: &Args<'_>) -> Result<i64> {
         added += created as i64;
         j += 2;
     }
+    if created {
+        ctx.notify(NEW, "new", key);
+    }
+    ctx.notify(HASH, "hset", key);
     Ok(added)
 }
 
@@ -94,11 +109,15 @@ fn hsetnx(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let (key, field) = (&args[1], &args[2]);
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
-    collection_len(Some(&db), key, TAG_HASH)?;
+    let created = collection_len(Some(&db), key, TAG_HASH)?.is_none();
     let set = if db.contains_field(key, field)? {
         false
     } else {
         db.put_field_tagged(key, TAG_HASH, field, &args[3])?;
+        if created {
+            ctx.notify(NEW, "new", key);
+        }
+        ctx.notify(HASH, "hset", key);
         true
     };
     drop(db);
@@ -108,7 +127,7 @@ fn hsetnx(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 
 fn hget(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let slot = ctx.slot();
-    let v = match collection_len(slot.db(), &args[1], TAG_HASH)? {
+    let v = match read_len(ctx, slot.db(), &args[1], TAG_HASH)? {
         Some(_) => slot.db().expect("exists").get_field(&args[1], &args[2])?,
         None => None,
     };
@@ -121,7 +140,7 @@ fn hmget(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let key = &args[1];
     let slot = ctx.slot();
     let mut vals = Vec::with_capacity(args.len() - 2);
-    if collection_len(slot.db(), key, TAG_HASH)?.is_some() {
+    if read_len(ctx, slot.db(), key, TAG_HASH)?.is_some() {
         let db = slot.db().expect("exists");
         for f in args.iter().skip(2) {
             vals.push(db.get_field(key, f)?);
@@ -147,6 +166,12 @@ fn hdel(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             for f in args.iter().skip(2) {
                 n += db.delete_field(key, f)? as i64;
             }
+            if n > 0 {
+                ctx.notify(HASH, "hdel", key);
+                if !db.exists(key) {
+                    ctx.notify(GENERIC, "del", key);
+                }
+            }
         }
     }
     drop(slot);
@@ -156,7 +181,7 @@ fn hdel(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 
 fn hexists(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let slot = ctx.slot();
-    let found = match collection_len(slot.db(), &args[1], TAG_HASH)? {
+    let found = match read_len(ctx, slot.db(), &args[1], TAG_HASH)? {
         Some(_) => slot
             .db()
             .expect("exists")
@@ -169,14 +194,14 @@ fn hexists(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 }
 
 fn hlen(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
-    let n = collection_len(ctx.slot().db(), &args[1], TAG_HASH)?.unwrap_or(0);
+    let n = read_len(ctx, ctx.slot().db(), &args[1], TAG_HASH)?.unwrap_or(0);
     ctx.int(n as i64);
     Ok(())
 }
 
 fn hstrlen(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let slot = ctx.slot();
-    let v = match collection_len(slot.db(), &args[1], TAG_HASH)? {
+    let v = match read_len(ctx, slot.db(), &args[1], TAG_HASH)? {
         Some(_) => slot.db().expect("exists").get_field(&args[1], &args[2])?,
         None => None,
     };
@@ -188,7 +213,7 @@ fn hstrlen(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 /// Every (field, value) of the hash, or empty if the key does not exist.
 fn all_fields(ctx: &Ctx<'_>, key: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
     let slot = ctx.slot();
-    match collection_len(slot.db(), key, TAG_HASH)? {
+    match read_len(ctx, slot.db(), key, TAG_HASH)? {
         Some(_) => Ok(slot.db().expect("exists").fields(key)?),
         None => Ok(Vec::new()),
     }
@@ -196,7 +221,7 @@ fn all_fields(ctx: &Ctx<'_>, key: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
 
 fn hkeys(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let slot = ctx.slot();
-    let names = match collection_len(slot.db(), &args[1], TAG_HASH)? {
+    let names = match read_len(ctx, slot.db(), &args[1], TAG_HASH)? {
         Some(_) => slot.db().expect("exists").field_names(&args[1])?,
         None => Vec::new(),
     };
@@ -232,7 +257,7 @@ fn hincrby(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let incr = int_arg(&args[3])?;
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
-    collection_len(Some(&db), key, TAG_HASH)?;
+    let created = collection_len(Some(&db), key, TAG_HASH)?.is_none();
     let old = match db.get_field(key, field)? {
         Some(v) => parse_i64(&v).ok_or_else(|| Error::err("hash value is not an integer"))?,
         None => 0,
@@ -242,6 +267,10 @@ fn hincrby(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         .ok_or_else(|| Error::err("increment or decrement would overflow"))?;
     db.put_field_tagged(key, TAG_HASH, field, new.to_string().as_bytes())?;
     drop(db);
+    if created {
+        ctx.notify(NEW, "new", key);
+    }
+    ctx.notify(HASH, "hincrby", key);
     ctx.int(new);
     Ok(())
 }
@@ -264,7 +293,7 @@ fn hincrbyfloat(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     }
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
-    collection_len(Some(&db), key, TAG_HASH)?;
+    let created = collection_len(Some(&db), key, TAG_HASH)?.is_none();
     let old = match db.get_field(key, field)? {
         Some(v) => parse_ld(&v).ok_or_else(|| Error::err("hash value is not a float"))?,
         None => 0.0,
@@ -278,6 +307,10 @@ fn hincrbyfloat(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let text = format!("{new}");
     db.put_field_tagged(key, TAG_HASH, field, text.as_bytes())?;
     drop(db);
+    if created {
+        ctx.notify(NEW, "new", key);
+    }
+    ctx.notify(HASH, "hincrbyfloat", key);
     ctx.bulk(text.as_bytes());
     Ok(())
 }
@@ -307,7 +340,7 @@ fn hrandfield(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let key = &args[1];
     if args.len() == 2 {
         let slot = ctx.slot();
-        let pick = match collection_len(slot.db(), key, TAG_HASH)? {
+        let pick = match read_len(ctx, slot.db(), key, TAG_HASH)? {
             Some(_) => {
                 let db = slot.db().expect("exists");
                 let seed = Rng::from_time().next_u64();
@@ -330,7 +363,7 @@ fn hrandfield(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     }
     let slot = ctx.slot();
     let mut picks: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
-    if let Some(len) = collection_len(slot.db(), key, TAG_HASH)? {
+    if let Some(len) = read_len(ctx, slot.db(), key, TAG_HASH)? {
         let db = slot.db().expect("exists");
         let seed = Rng::from_time().next_u64();
         let names = if count >= 0 {
@@ -473,7 +506,7 @@ fn hscan(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let key = &args[1];
     let cursor = scan_cursor(&args[2])?;
     let slot = ctx.slot();
-    let Some(len) = collection_len(slot.db(), key, TAG_HASH)? else {
+    let Some(len) = read_len(ctx, slot.db(), key, TAG_HASH)? else {
         drop(slot);
         ctx.array(2);
         ctx.bulk(b"0");

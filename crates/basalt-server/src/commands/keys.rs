@@ -19,6 +19,7 @@ use super::{
 };
 use crate::glob;
 use crate::keyspace::{RedisType, Slot, TAG_HASH, TAG_LIST, TAG_SET, TAG_ZSET};
+use crate::notify::{GENERIC, NEW};
 
 const G: Group = Group::Generic;
 
@@ -57,6 +58,7 @@ fn del(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let mut count = 0;
     for key in args.iter().skip(1) {
         if db.delete(key)? {
+            ctx.notify(GENERIC, "del", key);
             count += 1;
         }
     }
@@ -66,16 +68,25 @@ fn del(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 
 fn exists(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let slot = ctx.slot();
-    let count = match slot.db() {
-        Some(db) => args.iter().skip(1).filter(|k| db.exists(k)).count(),
-        None => 0,
-    };
+    let db = slot.db();
+    let mut count = 0;
+    for key in args.iter().skip(1) {
+        if db.is_some_and(|db| db.exists(key)) {
+            count += 1;
+        } else {
+            ctx.keymiss(key);
+        }
+    }
     ctx.int(count as i64);
     Ok(())
 }
 
 fn type_(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
-    let t = super::type_of(ctx.slot().db(), &args[1]).map_or("none", RedisType::name);
+    let t = super::type_of(ctx.slot().db(), &args[1]);
+    if t.is_none() {
+        ctx.keymiss(&args[1]);
+    }
+    let t = t.map_or("none", RedisType::name);
     ctx.simple(t.as_bytes());
     Ok(())
 }
@@ -135,6 +146,10 @@ fn rename_generic(ctx: &mut Ctx<'_>, args: Args<'_>, nx: bool) -> Result {
         return Err(Error::NoSuchKey);
     }
     db.delete(src)?;
+    // Redis deletes the destination and adds it again: always `new`.
+    ctx.notify(NEW, "new", dst);
+    ctx.notify(GENERIC, "rename_from", src);
+    ctx.notify(GENERIC, "rename_to", dst);
     // A list or sorted set arriving under `dst` may serve a blocked client.
     ctx.shared.blocking.signal(n, dst);
     if nx {
@@ -354,18 +369,27 @@ fn copy(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let copied = if from == to {
         let db = ctx.db_w()?;
         let _g = ks.lock_many([(from, src), (to, dst)]);
-        if !db.exists(src) || (!replace && db.exists(dst)) {
+        if !db.exists(src) {
+            ctx.keymiss(src);
+            false
+        } else if !replace && db.exists(dst) {
             false
         } else {
             copy_key(&db, src, &db, dst)?
         }
     } else {
         match two_slots(ctx, from, to)? {
-            None => false,
+            None => {
+                ctx.keymiss(src);
+                false
+            }
             Some((a, b)) => {
                 let _g = ks.lock_many([(from, src), (to, dst)]);
                 let (a, b) = (a.db().expect("checked"), b.db().expect("checked"));
-                if !a.exists(src) || (!replace && b.exists(dst)) {
+                if !a.exists(src) {
+                    ctx.keymiss(src);
+                    false
+                } else if !replace && b.exists(dst) {
                     false
                 } else {
                     copy_key(a, src, b, dst)?
@@ -374,6 +398,9 @@ fn copy(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         }
     };
     if copied {
+        // As RENAME: a replaced destination is deleted and added again.
+        ctx.notify_db(NEW, "new", dst, to);
+        ctx.notify_db(GENERIC, "copy_to", dst, to);
         ctx.shared.blocking.signal(to, dst);
     }
     ctx.int(copied as i64);
@@ -403,6 +430,10 @@ fn move_(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         }
     };
     if moved {
+        // MOVE only moves onto an absent key: it always creates one.
+        ctx.notify_db(NEW, "new", key, to);
+        ctx.notify_db(GENERIC, "move_from", key, from);
+        ctx.notify_db(GENERIC, "move_to", key, to);
         ctx.shared.blocking.signal(to, key);
     }
     ctx.int(moved as i64);
@@ -480,7 +511,7 @@ fn object(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             "    Return the number of references of the value associated with the specified",
             "    <key>.",
             "HELP",
-            "    Print this help.",
+            "    Prints this help.",
         ];
         ctx.array(lines.len());
         for l in lines {

@@ -38,6 +38,7 @@ use super::flags::*;
 use super::{def, int_arg, is, parse_i64, CommandDef, Ctx, Error, Group, Result};
 use crate::blocking::{block_on, parse_timeout};
 use crate::keyspace::{Slot, TAG_LIST};
+use crate::notify::{GENERIC, LIST, NEW};
 
 const G: Group = Group::List;
 
@@ -107,6 +108,33 @@ fn cache_shard(key: &[u8]) -> &'static Mutex<CacheMap> {
 enum End {
     Left,
     Right,
+}
+
+impl End {
+    /// The keyspace event of a push at this end.
+    fn push_event(self) -> &'static str {
+        match self {
+            End::Left => "lpush",
+            End::Right => "rpush",
+        }
+    }
+
+    /// The keyspace event of a pop from this end.
+    fn pop_event(self) -> &'static str {
+        match self {
+            End::Left => "lpop",
+            End::Right => "rpop",
+        }
+    }
+}
+
+/// Keyspace events after elements left `key` (Redis's
+/// `listElementsRemoved`): the pop, then `del` if the list is gone.
+fn popped_events(ctx: &Ctx<'_>, key: &[u8], end: End, now_empty: bool) {
+    ctx.notify(LIST, end.pop_event(), key);
+    if now_empty {
+        ctx.notify(GENERIC, "del", key);
+    }
 }
 
 fn end_arg(a: &[u8]) -> Result<End> {
@@ -413,6 +441,7 @@ fn push_generic(ctx: &mut Ctx<'_>, args: Args<'_>, end: End, only_existing: bool
         ctx.int(0);
         return Ok(());
     }
+    let created = !l.exists();
     for v in args.iter().skip(2) {
         if let Err(e) = l.push(end, v) {
             l.commit();
@@ -420,6 +449,10 @@ fn push_generic(ctx: &mut Ctx<'_>, args: Args<'_>, end: End, only_existing: bool
         }
     }
     l.commit();
+    if created {
+        ctx.notify(NEW, "new", key);
+    }
+    ctx.notify(LIST, end.push_event(), key);
     ctx.shared.blocking.signal(ctx.conn.db, key);
     let n = l.len;
     drop(_g);
@@ -463,7 +496,11 @@ fn pop_generic(ctx: &mut Ctx<'_>, args: Args<'_>, end: End) -> Result {
             } else {
                 let r = l.pop_many(end, count.unwrap_or(1));
                 l.commit();
-                Some(r?)
+                let items = r?;
+                if !items.is_empty() {
+                    popped_events(ctx, key, end, l.len == 0);
+                }
+                Some(items)
             }
         }
     };
@@ -487,7 +524,10 @@ fn rpop(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 
 fn llen(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let n = match ctx.slot().db().and_then(|db| db.meta(&args[1])) {
-        None => 0,
+        None => {
+            ctx.keymiss(&args[1]);
+            0
+        }
         Some(m) => match m.kind {
             KeyKind::Map { tag: TAG_LIST, len } => len as i64,
             _ => return Err(Error::WrongType),
@@ -503,11 +543,15 @@ fn lrange(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let key = &args[1];
     let slot = ctx.slot();
     let Some(db) = slot.db() else {
+        ctx.keymiss(key);
         ctx.array(0);
         return Ok(());
     };
     let _g = ctx.lock(key);
     let l = List::load(db, slot.generation(), ctx.conn.db, key)?;
+    if !l.exists() {
+        ctx.keymiss(key);
+    }
     let Some((a, b)) = norm_range(start, end, l.len) else {
         drop(slot);
         ctx.array(0);
@@ -533,11 +577,15 @@ fn lindex(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let key = &args[1];
     let slot = ctx.slot();
     let v = match slot.db() {
-        None => None,
+        None => {
+            ctx.keymiss(key);
+            None
+        }
         Some(db) => {
             let _g = ctx.lock(key);
             let l = List::load(db, slot.generation(), ctx.conn.db, key)?;
             if !l.exists() {
+                ctx.keymiss(key);
                 None
             } else {
                 let i = int_arg(&args[2])?;
@@ -574,6 +622,7 @@ fn lset(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let r = l.put_at(l.head + i, &args[3]);
     l.commit();
     r?;
+    ctx.notify(LIST, "lset", key);
     drop(_g);
     drop(slot);
     ctx.ok();
@@ -639,6 +688,7 @@ fn linsert(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     };
     l.commit();
     r?;
+    ctx.notify(LIST, "linsert", key);
     let n = l.len;
     drop(_g);
     drop(slot);
@@ -704,6 +754,10 @@ fn lrem(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         };
         l.commit();
         r?;
+        ctx.notify(LIST, "lrem", key);
+        if removed == n {
+            ctx.notify(GENERIC, "del", key);
+        }
     }
     drop(_g);
     drop(slot);
@@ -726,6 +780,8 @@ fn ltrim(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             };
             if left == l.len {
                 db.delete(key)?;
+                ctx.notify(LIST, "ltrim", key);
+                ctx.notify(GENERIC, "del", key);
             } else {
                 let mut r = Ok(());
                 for _ in 0..left {
@@ -742,6 +798,7 @@ fn ltrim(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                 }
                 l.commit();
                 r?;
+                ctx.notify(LIST, "ltrim", key);
             }
         }
     }
@@ -793,6 +850,9 @@ fn lpos(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     if let Some(db) = slot.db() {
         let _g = ctx.lock(key);
         let l = List::load(db, slot.generation(), ctx.conn.db, key)?;
+        if !l.exists() {
+            ctx.keymiss(key);
+        }
         let want = match count {
             Some(0) => i64::MAX,
             Some(c) => c,
@@ -817,6 +877,9 @@ fn lpos(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                 }
             }
         }
+    }
+    if slot.db().is_none() {
+        ctx.keymiss(key);
     }
     drop(slot);
     match count {
@@ -866,16 +929,24 @@ fn move_one(
         let r = s.push(to, &v).and_then(|_| s.drop_end(from));
         s.commit();
         r?;
+        ctx.notify(LIST, to.push_event(), dst);
+        ctx.notify(LIST, from.pop_event(), src);
         ctx.shared.blocking.signal(dbi, dst);
         return Ok(Some(v));
     }
     let mut d = List::load(db, gen, dbi, dst)?;
+    let created = !d.exists();
     let v = s.pop(from);
     s.commit();
     let v = v?;
     let r = d.push(to, &v);
     d.commit();
     r?;
+    if created {
+        ctx.notify(NEW, "new", dst);
+    }
+    ctx.notify(LIST, to.push_event(), dst);
+    popped_events(ctx, src, from, s.len == 0);
     ctx.shared.blocking.signal(dbi, dst);
     Ok(Some(v))
 }
@@ -975,7 +1046,9 @@ fn pop_first(
             if l.exists() {
                 let r = l.pop_many(end, count);
                 l.commit();
-                served = Some((key, r?));
+                let items = r?;
+                popped_events(ctx, key, end, l.len == 0);
+                served = Some((key, items));
                 break;
             }
         }

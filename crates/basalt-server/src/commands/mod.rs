@@ -13,6 +13,7 @@ pub mod expiry;
 pub mod hash;
 pub mod keys;
 pub mod list;
+pub mod pubsub;
 pub mod server;
 pub mod set;
 pub mod strings;
@@ -65,6 +66,8 @@ pub mod flags {
     pub const ALLOW_BUSY: u32 = 1 << 14;
     /// Key positions depend on the arguments.
     pub const MOVABLE_KEYS: u32 = 1 << 15;
+    /// A pub/sub command.
+    pub const PUBSUB: u32 = 1 << 16;
 
     /// Names in COMMAND INFO order.
     pub const NAMES: &[(u32, &str)] = &[
@@ -72,6 +75,7 @@ pub mod flags {
         (READONLY, "readonly"),
         (DENYOOM, "denyoom"),
         (ADMIN, "admin"),
+        (PUBSUB, "pubsub"),
         (NOSCRIPT, "noscript"),
         (BLOCKING, "blocking"),
         (LOADING, "loading"),
@@ -106,6 +110,8 @@ pub enum Group {
     SortedSet,
     /// Lists.
     List,
+    /// Pub/sub.
+    Pubsub,
 }
 
 impl Group {
@@ -120,6 +126,7 @@ impl Group {
             Group::Set => "set",
             Group::SortedSet => "sorted_set",
             Group::List => "list",
+            Group::Pubsub => "pubsub",
         }
     }
 }
@@ -180,6 +187,7 @@ const FAMILIES: &[&[CommandDef]] = &[
     set::COMMANDS,
     zset::COMMANDS,
     list::COMMANDS,
+    pubsub::COMMANDS,
 ];
 
 /// Every command, in table order.
@@ -367,6 +375,55 @@ impl<'a> Ctx<'a> {
         Ok(self.shared.keyspace.write(self.conn.db)?)
     }
 
+    /// Publishes a keyspace event for `key` in the selected database, if
+    /// `notify-keyspace-events` enables `class` (one relaxed load if not).
+    #[inline]
+    pub fn notify(&self, class: u32, event: &str, key: &[u8]) {
+        self.shared.pubsub.notify(class, event, key, self.conn.db);
+    }
+
+    /// Publishes `keymiss` for `key` (Redis does on a read lookup that
+    /// finds nothing), if `notify-keyspace-events` has `m`.
+    #[inline]
+    pub fn keymiss(&self, key: &[u8]) {
+        self.notify(crate::notify::KEY_MISS, "keymiss", key);
+    }
+
+    /// `keymiss` for every absent key of `keys`, in order, stopping at the
+    /// first key whose type `accept` refuses (where Redis stops with
+    /// WRONGTYPE): the lookups of a multi-key read (SINTER, ZUNION, ...).
+    pub fn keymiss_each<'k>(
+        &self,
+        db: Option<&Db>,
+        keys: impl IntoIterator<Item = &'k [u8]>,
+        accept: impl Fn(RedisType) -> bool,
+    ) {
+        if !self.shared.pubsub.notifies(crate::notify::KEY_MISS) {
+            return;
+        }
+        for key in keys {
+            match type_of(db, key) {
+                None => self.keymiss(key),
+                Some(t) if !accept(t) => return,
+                Some(_) => {}
+            }
+        }
+    }
+
+    /// Whether `key` is absent from `db`, asked only when `new` events are
+    /// on (otherwise false after one relaxed load). A write that finds it
+    /// absent publishes `new` once it has created the key.
+    #[inline]
+    pub fn absent_for_new(&self, db: &Db, key: &[u8]) -> bool {
+        self.shared.pubsub.notifies(crate::notify::NEW) && !db.exists(key)
+    }
+
+    /// [`Ctx::notify`] for a key of database `db` (MOVE, COPY ... DB).
+    #[inline]
+    pub fn notify_db(&self, class: u32, event: &str, key: &[u8], db: usize) {
+        self.shared.pubsub.notify(class, event, key, db);
+    }
+
     /// Locks the stripe of `key` in the selected database.
     pub fn lock(&self, key: &[u8]) -> parking_lot::MutexGuard<'a, ()> {
         self.shared.keyspace.lock(self.conn.db, key)
@@ -390,6 +447,17 @@ pub fn execute(
     if !cmd.arity_ok(args.len()) {
         let mut e = Encoder::new(out, conn.protocol);
         e.error(Error::Arity(cmd.name.into()).message().as_bytes());
+        return (None, None);
+    }
+    if conn.protocol == Protocol::Resp2
+        && conn.info.pubsub.subscribed()
+        && !pubsub::allowed_while_subscribed(cmd.name)
+    {
+        let line = format!(
+            "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+            pubsub::full_name(cmd.name, &args)
+        );
+        Encoder::new(out, conn.protocol).error(line.as_bytes());
         return (None, None);
     }
     let mut ctx = Ctx {

@@ -123,7 +123,8 @@ pub const COMMANDS: &[CommandDef] = &[
     ),
 ];
 
-fn help(ctx: &mut Ctx<'_>, cmd: &str, lines: &[&str]) {
+/// Writes a `<CMD> HELP` reply: the header, `lines`, and HELP itself.
+pub(crate) fn help(ctx: &mut Ctx<'_>, cmd: &str, lines: &[&str]) {
     ctx.array(lines.len() + 3);
     ctx.simple(
         format!("{cmd} <subcommand> [<arg> [value] [opt] ...]. Subcommands are:").as_bytes(),
@@ -132,7 +133,7 @@ fn help(ctx: &mut Ctx<'_>, cmd: &str, lines: &[&str]) {
         ctx.simple(l.as_bytes());
     }
     ctx.simple(b"HELP");
-    ctx.simple(b"    Print this help.");
+    ctx.simple(b"    Prints this help.");
 }
 
 // ---------------------------------------------------------------- COMMAND
@@ -154,6 +155,7 @@ fn categories(c: &CommandDef) -> Vec<&'static str> {
         Group::Set => "@set",
         Group::SortedSet => "@sortedset",
         Group::List => "@list",
+        Group::Pubsub => "@pubsub",
     });
     v.push(if c.flags & FAST != 0 {
         "@fast"
@@ -388,6 +390,8 @@ fn client(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         ctx.enc().verbatim(b"txt", line.as_bytes());
     } else if is(sub, "list") {
         let mut ids: Option<Vec<u64>> = None;
+        // None = any; Some(true) = pubsub clients; Some(false) = normal.
+        let mut pubsub_type: Option<bool> = None;
         let mut j = 2;
         while j < args.len() {
             if is(&args[j], "type") && j + 1 < args.len() {
@@ -398,7 +402,9 @@ fn client(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                         String::from_utf8_lossy(t)
                     )));
                 }
-                if !is(t, "normal") {
+                if is(t, "normal") || is(t, "pubsub") {
+                    pubsub_type = Some(is(t, "pubsub"));
+                } else {
                     ids = Some(Vec::new());
                 }
                 j += 2;
@@ -418,7 +424,9 @@ fn client(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         }
         let mut text = String::new();
         for c in ctx.shared.clients.all() {
-            if ids.as_ref().is_none_or(|ids| ids.contains(&c.id)) {
+            if ids.as_ref().is_none_or(|ids| ids.contains(&c.id))
+                && pubsub_type.is_none_or(|p| c.pubsub.subscribed() == p)
+            {
                 text.push_str(&c.line());
                 text.push('\n');
             }
@@ -516,7 +524,9 @@ fn client_kill(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         return Ok(());
     }
     let (mut id, mut addr, mut laddr, mut user) = (None, None, None, None);
-    let mut typ_normal = true;
+    // None = normal and pubsub clients; Some(p) = only pubsub (p) or only
+    // normal (!p); master/replica match nobody.
+    let mut typ: Option<Option<bool>> = Some(None);
     let mut skipme = true;
     let mut j = 2;
     while j < args.len() {
@@ -537,13 +547,11 @@ fn client_kill(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             user = Some(val.to_vec());
         } else if is(opt, "type") {
             if is(val, "normal") {
-                typ_normal = true;
-            } else if is(val, "master")
-                || is(val, "replica")
-                || is(val, "slave")
-                || is(val, "pubsub")
-            {
-                typ_normal = false;
+                typ = Some(Some(false));
+            } else if is(val, "pubsub") {
+                typ = Some(Some(true));
+            } else if is(val, "master") || is(val, "replica") || is(val, "slave") {
+                typ = None;
             } else {
                 return Err(Error::err(format!(
                     "Unknown client type '{}'",
@@ -565,7 +573,7 @@ fn client_kill(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     }
     let mut killed = 0;
     for c in ctx.shared.clients.all() {
-        let hit = typ_normal
+        let hit = typ.is_some_and(|t| t.is_none_or(|p| c.pubsub.subscribed() == p))
             && id.is_none_or(|i| c.id == i)
             && addr.as_ref().is_none_or(|a| c.addr.to_string() == *a)
             && laddr.as_ref().is_none_or(|a| c.laddr.to_string() == *a)
@@ -774,8 +782,14 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             st.rejected.load(Ordering::Relaxed)
         );
         kv!(out, "evicted_keys", 0);
-        kv!(out, "pubsub_channels", 0);
-        kv!(out, "pubsub_patterns", 0);
+        kv!(out, "pubsub_channels", sh.pubsub.channel_count());
+        kv!(out, "pubsub_patterns", sh.pubsub.pattern_count());
+        // Redis 7.0 has no such counter; later Redis versions use this name.
+        kv!(
+            out,
+            "client_output_buffer_limit_disconnections",
+            sh.pubsub.disconnections.load(Ordering::Relaxed)
+        );
     }
     if want("replication") {
         head(&mut out, "Replication");
@@ -846,6 +860,10 @@ enum Kind {
     Bool,
     /// Any string; accepted and recorded, no effect.
     Str,
+    /// notify-keyspace-events.
+    NotifyEvents,
+    /// client-output-buffer-limit.
+    ObufLimit,
 }
 
 /// Settings CONFIG knows: (name, kind, default). Immutable ones read their
@@ -866,7 +884,8 @@ const PARAMS: &[(&str, Kind, &str)] = &[
     ("timeout", Kind::Int, "0"),
     ("tcp-keepalive", Kind::Int, "300"),
     ("hz", Kind::Int, "10"),
-    ("notify-keyspace-events", Kind::Str, ""),
+    ("notify-keyspace-events", Kind::NotifyEvents, ""),
+    ("client-output-buffer-limit", Kind::ObufLimit, ""),
     ("slowlog-log-slower-than", Kind::Int, "10000"),
     ("slowlog-max-len", Kind::Int, "128"),
     ("latency-monitor-threshold", Kind::Int, "0"),
@@ -907,6 +926,8 @@ fn param_value(ctx: &Ctx<'_>, name: &'static str, kind: Kind, default: &str) -> 
         "databases" => c.databases.to_string(),
         "loglevel" => c.loglevel.clone(),
         "appendfsync" => ctx.shared.settings.appendfsync().as_str().to_string(),
+        "notify-keyspace-events" => crate::notify::render(ctx.shared.pubsub.events()),
+        "client-output-buffer-limit" => ctx.shared.pubsub.limits().render(),
         _ if kind == Kind::Immutable => default.to_string(),
         _ => ctx
             .shared
@@ -952,6 +973,7 @@ fn config(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         }
         // Validate everything first, then apply: all or nothing, as in Redis.
         let mut changes: Vec<(&'static str, Kind, String)> = Vec::new();
+        let mut limits = ctx.shared.pubsub.limits();
         for j in (2..args.len()).step_by(2) {
             let name = String::from_utf8_lossy(&args[j]).to_ascii_lowercase();
             let value = String::from_utf8_lossy(&args[j + 1]).into_owned();
@@ -979,6 +1001,14 @@ fn config(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                 {
                     return Err(set_failed(pname, "argument must be 'yes' or 'no'"))
                 }
+                Kind::NotifyEvents if crate::notify::parse(value.as_bytes()).is_none() => {
+                    return Err(set_failed(pname, crate::notify::INVALID))
+                }
+                Kind::ObufLimit => {
+                    limits = limits
+                        .parse_update(&value)
+                        .map_err(|why| set_failed(pname, why))?;
+                }
                 _ => {}
             }
             changes.push((pname, kind, value));
@@ -990,6 +1020,12 @@ fn config(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                         ctx.shared.settings.set_appendfsync(a);
                     }
                 }
+                Kind::NotifyEvents => {
+                    if let Some(flags) = crate::notify::parse(value.as_bytes()) {
+                        ctx.shared.pubsub.set_events(flags);
+                    }
+                }
+                Kind::ObufLimit => ctx.shared.pubsub.set_limits(limits),
                 Kind::Bool => {
                     ctx.shared
                         .settings

@@ -14,10 +14,11 @@ use basalt_engine::Db;
 use basalt_resp::Args;
 
 use super::flags::*;
-use super::hash::{collection_len, random_count, scan_args, scan_cursor, scan_names};
+use super::hash::{collection_len, random_count, read_len, scan_args, scan_cursor, scan_names};
 use super::{def, is, parse_i64, CommandDef, Ctx, Error, Group, Result, Rng};
 use crate::glob;
-use crate::keyspace::TAG_SET;
+use crate::keyspace::{RedisType, TAG_SET};
+use crate::notify::{GENERIC, NEW, SET};
 
 const G: Group = Group::Set;
 
@@ -49,16 +50,27 @@ fn set_len(db: Option<&Db>, key: &[u8]) -> Result<Option<usize>> {
     collection_len(db, key, TAG_SET)
 }
 
+/// [`set_len`] for a read: an absent key is a `keymiss`.
+fn read_set_len(ctx: &Ctx<'_>, db: Option<&Db>, key: &[u8]) -> Result<Option<usize>> {
+    read_len(ctx, db, key, TAG_SET)
+}
+
 fn sadd(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let key = &args[1];
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
-    set_len(Some(&db), key)?;
+    let created = set_len(Some(&db), key)?.is_none();
     let mut added = 0;
     for m in args.iter().skip(2) {
         added += db.put_field_tagged(key, TAG_SET, m, b"")?.1 as i64;
     }
     drop(db);
+    if added > 0 {
+        if created {
+            ctx.notify(NEW, "new", key);
+        }
+        ctx.notify(SET, "sadd", key);
+    }
     ctx.int(added);
     Ok(())
 }
@@ -73,6 +85,12 @@ fn srem(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             for m in args.iter().skip(2) {
                 n += db.delete_field(key, m)? as i64;
             }
+            if n > 0 {
+                ctx.notify(SET, "srem", key);
+                if !db.exists(key) {
+                    ctx.notify(GENERIC, "del", key);
+                }
+            }
         }
     }
     drop(slot);
@@ -82,7 +100,7 @@ fn srem(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 
 fn sismember(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let slot = ctx.slot();
-    let found = match set_len(slot.db(), &args[1])? {
+    let found = match read_set_len(ctx, slot.db(), &args[1])? {
         Some(_) => slot
             .db()
             .expect("exists")
@@ -98,7 +116,7 @@ fn smismember(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let key = &args[1];
     let slot = ctx.slot();
     let mut found = Vec::with_capacity(args.len() - 2);
-    if set_len(slot.db(), key)?.is_some() {
+    if read_set_len(ctx, slot.db(), key)?.is_some() {
         let db = slot.db().expect("exists");
         for m in args.iter().skip(2) {
             found.push(db.contains_field(key, m)?);
@@ -131,13 +149,20 @@ fn reply_set(ctx: &mut Ctx<'_>, items: &[Vec<u8>]) {
 }
 
 fn smembers(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
-    let all = members(ctx.slot().db(), &args[1])?;
+    let slot = ctx.slot();
+    if read_set_len(ctx, slot.db(), &args[1])?.is_none() {
+        drop(slot);
+        reply_set(ctx, &[]);
+        return Ok(());
+    }
+    let all = members(slot.db(), &args[1])?;
+    drop(slot);
     reply_set(ctx, &all);
     Ok(())
 }
 
 fn scard(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
-    let n = set_len(ctx.slot().db(), &args[1])?.unwrap_or(0);
+    let n = read_set_len(ctx, ctx.slot().db(), &args[1])?.unwrap_or(0);
     ctx.int(n as i64);
     Ok(())
 }
@@ -172,6 +197,12 @@ fn spop(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                     db.delete_field(key, m)?;
                 }
             }
+            if !popped.is_empty() {
+                ctx.notify(SET, "spop", key);
+                if want >= len {
+                    ctx.notify(GENERIC, "del", key);
+                }
+            }
         }
     }
     drop(slot);
@@ -190,7 +221,7 @@ fn srandmember(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let count = args.get(2).map(random_count).transpose()?;
     let slot = ctx.slot();
     let mut picks = Vec::new();
-    if let Some(len) = set_len(slot.db(), key)? {
+    if let Some(len) = read_set_len(ctx, slot.db(), key)? {
         let db = slot.db().expect("exists");
         let seed = Rng::from_time().next_u64();
         picks = match count {
@@ -227,11 +258,20 @@ fn smove(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let moved = if set_len(Some(db), src)?.is_none() {
         false
     } else {
-        set_len(Some(db), dst)?;
+        let dst_created = set_len(Some(db), dst)?.is_none();
         if src == dst {
             db.contains_field(src, member)?
         } else if db.delete_field(src, member)? {
-            db.put_field_tagged(dst, TAG_SET, member, b"")?;
+            ctx.notify(SET, "srem", src);
+            if !db.exists(src) {
+                ctx.notify(GENERIC, "del", src);
+            }
+            if dst_created {
+                ctx.notify(NEW, "new", dst);
+            }
+            if db.put_field_tagged(dst, TAG_SET, member, b"")?.1 {
+                ctx.notify(SET, "sadd", dst);
+            }
             true
         } else {
             false
@@ -243,15 +283,19 @@ fn smove(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 }
 
 /// The intersection of the sets at `keys`, stopping after `limit` members
-/// (0 = no limit). Checks types in order and stops at the first missing
-/// key, as Redis does.
+/// (0 = no limit). Checks every key's type first (WRONGTYPE even after a
+/// missing key, as Redis 7.0 does); a missing key makes it empty.
 fn inter(db: Option<&Db>, keys: &[&[u8]], limit: usize) -> Result<Vec<Vec<u8>>> {
     let mut sized = Vec::with_capacity(keys.len());
+    let mut missing = false;
     for k in keys {
         match set_len(db, k)? {
             Some(len) => sized.push((len, *k)),
-            None => return Ok(Vec::new()),
+            None => missing = true,
         }
+    }
+    if missing {
+        return Ok(Vec::new());
     }
     let db = db.expect("keys exist");
     sized.sort_by_key(|(len, _)| *len);
@@ -342,7 +386,10 @@ fn compute(db: Option<&Db>, keys: &[&[u8]], op: Op) -> Result<Vec<Vec<u8>>> {
 
 fn read_op(ctx: &mut Ctx<'_>, args: Args<'_>, op: Op) -> Result {
     let keys: Vec<&[u8]> = args.iter().skip(1).collect();
-    let result = compute(ctx.slot().db(), &keys, op)?;
+    let slot = ctx.slot();
+    ctx.keymiss_each(slot.db(), keys.iter().copied(), |t| t == RedisType::Set);
+    let result = compute(slot.db(), &keys, op)?;
+    drop(slot);
     reply_set(ctx, &result);
     Ok(())
 }
@@ -356,14 +403,28 @@ fn store_op(ctx: &mut Ctx<'_>, args: Args<'_>, op: Op) -> Result {
         .shared
         .keyspace
         .lock_many(args.iter().skip(1).map(|k| (n, k)));
+    ctx.keymiss_each(Some(&db), keys.iter().copied(), |t| t == RedisType::Set);
     let result = compute(Some(&db), &keys, op)?;
     // Not crash-atomic: a crash between the delete and the last add leaves
     // part of the result (the engine has no multi-record transaction).
-    db.delete(dst)?;
+    let existed = db.delete(dst)?;
     for m in &result {
         db.put_field_tagged(dst, TAG_SET, m, b"")?;
     }
     drop(db);
+    if !result.is_empty() {
+        let event = match op {
+            Op::Inter => "sinterstore",
+            Op::Union => "sunionstore",
+            Op::Diff => "sdiffstore",
+        };
+        if !existed {
+            ctx.notify(NEW, "new", dst);
+        }
+        ctx.notify(SET, event, dst);
+    } else if existed {
+        ctx.notify(GENERIC, "del", dst);
+    }
     ctx.int(result.len() as i64);
     Ok(())
 }
@@ -415,7 +476,10 @@ fn sintercard(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             return Err(Error::Syntax);
         }
     }
-    let n = inter(ctx.slot().db(), &keys, limit)?.len();
+    let slot = ctx.slot();
+    ctx.keymiss_each(slot.db(), keys.iter().copied(), |t| t == RedisType::Set);
+    let n = inter(slot.db(), &keys, limit)?.len();
+    drop(slot);
     ctx.int(n as i64);
     Ok(())
 }
@@ -430,7 +494,7 @@ fn sscan(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let key = &args[1];
     let cursor = scan_cursor(&args[2])?;
     let slot = ctx.slot();
-    if set_len(slot.db(), key)?.is_none() {
+    if read_set_len(ctx, slot.db(), key)?.is_none() {
         drop(slot);
         ctx.array(2);
         ctx.bulk(b"0");

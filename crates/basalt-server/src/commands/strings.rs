@@ -10,6 +10,7 @@ use basalt_resp::{Args, Encoder};
 
 use super::flags::*;
 use super::{def, int_arg, is, parse_i64, CommandDef, Ctx, Error, Group, Result};
+use crate::notify::{GENERIC, NEW, STRING};
 
 /// Redis's `proto-max-bulk-len` default: the largest string a command may build.
 pub const MAX_STRING: u64 = 512 << 20;
@@ -55,15 +56,18 @@ fn read_with_ttl(db: &Db, key: &[u8]) -> Result<Option<(Vec<u8>, Option<u64>)>> 
 }
 
 fn get(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
-    let slot = ctx.slot();
-    let mut enc = Encoder::new(ctx.out, ctx.conn.protocol);
     // The value goes from the engine's mapped file straight into the reply.
-    let found = match slot.db() {
-        Some(db) => db.get_with(&args[1], |v| enc.bulk(v))?,
-        None => None,
+    let found = {
+        let slot = ctx.slot();
+        let mut enc = Encoder::new(ctx.out, ctx.conn.protocol);
+        match slot.db() {
+            Some(db) => db.get_with(&args[1], |v| enc.bulk(v))?,
+            None => None,
+        }
     };
     if found.is_none() {
-        enc.null();
+        ctx.keymiss(&args[1]);
+        ctx.null();
     }
     Ok(())
 }
@@ -173,6 +177,9 @@ fn set_generic(
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
     let old = if o.get { Some(db.get(key)?) } else { None };
+    if matches!(old, Some(None)) {
+        ctx.keymiss(key);
+    }
     // Only NX and XX need to know whether the key exists: a plain SET
     // skips the extra index probe.
     let found = match &old {
@@ -189,7 +196,19 @@ fn set_generic(
         return Ok(());
     }
     let at = if o.keepttl { db.expires_at(key) } else { at };
+    let created = match &old {
+        Some(v) => v.is_none() && ctx.shared.pubsub.notifies(NEW),
+        None if o.nx || o.xx => !found && ctx.shared.pubsub.notifies(NEW),
+        None => ctx.absent_for_new(&db, key),
+    };
     db.put_with_expiry(key, value, at)?;
+    if created {
+        ctx.notify(NEW, "new", key);
+    }
+    ctx.notify(STRING, "set", key);
+    if o.expire.is_some() {
+        ctx.notify(GENERIC, "expire", key);
+    }
     match (&old, ok) {
         (Some(v), _) => ctx.opt_bulk(v.as_deref()),
         (None, Some(n)) => ctx.int(n),
@@ -232,7 +251,14 @@ fn getset(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
     let old = db.get(key)?;
+    if old.is_none() {
+        ctx.keymiss(key);
+    }
     db.put(key, &args[2])?;
+    if old.is_none() {
+        ctx.notify(NEW, "new", key);
+    }
+    ctx.notify(STRING, "set", key);
     ctx.opt_bulk(old.as_deref());
     Ok(())
 }
@@ -241,13 +267,17 @@ fn getdel(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let key = &args[1];
     let slot = ctx.slot();
     let Some(db) = slot.db() else {
+        ctx.keymiss(key);
         ctx.null();
         return Ok(());
     };
     let _g = ctx.lock(key);
     let old = db.get(key)?;
-    if old.is_some() {
-        db.delete(key)?;
+    if old.is_none() {
+        ctx.keymiss(key);
+    }
+    if old.is_some() && db.delete(key)? {
+        ctx.notify(GENERIC, "del", key);
     }
     ctx.opt_bulk(old.as_deref());
     Ok(())
@@ -262,19 +292,26 @@ fn getex(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     };
     let slot = ctx.slot();
     let Some(db) = slot.db() else {
+        ctx.keymiss(key);
         ctx.null();
         return Ok(());
     };
     let _g = ctx.lock(key);
     let Some(v) = db.get(key)? else {
+        ctx.keymiss(key);
         ctx.null();
         return Ok(());
     };
     if let Some(at) = at {
         // A time already past deletes the key (engine: expire <= now).
         db.expire(key, at)?;
-    } else if o.persist {
-        db.persist(key)?;
+        if at <= ctx.now_ms {
+            ctx.notify(GENERIC, "del", key);
+        } else {
+            ctx.notify(GENERIC, "expire", key);
+        }
+    } else if o.persist && db.persist(key)? {
+        ctx.notify(GENERIC, "persist", key);
     }
     ctx.bulk(&v);
     Ok(())
@@ -285,10 +322,14 @@ fn mget(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let db = slot.db();
     ctx.array(args.len() - 1);
     for key in args.iter().skip(1) {
-        // Keys of other types read as nil, as in Redis.
-        let v = match db {
-            Some(db) => db.get(key).ok().flatten(),
-            None => None,
+        // Keys of other types read as nil, as in Redis (and are found).
+        let v = match db.map(|db| db.get(key)) {
+            Some(Ok(Some(v))) => Some(v),
+            Some(Err(_)) => None,
+            Some(Ok(None)) | None => {
+                ctx.keymiss(key);
+                None
+            }
         };
         ctx.opt_bulk(v.as_deref());
     }
@@ -311,7 +352,12 @@ fn mset(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         .keyspace
         .lock_many(args.iter().skip(1).step_by(2).map(|k| (n, k)));
     for j in (1..args.len()).step_by(2) {
+        let created = ctx.absent_for_new(&db, &args[j]);
         db.put(&args[j], &args[j + 1])?;
+        if created {
+            ctx.notify(NEW, "new", &args[j]);
+        }
+        ctx.notify(STRING, "set", &args[j]);
     }
     ctx.ok();
     Ok(())
@@ -330,7 +376,12 @@ fn msetnx(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         return Ok(());
     }
     for j in (1..args.len()).step_by(2) {
+        let created = ctx.absent_for_new(&db, &args[j]);
         db.put(&args[j], &args[j + 1])?;
+        if created {
+            ctx.notify(NEW, "new", &args[j]);
+        }
+        ctx.notify(STRING, "set", &args[j]);
     }
     ctx.int(1);
     Ok(())
@@ -344,12 +395,18 @@ fn append(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let key = &args[1];
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
-    let (mut value, at) = read_with_ttl(&db, key)?.unwrap_or_default();
+    let old = read_with_ttl(&db, key)?;
+    let created = old.is_none();
+    let (mut value, at) = old.unwrap_or_default();
     if value.len() as u64 + args[2].len() as u64 > MAX_STRING {
         return Err(too_big());
     }
     value.extend_from_slice(&args[2]);
     db.put_with_expiry(key, &value, at)?;
+    if created {
+        ctx.notify(NEW, "new", key);
+    }
+    ctx.notify(STRING, "append", key);
     ctx.int(value.len() as i64);
     Ok(())
 }
@@ -357,7 +414,11 @@ fn append(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 fn strlen(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     // The index's stored length counts the record's encoding, not the
     // value, so the value is read (one disk read, like GET).
-    let len = read_string(ctx.slot().db(), &args[1])?.map_or(0, |v| v.len());
+    let v = read_string(ctx.slot().db(), &args[1])?;
+    if v.is_none() {
+        ctx.keymiss(&args[1]);
+    }
+    let len = v.map_or(0, |v| v.len());
     ctx.int(len as i64);
     Ok(())
 }
@@ -365,7 +426,11 @@ fn strlen(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 fn getrange(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let mut start = int_arg(&args[2])?;
     let mut end = int_arg(&args[3])?;
-    let v = read_string(ctx.slot().db(), &args[1])?.unwrap_or_default();
+    let v = read_string(ctx.slot().db(), &args[1])?;
+    if v.is_none() {
+        ctx.keymiss(&args[1]);
+    }
+    let v = v.unwrap_or_default();
     let len = v.len() as i64;
     if start < 0 && end < 0 && start > end {
         ctx.bulk(b"");
@@ -410,6 +475,8 @@ fn setrange(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         let mut value = vec![0u8; offset as usize];
         value.extend_from_slice(piece);
         db.put(key, &value)?;
+        ctx.notify(NEW, "new", key);
+        ctx.notify(STRING, "setrange", key);
         ctx.int(value.len() as i64);
         return Ok(());
     };
@@ -426,6 +493,7 @@ fn setrange(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     }
     value[offset..offset + piece.len()].copy_from_slice(piece);
     db.put_with_expiry(key, &value, at)?;
+    ctx.notify(STRING, "setrange", key);
     ctx.int(value.len() as i64);
     Ok(())
 }
@@ -433,9 +501,9 @@ fn setrange(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 fn incr_by(ctx: &mut Ctx<'_>, key: &[u8], incr: i64) -> Result {
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
-    let (old, at) = match read_with_ttl(&db, key)? {
-        Some((v, at)) => (parse_i64(&v).ok_or(Error::NotInteger)?, at),
-        None => (0, None),
+    let (old, at, created) = match read_with_ttl(&db, key)? {
+        Some((v, at)) => (parse_i64(&v).ok_or(Error::NotInteger)?, at, false),
+        None => (0, None, true),
     };
     let new = old
         .checked_add(incr)
@@ -444,6 +512,10 @@ fn incr_by(ctx: &mut Ctx<'_>, key: &[u8], incr: i64) -> Result {
     use std::io::Write as _;
     let _ = write!(buf, "{new}");
     db.put_with_expiry(key, &buf, at)?;
+    if created {
+        ctx.notify(NEW, "new", key);
+    }
+    ctx.notify(STRING, "incrby", key);
     ctx.int(new);
     Ok(())
 }
@@ -483,9 +555,9 @@ fn incrbyfloat(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let key = &args[1];
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
-    let (old, at) = match read_with_ttl(&db, key)? {
-        Some((v, at)) => (parse_ld(&v).ok_or(Error::NotFloat)?, at),
-        None => (0.0, None),
+    let (old, at, created) = match read_with_ttl(&db, key)? {
+        Some((v, at)) => (parse_ld(&v).ok_or(Error::NotFloat)?, at, false),
+        None => (0.0, None, true),
     };
     let incr = parse_ld(&args[2]).ok_or(Error::NotFloat)?;
     let new = old + incr;
@@ -497,6 +569,10 @@ fn incrbyfloat(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     // people use (10.5 + 0.1 = "10.6"), never an exponent.
     let text = format!("{new}");
     db.put_with_expiry(key, text.as_bytes(), at)?;
+    if created {
+        ctx.notify(NEW, "new", key);
+    }
+    ctx.notify(STRING, "incrbyfloat", key);
     ctx.bulk(text.as_bytes());
     Ok(())
 }

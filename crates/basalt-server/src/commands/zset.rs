@@ -25,7 +25,8 @@ use super::flags::*;
 use super::{def, int_arg, is, parse_i64, CommandDef, Ctx, Error, Group, Result, Rng};
 use crate::blocking::{block_on, parse_timeout};
 use crate::glob;
-use crate::keyspace::{Slot, TAG_SET, TAG_ZSET};
+use crate::keyspace::{RedisType, Slot, TAG_SET, TAG_ZSET};
+use crate::notify::{GENERIC, NEW, ZSET};
 use crate::zindex::{LexBound, LexRange, ScoreRange, ZCache, ZIndex};
 
 const G: Group = Group::SortedSet;
@@ -437,6 +438,7 @@ fn zadd_generic(ctx: &mut Ctx<'_>, args: &Args<'_>, mut f: AddFlags, from: usize
         }
         return Ok(());
     }
+    let created = existing.is_none();
     let mut ix = existing.unwrap_or_default();
     let (mut added, mut updated) = (0, 0);
     let mut last = None;
@@ -466,6 +468,12 @@ fn zadd_generic(ctx: &mut Ctx<'_>, args: &Args<'_>, mut f: AddFlags, from: usize
         }
     }
     z.put_back(key, ix);
+    if added + updated > 0 {
+        if created {
+            ctx.notify(NEW, "new", key);
+        }
+        ctx.notify(ZSET, if f.incr { "zincr" } else { "zadd" }, key);
+    }
     if added > 0 {
         // Only a new member can make a key servable: a set that already
         // had members had no client waiting for it.
@@ -515,7 +523,14 @@ fn zrem(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             removed += 1;
         }
     }
+    let empty = ix.is_empty();
     z.put_back(key, ix);
+    if removed > 0 {
+        ctx.notify(ZSET, "zrem", key);
+        if empty {
+            ctx.notify(GENERIC, "del", key);
+        }
+    }
     drop(_g);
     drop(slot);
     ctx.int(removed);
@@ -529,10 +544,14 @@ fn zrem(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 fn read<R>(ctx: &Ctx<'_>, key: &[u8], f: impl FnOnce(Option<&ZIndex>) -> R) -> Result<R> {
     let slot = ctx.slot();
     let Some(z) = ZDb::of(&slot) else {
+        ctx.keymiss(key);
         return Ok(f(None));
     };
     let _g = ctx.lock(key);
     let ix = z.load(key)?;
+    if ix.is_none() {
+        ctx.keymiss(key);
+    }
     let r = f(ix.as_ref());
     if let Some(ix) = ix {
         z.put_back(key, ix);
@@ -852,9 +871,14 @@ fn zrangestore(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             z.put_back(src, ix);
             items
         }
-        None => Vec::new(),
+        None => {
+            ctx.keymiss(src);
+            Vec::new()
+        }
     };
+    let existed = z.db.exists(dst);
     let stored = z.store(dst, &items)?;
+    stored_events(ctx, dst, "zrangestore", stored, existed);
     if stored > 0 {
         ctx.shared.blocking.signal(n, dst);
     }
@@ -862,6 +886,27 @@ fn zrangestore(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     drop(slot);
     ctx.int(stored as i64);
     Ok(())
+}
+
+/// Keyspace events of a *STORE: the command's event if something was
+/// stored, else `del` if the destination existed.
+fn stored_events(ctx: &Ctx<'_>, dst: &[u8], event: &str, stored: usize, existed: bool) {
+    if stored > 0 {
+        if !existed {
+            ctx.notify(NEW, "new", dst);
+        }
+        ctx.notify(ZSET, event, dst);
+    } else if existed {
+        ctx.notify(GENERIC, "del", dst);
+    }
+}
+
+/// Keyspace events after [`pop`] took members from `key`.
+fn popped_events(ctx: &Ctx<'_>, z: &ZDb<'_>, key: &[u8], max: bool) {
+    ctx.notify(ZSET, if max { "zpopmax" } else { "zpopmin" }, key);
+    if !z.db.exists(key) {
+        ctx.notify(GENERIC, "del", key);
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -913,7 +958,11 @@ fn zpop_generic(ctx: &mut Ctx<'_>, args: Args<'_>, max: bool) -> Result {
                 }
                 Some(Vec::new())
             } else {
-                pop(&z, key, max, count.unwrap_or(1))?
+                let items = pop(&z, key, max, count.unwrap_or(1))?;
+                if items.as_ref().is_some_and(|i| !i.is_empty()) {
+                    popped_events(ctx, &z, key, max);
+                }
+                items
             }
         }
     };
@@ -1015,6 +1064,9 @@ fn zmpop(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let _g = ctx.shared.keyspace.lock_many(keys.iter().map(|k| (n, *k)));
     for key in &keys {
         if let Some(items) = pop(&z, key, m.max, m.count)? {
+            if !items.is_empty() {
+                popped_events(ctx, &z, key, m.max);
+            }
             drop(_g);
             drop(slot);
             mpop_reply(ctx, key, &items);
@@ -1052,6 +1104,7 @@ fn bpop_first(
         for &key in keys {
             match pop(&z, key, max, count) {
                 Ok(Some(items)) if !items.is_empty() => {
+                    popped_events(ctx, &z, key, max);
                     served = Some((key, items));
                     break;
                 }
@@ -1109,6 +1162,7 @@ fn bzmpop(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 fn remove_range(
     ctx: &mut Ctx<'_>,
     key: &[u8],
+    event: &str,
     select: impl FnOnce(&ZIndex) -> Vec<(Vec<u8>, f64)>,
 ) -> Result {
     let slot = ctx.slot();
@@ -1126,7 +1180,14 @@ fn remove_range(
     for (m, _) in &victims {
         z.remove(key, &mut ix, m)?;
     }
+    let empty = ix.is_empty();
     z.put_back(key, ix);
+    if !victims.is_empty() {
+        ctx.notify(ZSET, event, key);
+        if empty {
+            ctx.notify(GENERIC, "del", key);
+        }
+    }
     drop(_g);
     drop(slot);
     ctx.int(victims.len() as i64);
@@ -1135,15 +1196,17 @@ fn remove_range(
 
 fn zremrangebyrank(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let (start, end) = (int_arg(&args[2])?, int_arg(&args[3])?);
-    remove_range(ctx, &args[1], |ix| match rank_span(start, end, ix.len()) {
-        Some((a, b)) => ix.range_by_rank(a, b, false),
-        None => Vec::new(),
+    remove_range(ctx, &args[1], "zremrangebyrank", |ix| {
+        match rank_span(start, end, ix.len()) {
+            Some((a, b)) => ix.range_by_rank(a, b, false),
+            None => Vec::new(),
+        }
     })
 }
 
 fn zremrangebyscore(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let range = score_range(&args[2], &args[3])?;
-    remove_range(ctx, &args[1], |ix| {
+    remove_range(ctx, &args[1], "zremrangebyscore", |ix| {
         collect_from(ix, ix.first_in_score(&range), false, 0, -1, |_, s| {
             range.lte_max(s)
         })
@@ -1152,7 +1215,7 @@ fn zremrangebyscore(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 
 fn zremrangebylex(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let range = lex_range(&args[2], &args[3])?;
-    remove_range(ctx, &args[1], |ix| {
+    remove_range(ctx, &args[1], "zremrangebylex", |ix| {
         collect_from(ix, ix.first_in_lex(&range), false, 0, -1, |m, _| {
             range.lte_max(m)
         })
@@ -1335,6 +1398,11 @@ impl Aggregate {
 }
 
 /// The members of one input: a sorted set, or a set with every score 1.
+/// The types a ZUNION / ZINTER / ZDIFF input may have.
+fn zset_input(t: RedisType) -> bool {
+    matches!(t, RedisType::ZSet | RedisType::Set)
+}
+
 fn input_members(z: &ZDb<'_>, key: &[u8]) -> Result<Vec<(Vec<u8>, f64)>> {
     let Some(meta) = z.db.meta(key) else {
         return Ok(Vec::new());
@@ -1493,12 +1561,20 @@ fn setop_generic(ctx: &mut Ctx<'_>, args: Args<'_>, op: SetOp, store: bool) -> R
             .shared
             .keyspace
             .lock_many(keys.iter().map(|k| (n, *k)).chain([(n, dst)]));
+        ctx.keymiss_each(Some(z.db), keys.iter().copied(), zset_input);
         let inputs = keys
             .iter()
             .map(|k| input_members(&z, k))
             .collect::<Result<Vec<_>>>()?;
         let result = combine(inputs, &weights, agg, op);
+        let existed = z.db.exists(dst);
         let stored = z.store(dst, &result)?;
+        let event = match op {
+            SetOp::Union => "zunionstore",
+            SetOp::Inter => "zinterstore",
+            SetOp::Diff => "zdiffstore",
+        };
+        stored_events(ctx, dst, event, stored, existed);
         if stored > 0 {
             ctx.shared.blocking.signal(n, dst);
         }
@@ -1507,6 +1583,7 @@ fn setop_generic(ctx: &mut Ctx<'_>, args: Args<'_>, op: SetOp, store: bool) -> R
         ctx.int(stored as i64);
     } else {
         let slot = ctx.slot();
+        ctx.keymiss_each(slot.db(), keys.iter().copied(), zset_input);
         let result = match ZDb::of(&slot) {
             None => Vec::new(),
             Some(z) => {
@@ -1576,6 +1653,7 @@ fn zintercard(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let keys: Vec<&[u8]> = (2..2 + numkeys).map(|i| &args[i]).collect();
     let n = ctx.conn.db;
     let slot = ctx.slot();
+    ctx.keymiss_each(slot.db(), keys.iter().copied(), zset_input);
     let card = match ZDb::of(&slot) {
         None => 0,
         Some(z) => {
