@@ -14,13 +14,20 @@
 //! `*.trash` name (atomic), deletes it and starts empty, so a crash halfway
 //! never brings part of the data back; left-over trash is removed at start-up.
 //!
-//! Lock order: slot locks (ascending db index), then stripe locks (ascending
-//! stripe). Slot write locks (SWAPDB, FLUSHDB, DEBUG RELOAD) are never held
+//! Every database draws its sequence numbers (the keys' versions, VERSION,
+//! CAS and WATCH) from one shared counter, so versions only grow across
+//! FLUSHDB, SWAPDB and DEBUG RELOAD. Its floor is also recorded in DBMAP
+//! (`seq <n>`) when a database is flushed, so a restart after FLUSHDB of a
+//! database whose directory is gone does not hand out old numbers again.
+//!
+//! Lock order: the exec gate (`crate::tx`), then slot locks (ascending db
+//! index), then stripe locks (ascending stripe). Slot write locks (SWAPDB, FLUSHDB, DEBUG RELOAD) are never held
 //! while taking a stripe.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use basalt_engine::{Db, KeyKind, KeyMeta, Options, SyncPolicy};
 use parking_lot::{
@@ -151,6 +158,8 @@ pub struct Keyspace {
     trash_seq: AtomicU64,
     /// Set by [`Keyspace::close`]: no database opens again.
     closed: AtomicBool,
+    /// The sequence counter every database shares (engine `Options::sequence`).
+    seq: Arc<AtomicU64>,
 }
 
 /// Errors of the keyspace layer (opening, flushing, swapping databases).
@@ -171,12 +180,19 @@ impl Keyspace {
     pub fn open(root: &Path, databases: usize, sync: SyncPolicy) -> KsResult<Keyspace> {
         std::fs::create_dir_all(root).map_err(|e| io_err("create directory", root, e))?;
         let mut names: Vec<String> = (0..databases).map(|n| n.to_string()).collect();
+        let seq = Arc::new(AtomicU64::new(1));
         let map_path = root.join("DBMAP");
         match std::fs::read_to_string(&map_path) {
             Ok(text) => {
                 for line in text.lines() {
                     let mut it = line.split_whitespace();
-                    if let (Some(slot), Some(name)) = (it.next(), it.next()) {
+                    let (first, second) = (it.next(), it.next());
+                    if let (Some("seq"), Some(n)) = (first, second) {
+                        // The version floor recorded at the last FLUSHDB.
+                        seq.fetch_max(n.parse().unwrap_or(1), Ordering::SeqCst);
+                        continue;
+                    }
+                    if let (Some(slot), Some(name)) = (first, second) {
                         if let Ok(slot) = slot.parse::<usize>() {
                             if slot < databases {
                                 names[slot] = name.to_string();
@@ -201,7 +217,7 @@ impl Keyspace {
         for (n, name) in names.iter().enumerate() {
             let dir = root.join(name);
             let db = if n == 0 || dir.is_dir() {
-                Some(Db::open(&dir, Self::options(sync))?)
+                Some(Db::open(&dir, Self::options(sync, &seq))?)
             } else {
                 None
             };
@@ -219,11 +235,12 @@ impl Keyspace {
             names: Mutex::new(names),
             trash_seq: AtomicU64::new(0),
             closed: AtomicBool::new(false),
+            seq,
         })
     }
 
-    fn options(sync: SyncPolicy) -> Options {
-        Options::default().sync(sync)
+    fn options(sync: SyncPolicy, seq: &Arc<AtomicU64>) -> Options {
+        Options::default().sync(sync).sequence(seq.clone())
     }
 
     /// Number of databases.
@@ -263,7 +280,7 @@ impl Keyspace {
         }
         if slot.db.is_none() {
             let dir = self.root.join(&slot.name);
-            slot.set_db(Db::open(&dir, Self::options(self.sync))?);
+            slot.set_db(Db::open(&dir, Self::options(self.sync, &self.seq))?);
         }
         let slot = RwLockWriteGuard::downgrade(slot);
         Ok(RwLockReadGuard::map(slot, |s| {
@@ -320,6 +337,8 @@ impl Keyspace {
             return Ok(());
         };
         db.close()?;
+        // Record how far versions went before the records carrying them go.
+        self.write_map(&self.names.lock())?;
         let dir = self.root.join(&slot.name);
         let trash = self.root.join(format!(
             "{}.{}.{}.trash",
@@ -331,7 +350,7 @@ impl Keyspace {
         sync_dir(&self.root)?;
         std::fs::remove_dir_all(&trash).map_err(|e| io_err("remove", &trash, e))?;
         if n == 0 {
-            slot.set_db(Db::open(&dir, Self::options(self.sync))?);
+            slot.set_db(Db::open(&dir, Self::options(self.sync, &self.seq))?);
         }
         Ok(())
     }
@@ -360,6 +379,7 @@ impl Keyspace {
         for (i, name) in names.iter().enumerate() {
             text.push_str(&format!("{i} {name}\n"));
         }
+        text.push_str(&format!("seq {}\n", self.seq.load(Ordering::SeqCst)));
         let tmp = self.root.join("DBMAP.tmp");
         let path = self.root.join("DBMAP");
         let mut f = std::fs::File::create(&tmp).map_err(|e| io_err("create", &tmp, e))?;
@@ -388,7 +408,7 @@ impl Keyspace {
             if let Some(db) = slot.db.take() {
                 db.close()?;
                 let dir = self.root.join(&slot.name);
-                slot.set_db(Db::open(&dir, Self::options(self.sync))?);
+                slot.set_db(Db::open(&dir, Self::options(self.sync, &self.seq))?);
             }
         }
         Ok(())

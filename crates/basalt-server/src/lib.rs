@@ -26,6 +26,7 @@ mod conn;
 pub mod glob;
 pub mod keyspace;
 mod state;
+pub mod tx;
 pub mod zindex;
 
 use std::net::SocketAddr;

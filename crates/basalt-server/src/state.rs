@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -76,6 +76,8 @@ pub struct ClientInfo {
     pub killed: AtomicBool,
     /// Wakes the connection when it is killed.
     pub kill: Notify,
+    /// Commands queued since MULTI, -1 when not in MULTI.
+    pub multi: AtomicI64,
 }
 
 impl ClientInfo {
@@ -83,8 +85,9 @@ impl ClientInfo {
     pub fn line(&self) -> String {
         let now = now_ms();
         let last = self.last_active_ms.load(Ordering::Relaxed);
+        let multi = self.multi.load(Ordering::Relaxed);
         format!(
-            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags=N db={} sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub=0 psub=0 ssub=0 multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
             self.id,
             self.addr,
             self.laddr,
@@ -92,7 +95,9 @@ impl ClientInfo {
             String::from_utf8_lossy(&self.name.lock()),
             self.created.elapsed().as_secs(),
             now.saturating_sub(last) / 1000,
+            if multi >= 0 { "x" } else { "N" },
             self.db.load(Ordering::Relaxed),
+            multi,
             self.last_cmd.lock(),
             self.resp.load(Ordering::Relaxed),
             String::from_utf8_lossy(&self.lib_name.lock()),
@@ -134,6 +139,7 @@ impl Clients {
             no_evict: AtomicBool::new(false),
             killed: AtomicBool::new(false),
             kill: Notify::new(),
+            multi: AtomicI64::new(-1),
         });
         self.map.lock().insert(id, info.clone());
         info
@@ -216,6 +222,8 @@ pub struct Shared {
     pub lastsave: AtomicU64,
     /// Clients blocked on keys (BLPOP and friends).
     pub blocking: crate::blocking::Blocking,
+    /// Held shared by every batch, exclusively by EXEC (`crate::tx`).
+    pub gate: crate::tx::Gate,
     shutdown: watch::Sender<bool>,
 }
 
@@ -242,6 +250,7 @@ impl Shared {
             run_id,
             lastsave: AtomicU64::new(now_ms() / 1000),
             blocking: Default::default(),
+            gate: Default::default(),
             shutdown: watch::channel(false).0,
         }
     }

@@ -16,6 +16,8 @@ pub mod list;
 pub mod server;
 pub mod set;
 pub mod strings;
+pub mod transaction;
+pub mod version;
 pub mod zset;
 
 use std::borrow::Cow;
@@ -106,6 +108,8 @@ pub enum Group {
     SortedSet,
     /// Lists.
     List,
+    /// MULTI, EXEC and friends.
+    Transactions,
 }
 
 impl Group {
@@ -120,6 +124,7 @@ impl Group {
             Group::Set => "set",
             Group::SortedSet => "sorted_set",
             Group::List => "list",
+            Group::Transactions => "transactions",
         }
     }
 }
@@ -158,7 +163,8 @@ impl CommandDef {
         self.flags & flags::WRITE != 0
     }
 
-    fn arity_ok(&self, argc: usize) -> bool {
+    /// Whether `argc` arguments (with the name) fit the arity.
+    pub fn arity_ok(&self, argc: usize) -> bool {
         let argc = argc as i64;
         let a = self.arity as i64;
         if a > 0 {
@@ -180,6 +186,8 @@ const FAMILIES: &[&[CommandDef]] = &[
     set::COMMANDS,
     zset::COMMANDS,
     list::COMMANDS,
+    transaction::COMMANDS,
+    version::COMMANDS,
 ];
 
 /// Every command, in table order.
@@ -296,6 +304,8 @@ pub struct Conn {
     pub protocol: Protocol,
     /// The registry entry (name, id, ...).
     pub info: Arc<ClientInfo>,
+    /// MULTI queue and watched keys.
+    pub tx: crate::tx::TxState,
 }
 
 /// Everything a handler needs.

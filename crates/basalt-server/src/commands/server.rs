@@ -154,6 +154,7 @@ fn categories(c: &CommandDef) -> Vec<&'static str> {
         Group::Set => "@set",
         Group::SortedSet => "@sortedset",
         Group::List => "@list",
+        Group::Transactions => "@transaction",
     });
     v.push(if c.flags & FAST != 0 {
         "@fast"
