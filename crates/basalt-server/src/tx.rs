@@ -29,6 +29,7 @@
 //! Queued commands are kept re-encoded as RESP in one buffer and parsed
 //! again by EXEC, so queuing costs one copy and no allocation per argument.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use basalt_resp::{Args, Encoder, Limits, Parsed, RequestParser};
@@ -116,14 +117,6 @@ impl Drop for Entered<'_> {
     }
 }
 
-/// One watched key and the version it had when WATCH ran.
-#[derive(Debug)]
-struct Watched {
-    db: usize,
-    key: Vec<u8>,
-    version: u64,
-}
-
 /// The commands queued since MULTI.
 #[derive(Debug, Default)]
 struct Queue {
@@ -138,7 +131,8 @@ struct Queue {
 #[derive(Debug, Default)]
 pub struct TxState {
     multi: Option<Queue>,
-    watched: Vec<Watched>,
+    /// (db, key) -> the version the key had when WATCH ran.
+    watched: HashMap<(usize, Vec<u8>), u64>,
 }
 
 impl TxState {
@@ -168,13 +162,7 @@ impl TxState {
     /// WATCH of one key: remembers its version, unless it is already watched
     /// (the first version stays, so a change since then is still seen).
     pub fn watch(&mut self, db: usize, key: &[u8], version: u64) {
-        if !self.watched.iter().any(|w| w.db == db && w.key == key) {
-            self.watched.push(Watched {
-                db,
-                key: key.to_vec(),
-                version,
-            });
-        }
+        self.watched.entry((db, key.to_vec())).or_insert(version);
     }
 
     fn flag(&mut self) {
@@ -248,9 +236,9 @@ fn exec(shared: &Shared, conn: &mut Conn, out: &mut Vec<u8>, gate: &mut Entered<
         return (me, None, 0);
     }
     gate.exclusive(|| {
-        let changed = watched.iter().any(|w| {
-            let slot = shared.keyspace.read(w.db);
-            slot.db().map_or(0, |db| db.version(&w.key)) != w.version
+        let changed = watched.iter().any(|((db, key), &version)| {
+            let slot = shared.keyspace.read(*db);
+            slot.db().map_or(0, |d| d.version(key)) != version
         });
         if changed {
             Encoder::new(out, conn.protocol).null_array();
@@ -275,10 +263,15 @@ fn exec(shared: &Shared, conn: &mut Conn, out: &mut Vec<u8>, gate: &mut Entered<
             match a {
                 None => {}
                 // Inside a transaction a blocking command does not block:
-                // it answers as on timeout, as in Redis.
+                // it answers at once with a null, as in Redis, where the
+                // moves reply a null bulk and the pops a null array.
                 Some(After::Block) => {
                     shared.blocking.finish(conn.info.id);
-                    Encoder::new(out, conn.protocol).null_array();
+                    let mut e = Encoder::new(out, conn.protocol);
+                    match found.map(|c| c.name) {
+                        Some("blmove" | "brpoplpush") => e.null(),
+                        _ => e.null_array(),
+                    }
                 }
                 Some(After::Sleep(d)) => sleep += d,
                 Some(After::Close) if after != Some(After::Shutdown) => after = Some(After::Close),

@@ -479,12 +479,21 @@ fn blpop_inside_multi_does_not_block() {
     assert_eq!(r.cmd(&["BLPOP", "empty", "0"]), queued());
     assert_eq!(r.cmd(&["RPUSH", "full", "x"]), queued());
     assert_eq!(r.cmd(&["BLPOP", "full", "0"]), queued());
+    assert_eq!(r.cmd(&["BZPOPMIN", "empty", "0"]), queued());
+    assert_eq!(
+        r.cmd(&["BLMOVE", "empty", "d", "LEFT", "LEFT", "0"]),
+        queued()
+    );
+    assert_eq!(r.cmd(&["BRPOPLPUSH", "empty", "d", "0"]), queued());
     assert_eq!(
         r.cmd(&["EXEC"]),
         arr(vec![
             Frame::NullArray,
             int(1),
-            arr(vec![bulk("full"), bulk("x")])
+            arr(vec![bulk("full"), bulk("x")]),
+            Frame::NullArray,
+            Frame::NullBulk,
+            Frame::NullBulk,
         ])
     );
     assert_eq!(
