@@ -403,7 +403,9 @@ pub(crate) struct Inner {
     pub dir: PathBuf,
     pub opts: Options,
     pub shards: Vec<Shard>,
-    pub seq: AtomicU64,
+    /// The next sequence number; shared with other databases when
+    /// [`Options::sequence`] is set.
+    pub seq: Arc<AtomicU64>,
     pub poisoned: AtomicBool,
     pub poison_reason: Mutex<Option<String>>,
     pub stop: Mutex<bool>,

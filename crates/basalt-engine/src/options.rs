@@ -109,6 +109,14 @@ pub struct Options {
     pub expiry_listener: Option<ExpiryListener>,
     /// The file system. Default: the real one; tests inject faults here.
     pub vfs: Arc<dyn Vfs>,
+    /// A sequence counter shared with other databases. Every `Db` opened
+    /// with the same counter draws its sequence numbers (the keys' versions)
+    /// from it, so versions are distinct and increasing across all of them,
+    /// and a database created empty starts above every number already handed
+    /// out (that floor is written into its first file's header, so it
+    /// survives a restart). Open raises the counter to at least the next
+    /// number the directory needs. Default: none (a counter of its own).
+    pub sequence: Option<Arc<AtomicU64>>,
 }
 
 impl Default for Options {
@@ -125,6 +133,7 @@ impl Default for Options {
             clock: Arc::new(SystemClock),
             expiry_listener: None,
             vfs: Arc::new(StdFs),
+            sequence: None,
         }
     }
 }
@@ -142,6 +151,7 @@ impl fmt::Debug for Options {
             .field("compress_above", &self.compress_above)
             .field("clock", &self.clock)
             .field("expiry_listener", &self.expiry_listener.is_some())
+            .field("sequence", &self.sequence)
             .finish_non_exhaustive()
     }
 }
@@ -195,6 +205,11 @@ impl Options {
     /// Sets [`Options::expiry_listener`].
     pub fn expiry_listener(mut self, f: ExpiryListener) -> Self {
         self.expiry_listener = Some(f);
+        self
+    }
+    /// Sets [`Options::sequence`].
+    pub fn sequence(mut self, counter: Arc<AtomicU64>) -> Self {
+        self.sequence = Some(counter);
         self
     }
     /// Sets [`Options::vfs`].

@@ -742,7 +742,13 @@ impl Db {
                 "using the shard count recorded in the directory"
             );
         }
-        let base_seq = AtomicU64::new(1);
+        // A shared counter is the floor for files created now, so an empty
+        // directory records in its first header what was already handed out.
+        let floor = opts
+            .sequence
+            .as_ref()
+            .map_or(1, |c| c.load(Ordering::SeqCst));
+        let base_seq = AtomicU64::new(floor.max(1));
         let loaded: Vec<Result<LoadedShard>> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..nshards)
                 .map(|i| {
@@ -772,11 +778,18 @@ impl Db {
                 pending_hints: Mutex::new(l.pending_hints),
             });
         }
+        let seq = match &opts.sequence {
+            Some(counter) => {
+                counter.fetch_max(next_seq, Ordering::SeqCst);
+                counter.clone()
+            }
+            None => Arc::new(AtomicU64::new(next_seq)),
+        };
         let inner = Arc::new(Inner {
             dir,
             opts,
             shards,
-            seq: AtomicU64::new(next_seq),
+            seq,
             poisoned: AtomicBool::new(false),
             poison_reason: Mutex::new(None),
             stop: Mutex::new(false),

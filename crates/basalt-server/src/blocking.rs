@@ -29,9 +29,10 @@
 //! A re-run ([`Blocking::is_blocked`] is true for the client) should treat a
 //! key of another type as empty: Redis keeps the client blocked.
 //!
-//! Inside MULTI/EXEC (not implemented yet) a blocking command must not
-//! park: the executor treats [`After::Block`] as an immediate timeout
-//! (call [`Blocking::finish`], reply a null array), as Redis does.
+//! Inside MULTI/EXEC a blocking command must not park: the executor
+//! (`crate::tx`) treats [`After::Block`] as an immediate answer (calls
+//! [`Blocking::finish`], replies a null bulk for BLMOVE / BRPOPLPUSH and a
+//! null array otherwise), as Redis does.
 //!
 //! On timeout the connection loop replies with a null array (RESP2 `*-1`,
 //! RESP3 `_`), which is what every blocking list and sorted-set command of

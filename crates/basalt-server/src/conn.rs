@@ -9,7 +9,11 @@
 //! replies per connection.
 //!
 //! Durability: under `appendfsync always` a batch that ran a write command
-//! calls `sync` once before any of its replies leaves (group commit).
+//! (or an EXEC that did) calls `sync` once before any of its replies leaves
+//! (group commit).
+//!
+//! Isolation of EXEC: a batch holds the exec gate shared while it runs
+//! commands and releases it before every await (see `crate::tx`).
 //!
 //! Blocking commands (see `crate::blocking`): a handler that returns
 //! [`After::Block`] has registered a waiter; the loop writes the replies so
@@ -30,10 +34,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::blocking::Unblock;
-use crate::commands::{self, flags::BLOCKING, After, Conn};
+use crate::commands::{flags::BLOCKING, After, Conn};
 use crate::config::Appendfsync;
 use crate::pubsub;
 use crate::state::{now_ms, ClientInfo, Shared};
+use crate::tx;
 
 /// Replies buffered before they are written in the middle of a batch.
 pub const OUTPUT_FLUSH: usize = 64 << 20;
@@ -50,6 +55,7 @@ pub(crate) async fn serve(mut stream: TcpStream, peer: SocketAddr, shared: Arc<S
         db: 0,
         protocol: Protocol::Resp2,
         info: info.clone(),
+        tx: Default::default(),
     };
     if let Err(e) = run(&mut stream, &shared, &mut conn).await {
         tracing::debug!(id = info.id, error = %e, "connection ended with an error");
@@ -156,13 +162,15 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
         let mut count = 0u64;
         let mut writes = 0u64;
         let mut last: Option<&'static str> = None;
+        // Held while commands run, released before every await (crate::tx).
+        let mut gate = shared.gate.enter();
         loop {
             let cmd_start = pos;
             let reply_at = out.len();
-            let (found, after) = match parser.parse(&buf[pos..]) {
+            let (found, after, ran_writes) = match parser.parse(&buf[pos..]) {
                 Ok(Parsed::Command { args, consumed }) => {
                     pos += consumed;
-                    commands::execute(shared, conn, &mut out, args)
+                    tx::run(shared, conn, &mut out, args, &mut gate)
                 }
                 Ok(Parsed::Incomplete { consumed }) => {
                     pos += consumed;
@@ -178,13 +186,13 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
                 }
             };
             count += 1;
+            if ran_writes > 0 {
+                wrote = true;
+                writes += ran_writes;
+            }
             match found {
                 Some(cmd) => {
                     last = Some(cmd.name);
-                    if cmd.is_write() {
-                        wrote = true;
-                        writes += 1;
-                    }
                 }
                 None => {
                     shared.stats.rejected.fetch_add(1, Ordering::Relaxed);
@@ -203,10 +211,15 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
                 }
                 // The reply (already buffered) leaves after the sleep, as
                 // in Redis; only this connection waits.
-                Some(After::Sleep(d)) => tokio::time::sleep(d).await,
+                Some(After::Sleep(d)) => {
+                    gate.release();
+                    tokio::time::sleep(d).await;
+                    gate.hold();
+                }
                 Some(After::Block) => {
+                    gate.release();
                     flush(stream, shared, &info, &mut out, &mut wrote).await?;
-                    match park(
+                    let parked = park(
                         stream,
                         shared,
                         &info,
@@ -214,8 +227,9 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
                         &mut buf,
                         &mut shutdown,
                     )
-                    .await?
-                    {
+                    .await?;
+                    gate.hold();
+                    match parked {
                         Parked::Rerun => {
                             // Run the same command again (it is still in
                             // `buf` at `cmd_start`); count it once.
@@ -253,9 +267,12 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
                 );
             }
             if out.len() >= OUTPUT_FLUSH {
+                gate.release();
                 flush(stream, shared, &info, &mut out, &mut wrote).await?;
+                gate.hold();
             }
         }
+        drop(gate);
         shared.stats.commands.fetch_add(count, Ordering::Relaxed);
         if writes > 0 {
             shared.stats.dirty.fetch_add(writes, Ordering::Relaxed);

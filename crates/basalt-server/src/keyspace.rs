@@ -20,8 +20,14 @@
 //! engine inside its [`Slot`]; SWAPDB rewrites it for both slots, so an
 //! expiry after a swap is reported under the new number.
 //!
-//! Lock order: slot locks (ascending db index), then stripe locks (ascending
-//! stripe). Slot write locks (SWAPDB, FLUSHDB, DEBUG RELOAD) are never held
+//! Every database draws its sequence numbers (the keys' versions, VERSION,
+//! CAS and WATCH) from one shared counter, so versions only grow across
+//! FLUSHDB, SWAPDB and DEBUG RELOAD. Its floor is also recorded in DBMAP
+//! (`seq <n>`) when a database is flushed, so a restart after FLUSHDB of a
+//! database whose directory is gone does not hand out old numbers again.
+//!
+//! Lock order: the exec gate (`crate::tx`), then slot locks (ascending db
+//! index), then stripe locks (ascending stripe). Slot write locks (SWAPDB, FLUSHDB, DEBUG RELOAD) are never held
 //! while taking a stripe.
 
 use std::io::Write as _;
@@ -178,6 +184,8 @@ pub struct Keyspace {
     /// Set by [`Keyspace::close`]: no database opens again.
     closed: AtomicBool,
     on_expired: Hook,
+    /// The sequence counter every database shares (engine `Options::sequence`).
+    seq: Arc<AtomicU64>,
 }
 
 /// Errors of the keyspace layer (opening, flushing, swapping databases).
@@ -204,12 +212,19 @@ impl Keyspace {
         let on_expired = Hook(on_expired);
         std::fs::create_dir_all(root).map_err(|e| io_err("create directory", root, e))?;
         let mut names: Vec<String> = (0..databases).map(|n| n.to_string()).collect();
+        let seq = Arc::new(AtomicU64::new(1));
         let map_path = root.join("DBMAP");
         match std::fs::read_to_string(&map_path) {
             Ok(text) => {
                 for line in text.lines() {
                     let mut it = line.split_whitespace();
-                    if let (Some(slot), Some(name)) = (it.next(), it.next()) {
+                    let (first, second) = (it.next(), it.next());
+                    if let (Some("seq"), Some(n)) = (first, second) {
+                        // The version floor recorded at the last FLUSHDB.
+                        seq.fetch_max(n.parse().unwrap_or(1), Ordering::SeqCst);
+                        continue;
+                    }
+                    if let (Some(slot), Some(name)) = (first, second) {
                         if let Ok(slot) = slot.parse::<usize>() {
                             if slot < databases {
                                 names[slot] = name.to_string();
@@ -235,7 +250,10 @@ impl Keyspace {
             let dir = root.join(name);
             let number = Arc::new(AtomicUsize::new(n));
             let db = if n == 0 || dir.is_dir() {
-                Some(Db::open(&dir, Self::options(sync, &on_expired, &number))?)
+                Some(Db::open(
+                    &dir,
+                    Self::options(sync, &seq, &on_expired, &number),
+                )?)
             } else {
                 None
             };
@@ -255,11 +273,17 @@ impl Keyspace {
             trash_seq: AtomicU64::new(0),
             closed: AtomicBool::new(false),
             on_expired,
+            seq,
         })
     }
 
-    fn options(sync: SyncPolicy, hook: &Hook, number: &Arc<AtomicUsize>) -> Options {
-        let opts = Options::default().sync(sync);
+    fn options(
+        sync: SyncPolicy,
+        seq: &Arc<AtomicU64>,
+        hook: &Hook,
+        number: &Arc<AtomicUsize>,
+    ) -> Options {
+        let opts = Options::default().sync(sync).sequence(seq.clone());
         match &hook.0 {
             Some(f) => {
                 let (f, number) = (f.clone(), number.clone());
@@ -273,7 +297,7 @@ impl Keyspace {
 
     fn open_slot(&self, slot: &mut Slot) -> KsResult<()> {
         let dir = self.root.join(&slot.name);
-        let opts = Self::options(self.sync, &self.on_expired, &slot.number);
+        let opts = Self::options(self.sync, &self.seq, &self.on_expired, &slot.number);
         slot.set_db(Db::open(&dir, opts)?);
         Ok(())
     }
@@ -371,6 +395,8 @@ impl Keyspace {
             return Ok(());
         };
         db.close()?;
+        // Record how far versions went before the records carrying them go.
+        self.write_map(&self.names.lock())?;
         let dir = self.root.join(&slot.name);
         let trash = self.root.join(format!(
             "{}.{}.{}.trash",
@@ -413,6 +439,7 @@ impl Keyspace {
         for (i, name) in names.iter().enumerate() {
             text.push_str(&format!("{i} {name}\n"));
         }
+        text.push_str(&format!("seq {}\n", self.seq.load(Ordering::SeqCst)));
         let tmp = self.root.join("DBMAP.tmp");
         let path = self.root.join("DBMAP");
         let mut f = std::fs::File::create(&tmp).map_err(|e| io_err("create", &tmp, e))?;

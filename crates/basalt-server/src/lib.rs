@@ -28,6 +28,7 @@ pub mod keyspace;
 pub mod notify;
 pub mod pubsub;
 mod state;
+pub mod tx;
 pub mod zindex;
 
 use std::net::SocketAddr;

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -78,6 +78,8 @@ pub struct ClientInfo {
     pub kill: Notify,
     /// Subscriptions and pending pub/sub messages.
     pub pubsub: crate::pubsub::Mailbox,
+    /// Commands queued since MULTI, -1 when not in MULTI.
+    pub multi: AtomicI64,
 }
 
 impl ClientInfo {
@@ -85,8 +87,9 @@ impl ClientInfo {
     pub fn line(&self) -> String {
         let now = now_ms();
         let last = self.last_active_ms.load(Ordering::Relaxed);
+        let multi = self.multi.load(Ordering::Relaxed);
         format!(
-            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub=0 multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
             self.id,
             self.addr,
             self.laddr,
@@ -94,10 +97,23 @@ impl ClientInfo {
             String::from_utf8_lossy(&self.name.lock()),
             self.created.elapsed().as_secs(),
             now.saturating_sub(last) / 1000,
-            if self.pubsub.subscribed() { "P" } else { "N" },
+            {
+                let mut flags = String::new();
+                if self.pubsub.subscribed() {
+                    flags.push('P');
+                }
+                if multi >= 0 {
+                    flags.push('x');
+                }
+                if flags.is_empty() {
+                    flags.push('N');
+                }
+                flags
+            },
             self.db.load(Ordering::Relaxed),
             self.pubsub.channel_count(),
             self.pubsub.pattern_count(),
+            multi,
             self.last_cmd.lock(),
             self.resp.load(Ordering::Relaxed),
             String::from_utf8_lossy(&self.lib_name.lock()),
@@ -140,6 +156,7 @@ impl Clients {
             killed: AtomicBool::new(false),
             kill: Notify::new(),
             pubsub: Default::default(),
+            multi: AtomicI64::new(-1),
         });
         self.map.lock().insert(id, info.clone());
         info
@@ -224,6 +241,8 @@ pub struct Shared {
     pub blocking: crate::blocking::Blocking,
     /// Pub/sub subscriptions, keyspace notification settings, output limits.
     pub pubsub: Arc<crate::pubsub::Hub>,
+    /// Held shared by every batch, exclusively by EXEC (`crate::tx`).
+    pub gate: crate::tx::Gate,
     shutdown: watch::Sender<bool>,
 }
 
@@ -256,6 +275,7 @@ impl Shared {
             lastsave: AtomicU64::new(now_ms() / 1000),
             blocking: Default::default(),
             pubsub,
+            gate: Default::default(),
             shutdown: watch::channel(false).0,
         }
     }

@@ -632,3 +632,39 @@ fn expired_event_after_swapdb_names_the_database_the_key_is_in_now() {
     assert_eq!(text(&items[2]), "__keyevent@0__:expired");
     assert_eq!(text(&items[3]), "k");
 }
+
+#[test]
+fn cas_emits_the_events_of_a_set_and_a_mismatch_emits_nothing() {
+    let s = TestServer::start();
+    let mut ev = Events::new(&s, "KEAn");
+    let mut c = s.raw();
+    run(&mut c, &[&["CAS", "c", "0", "v", "EX", "100"]]);
+    // A version that cannot match: nothing is written, nothing is published.
+    assert!(matches!(
+        c.cmd(&["CAS", "c", "999999999", "w"]),
+        Frame::Error(_)
+    ));
+    run(&mut c, &[&["SET", "after", "1"]]);
+    assert_eq!(
+        ev.take(),
+        ["new c", "set c", "expire c", "new after", "set after"]
+    );
+}
+
+#[test]
+fn commands_run_by_exec_emit_their_events_in_order() {
+    let s = TestServer::start();
+    let mut ev = Events::new(&s, "KEA");
+    let mut c = s.raw();
+    run(
+        &mut c,
+        &[
+            &["MULTI"],
+            &["SET", "x", "1"],
+            &["INCR", "y"],
+            &["DEL", "x"],
+            &["EXEC"],
+        ],
+    );
+    assert_eq!(ev.take(), ["set x", "incrby y", "del x"]);
+}

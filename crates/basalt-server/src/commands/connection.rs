@@ -116,6 +116,7 @@ fn quit(ctx: &mut Ctx<'_>, _args: Args<'_>) -> Result {
 }
 
 fn reset(ctx: &mut Ctx<'_>, _args: Args<'_>) -> Result {
+    ctx.conn.tx.clear(&ctx.conn.info);
     ctx.conn.db = 0;
     ctx.conn.protocol = Protocol::Resp2;
     let info = &ctx.conn.info;

@@ -17,6 +17,8 @@ pub mod pubsub;
 pub mod server;
 pub mod set;
 pub mod strings;
+pub mod transaction;
+pub mod version;
 pub mod zset;
 
 use std::borrow::Cow;
@@ -112,6 +114,8 @@ pub enum Group {
     List,
     /// Pub/sub.
     Pubsub,
+    /// MULTI, EXEC and friends.
+    Transactions,
 }
 
 impl Group {
@@ -127,6 +131,7 @@ impl Group {
             Group::SortedSet => "sorted_set",
             Group::List => "list",
             Group::Pubsub => "pubsub",
+            Group::Transactions => "transactions",
         }
     }
 }
@@ -165,7 +170,8 @@ impl CommandDef {
         self.flags & flags::WRITE != 0
     }
 
-    fn arity_ok(&self, argc: usize) -> bool {
+    /// Whether `argc` arguments (with the name) fit the arity.
+    pub fn arity_ok(&self, argc: usize) -> bool {
         let argc = argc as i64;
         let a = self.arity as i64;
         if a > 0 {
@@ -188,6 +194,8 @@ const FAMILIES: &[&[CommandDef]] = &[
     zset::COMMANDS,
     list::COMMANDS,
     pubsub::COMMANDS,
+    transaction::COMMANDS,
+    version::COMMANDS,
 ];
 
 /// Every command, in table order.
@@ -304,6 +312,8 @@ pub struct Conn {
     pub protocol: Protocol,
     /// The registry entry (name, id, ...).
     pub info: Arc<ClientInfo>,
+    /// MULTI queue and watched keys.
+    pub tx: crate::tx::TxState,
 }
 
 /// Everything a handler needs.

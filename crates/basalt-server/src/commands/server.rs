@@ -156,6 +156,7 @@ fn categories(c: &CommandDef) -> Vec<&'static str> {
         Group::SortedSet => "@sortedset",
         Group::List => "@list",
         Group::Pubsub => "@pubsub",
+        Group::Transactions => "@transaction",
     });
     v.push(if c.flags & FAST != 0 {
         "@fast"

@@ -62,6 +62,12 @@ fn sadd(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let created = set_len(Some(&db), key)?.is_none();
     let mut added = 0;
     for m in args.iter().skip(2) {
+        // A member already present is not written again: no record, and
+        // the key's version (WATCH, VERSION) stays, as Redis does not
+        // touch the key either.
+        if db.contains_field(key, m)? {
+            continue;
+        }
         added += db.put_field_tagged(key, TAG_SET, m, b"")?.1 as i64;
     }
     drop(db);

@@ -1,0 +1,289 @@
+//! Transactions (MULTI / EXEC / DISCARD / WATCH): the per-connection queue,
+//! the watched keys, and the server-wide **exec gate** that makes EXEC
+//! isolated.
+//!
+//! The one idea a reader needs: **every batch holds the gate shared, EXEC
+//! holds it exclusively.** A connection takes the gate (a reader-writer
+//! lock) in shared mode when it starts running the commands of a socket
+//! wakeup and lets go before anything that awaits (writing replies, a
+//! blocking park, DEBUG SLEEP) and at the end of the batch: one atomic
+//! operation per batch, none per command. EXEC lets go of its own shared
+//! hold, takes the gate exclusively, which waits for every batch in flight
+//! to finish and keeps new ones out, compares the watched keys' versions and
+//! runs the queued commands. So no other client's command runs between the
+//! commands of a transaction, and no client sees half of one. A blocked
+//! client woken by a push inside EXEC re-runs its command only once it can
+//! take the gate again, that is after EXEC.
+//!
+//! WATCH records each key's engine version (the sequence number of its last
+//! write, 0 when absent or expired); EXEC fails (null array) if any differs.
+//! Versions come from one counter shared by every database (see
+//! `Keyspace`), so a key deleted and re-created, FLUSHDB, SWAPDB or an
+//! expiry all show as a different number, while a key that did not exist
+//! before and does not exist now (0 = 0) is untouched, as in Redis.
+//!
+//! Lock order: exec gate, then database slot locks, then key stripes, then
+//! the blocking registry and engine locks. Nothing takes the gate while
+//! holding any other lock, and a holder of the gate never awaits.
+//!
+//! Queued commands are kept re-encoded as RESP in one buffer and parsed
+//! again by EXEC, so queuing costs one copy and no allocation per argument.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+use basalt_resp::{Args, Encoder, Limits, Parsed, RequestParser};
+use parking_lot::lock_api::RawRwLock as _;
+
+use crate::commands::{self, flags, After, CommandDef, Conn};
+use crate::state::{ClientInfo, Shared};
+
+/// The server-wide reader-writer lock that serialises EXEC against every
+/// other batch. A raw lock, so the connection task (which must stay `Send`
+/// across awaits) can hold it through [`Entered`]; every holder releases it
+/// before it awaits.
+pub struct Gate(parking_lot::RawRwLock);
+
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Gate")
+    }
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Gate(parking_lot::RawRwLock::INIT)
+    }
+}
+
+impl Gate {
+    /// Holds the gate shared for a batch.
+    pub fn enter(&self) -> Entered<'_> {
+        self.0.lock_shared();
+        Entered {
+            gate: self,
+            held: true,
+        }
+    }
+}
+
+/// A batch's shared hold on the [`Gate`]; released on drop.
+#[derive(Debug)]
+pub struct Entered<'a> {
+    gate: &'a Gate,
+    held: bool,
+}
+
+impl Entered<'_> {
+    /// Lets go (before an await). Idempotent.
+    pub fn release(&mut self) {
+        if self.held {
+            self.held = false;
+            // SAFETY: this value took the shared lock and has not released it.
+            unsafe { self.gate.0.unlock_shared() };
+        }
+    }
+
+    /// Takes the gate shared again (after an await). Idempotent.
+    pub fn hold(&mut self) {
+        if !self.held {
+            self.gate.0.lock_shared();
+            self.held = true;
+        }
+    }
+
+    /// Runs `f` holding the gate exclusively (no other batch runs).
+    fn exclusive<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        self.release();
+        self.gate.0.lock_exclusive();
+        struct Unlock<'g>(&'g Gate);
+        impl Drop for Unlock<'_> {
+            fn drop(&mut self) {
+                // SAFETY: locked exclusively just above.
+                unsafe { self.0 .0.unlock_exclusive() };
+            }
+        }
+        let unlock = Unlock(self.gate);
+        let r = f();
+        drop(unlock);
+        self.hold();
+        r
+    }
+}
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// The commands queued since MULTI.
+#[derive(Debug, Default)]
+struct Queue {
+    /// The commands, re-encoded as RESP multibulk.
+    bytes: Vec<u8>,
+    count: usize,
+    /// A queuing error happened: EXEC replies EXECABORT.
+    dirty: bool,
+}
+
+/// A connection's transaction state (in [`Conn`]).
+#[derive(Debug, Default)]
+pub struct TxState {
+    multi: Option<Queue>,
+    /// (db, key) -> the version the key had when WATCH ran.
+    watched: HashMap<(usize, Vec<u8>), u64>,
+}
+
+impl TxState {
+    /// Whether the connection is between MULTI and EXEC/DISCARD.
+    pub fn in_multi(&self) -> bool {
+        self.multi.is_some()
+    }
+
+    /// MULTI: starts queuing.
+    pub fn begin(&mut self, info: &ClientInfo) {
+        self.multi = Some(Queue::default());
+        info.multi.store(0, Ordering::Relaxed);
+    }
+
+    /// DISCARD, EXEC and RESET: forgets the queue and the watched keys.
+    pub fn clear(&mut self, info: &ClientInfo) {
+        self.multi = None;
+        self.watched.clear();
+        info.multi.store(-1, Ordering::Relaxed);
+    }
+
+    /// UNWATCH.
+    pub fn unwatch(&mut self) {
+        self.watched.clear();
+    }
+
+    /// WATCH of one key: remembers its version, unless it is already watched
+    /// (the first version stays, so a change since then is still seen).
+    pub fn watch(&mut self, db: usize, key: &[u8], version: u64) {
+        self.watched.entry((db, key.to_vec())).or_insert(version);
+    }
+
+    fn flag(&mut self) {
+        if let Some(q) = &mut self.multi {
+            q.dirty = true;
+        }
+    }
+}
+
+/// What [`run`] did, for the connection loop's bookkeeping.
+pub type Ran = (Option<&'static CommandDef>, Option<After>, u64);
+
+/// Runs or queues one command: the connection loop's entry point instead
+/// of [`commands::execute`]. Returns the command's table entry (`None` if
+/// rejected), what the connection must do next, and how many write
+/// commands ran (for `appendfsync always` and the dirty counter).
+pub fn run(
+    shared: &Shared,
+    conn: &mut Conn,
+    out: &mut Vec<u8>,
+    args: Args<'_>,
+    gate: &mut Entered<'_>,
+) -> Ran {
+    if !conn.tx.in_multi() {
+        let (found, after) = commands::execute(shared, conn, out, args);
+        let writes = found.is_some_and(|c| c.is_write()) as u64;
+        return (found, after, writes);
+    }
+    // Queuing: Redis's processCommand checks in this order.
+    let cmd = commands::lookup(&args[0]).filter(|c| c.arity_ok(args.len()));
+    let Some(cmd) = cmd else {
+        // Unknown or wrong arity: the same error as outside MULTI (execute
+        // runs nothing for these), and EXEC will abort.
+        conn.tx.flag();
+        commands::execute(shared, conn, out, args);
+        return (None, None, 0);
+    };
+    if cmd.flags & flags::NO_MULTI != 0 {
+        conn.tx.flag();
+        Encoder::new(out, conn.protocol).error(b"ERR Command not allowed inside a transaction");
+        return (None, None, 0);
+    }
+    match cmd.name {
+        "exec" => exec(shared, conn, out, gate),
+        "discard" | "multi" | "watch" | "quit" | "reset" => {
+            let (found, after) = commands::execute(shared, conn, out, args);
+            (found, after, 0)
+        }
+        _ => {
+            let q = conn.tx.multi.as_mut().expect("in MULTI");
+            basalt_resp::write_command(&mut q.bytes, args.iter());
+            q.count += 1;
+            conn.info.multi.store(q.count as i64, Ordering::Relaxed);
+            Encoder::new(out, conn.protocol).simple(b"QUEUED");
+            (Some(cmd), None, 0)
+        }
+    }
+}
+
+/// EXEC inside MULTI: EXECABORT after a queuing error; otherwise, holding
+/// the gate exclusively, a null array if a watched key changed, or every
+/// queued command's reply in one array.
+fn exec(shared: &Shared, conn: &mut Conn, out: &mut Vec<u8>, gate: &mut Entered<'_>) -> Ran {
+    let me = commands::lookup(b"exec");
+    let queue = conn.tx.multi.take().expect("in MULTI");
+    let watched = std::mem::take(&mut conn.tx.watched);
+    conn.tx.clear(&conn.info);
+    if queue.dirty {
+        Encoder::new(out, conn.protocol)
+            .error(b"EXECABORT Transaction discarded because of previous errors.");
+        return (me, None, 0);
+    }
+    gate.exclusive(|| {
+        let changed = watched.iter().any(|((db, key), &version)| {
+            let slot = shared.keyspace.read(*db);
+            slot.db().map_or(0, |d| d.version(key)) != version
+        });
+        if changed {
+            Encoder::new(out, conn.protocol).null_array();
+            return (me, None, 0);
+        }
+        Encoder::new(out, conn.protocol).array(queue.count);
+        let mut parser = RequestParser::new(Limits::default());
+        let mut pos = 0;
+        let mut writes = 0;
+        let mut after: Option<After> = None;
+        let mut sleep = std::time::Duration::ZERO;
+        while pos < queue.bytes.len() {
+            let Ok(Parsed::Command { args, consumed }) = parser.parse(&queue.bytes[pos..]) else {
+                // Only well-formed commands were queued.
+                unreachable!("a queued command does not parse");
+            };
+            pos += consumed;
+            let (found, a) = commands::execute(shared, conn, out, args);
+            if found.is_some_and(|c| c.is_write()) {
+                writes += 1;
+            }
+            match a {
+                None => {}
+                // Inside a transaction a blocking command does not block:
+                // it answers at once with a null, as in Redis, where the
+                // moves reply a null bulk and the pops a null array.
+                Some(After::Block) => {
+                    shared.blocking.finish(conn.info.id);
+                    let mut e = Encoder::new(out, conn.protocol);
+                    match found.map(|c| c.name) {
+                        Some("blmove" | "brpoplpush") => e.null(),
+                        _ => e.null_array(),
+                    }
+                }
+                Some(After::Sleep(d)) => sleep += d,
+                Some(After::Close) if after != Some(After::Shutdown) => after = Some(After::Close),
+                Some(After::Close) => {}
+                Some(After::Shutdown) => after = Some(After::Shutdown),
+            }
+        }
+        if after.is_none() && !sleep.is_zero() {
+            // DEBUG SLEEP inside EXEC delays this client after the
+            // transaction (with the gate released), not the whole server.
+            after = Some(After::Sleep(sleep));
+        }
+        (me, after, writes)
+    })
+}
