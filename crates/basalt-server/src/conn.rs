@@ -42,6 +42,8 @@ use crate::tx;
 
 /// Replies buffered before they are written in the middle of a batch.
 pub const OUTPUT_FLUSH: usize = 64 << 20;
+/// Commands run on one clock reading before it is read again.
+const CLOCK_EVERY: u64 = 16;
 /// Smallest free space offered to a read.
 const READ_CHUNK: usize = 16 << 10;
 
@@ -56,6 +58,7 @@ pub(crate) async fn serve(mut stream: TcpStream, peer: SocketAddr, shared: Arc<S
         protocol: Protocol::Resp2,
         info: info.clone(),
         tx: Default::default(),
+        batch_clock: 0,
     };
     if let Err(e) = run(&mut stream, &shared, &mut conn).await {
         tracing::debug!(id = info.id, error = %e, "connection ended with an error");
@@ -164,12 +167,19 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
         let mut last: Option<&'static str> = None;
         // Held while commands run, released before every await (crate::tx).
         let mut gate = shared.gate.enter();
+        // One clock read for the batch; anything that waits below resets it.
+        conn.batch_clock = now_ms();
         loop {
             let cmd_start = pos;
             let reply_at = out.len();
             let (found, after, ran_writes) = match parser.parse(&buf[pos..]) {
                 Ok(Parsed::Command { args, consumed }) => {
                     pos += consumed;
+                    if count % CLOCK_EVERY == CLOCK_EVERY - 1 {
+                        // A long batch must not run its last commands on
+                        // the time its first one started.
+                        conn.batch_clock = now_ms();
+                    }
                     tx::run(shared, conn, &mut out, args, &mut gate)
                 }
                 Ok(Parsed::Incomplete { consumed }) => {
@@ -215,6 +225,7 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
                     gate.release();
                     tokio::time::sleep(d).await;
                     gate.hold();
+                    conn.batch_clock = 0;
                 }
                 Some(After::Block) => {
                     gate.release();
@@ -229,6 +240,7 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
                     )
                     .await?;
                     gate.hold();
+                    conn.batch_clock = 0;
                     match parked {
                         Parked::Rerun => {
                             // Run the same command again (it is still in
@@ -270,14 +282,21 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
                 gate.release();
                 flush(stream, shared, &info, &mut out, &mut wrote).await?;
                 gate.hold();
+                conn.batch_clock = 0;
             }
         }
         drop(gate);
+        let batch_started = std::mem::take(&mut conn.batch_clock);
         shared.stats.commands.fetch_add(count, Ordering::Relaxed);
         if writes > 0 {
             shared.stats.dirty.fetch_add(writes, Ordering::Relaxed);
         }
-        info.last_active_ms.store(now_ms(), Ordering::Relaxed);
+        let now = if batch_started != 0 {
+            batch_started
+        } else {
+            now_ms()
+        };
+        info.last_active_ms.store(now, Ordering::Relaxed);
         if let Some(name) = last {
             *info.last_cmd.lock() = name;
         }
