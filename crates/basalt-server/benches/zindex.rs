@@ -5,7 +5,8 @@
 //! `member:<i>`, as in the memory test `ZADD bench:zset <i> member:<i>`).
 //!
 //! Before criterion runs, a one-shot report prints what criterion is bad at:
-//! building the whole index in random order (ns per insert) and the index's
+//! building the whole index in random order (ns per insert), rebuilding it
+//! with `ZIndex::from_items` (as a load from the engine does), and the index's
 //! heap bytes per member, counted exactly by a counting global allocator
 //! (bytes requested from the allocator, live after the build; malloc's own
 //! per-chunk overhead comes on top).
@@ -128,6 +129,14 @@ fn report(members: &[Vec<u8>]) {
         "  heap: {:.1} bytes/member allocated (approx_bytes says {:.1})",
         bytes as f64 / n as f64,
         ix.approx_bytes() as f64 / n as f64
+    );
+    let items: Vec<(Vec<u8>, f64)> = ix.iter().map(|(m, s)| (m.to_vec(), s)).collect();
+    drop(ix);
+    let t = Instant::now();
+    let ix = ZIndex::from_items(items);
+    println!(
+        "  rebuild with from_items (sort, then append): {:.0} ns/member",
+        t.elapsed().as_nanos() as f64 / n as f64
     );
     drop(ix);
 }

@@ -361,6 +361,64 @@ impl ZIndex {
         }
     }
 
+    /// The index of `items`, built in one pass after sorting them, without
+    /// a skiplist search per member (a rebuild from the engine's fields).
+    /// A member given twice keeps the higher of its scores.
+    pub fn from_items(mut items: Vec<(Vec<u8>, f64)>) -> ZIndex {
+        items.sort_unstable_by(|a, b| {
+            a.1.partial_cmp(&b.1)
+                .expect("scores are never NaN")
+                .then_with(|| a.0.cmp(&b.0))
+        });
+        let mut z = ZIndex::new();
+        let words: usize = items.iter().map(|(m, _)| record_words(2, m.len())).sum();
+        z.arena.bytes.reserve(words * 8);
+        let (arena, hasher) = (&z.arena, &z.hasher);
+        z.table
+            .reserve(items.len(), |&x| hasher.hash_one(arena.member(x)));
+        let mut last = [HEAD; MAX_LEVEL];
+        let mut last_rank = [0u32; MAX_LEVEL];
+        let mut prev = NIL;
+        for (n, (member, score)) in items.iter().enumerate() {
+            let hash = z.hash(member);
+            let arena = &z.arena;
+            if z.table
+                .find(hash, |&id| arena.member(id) == member)
+                .is_some()
+            {
+                // Not distinct: insert one by one (ascending, so the
+                // higher score is set last).
+                let mut z = ZIndex::new();
+                for (m, s) in &items {
+                    z.insert(m, *s);
+                }
+                return z;
+            }
+            let level = z.random_level();
+            let id = z.alloc(record_words(level, member.len()));
+            z.arena.write(id, level, member, *score);
+            let (arena, hasher) = (&z.arena, &z.hasher);
+            z.table
+                .insert_unique(hash, id, |&x| hasher.hash_one(arena.member(x)));
+            let rank = n as u32 + 1;
+            z.arena.set_back(id, prev);
+            for i in 0..level {
+                z.arena.set_link(last[i], i, id, rank - last_rank[i]);
+                last[i] = id;
+                last_rank[i] = rank;
+            }
+            z.level = z.level.max(level);
+            prev = id;
+        }
+        let len = items.len() as u32;
+        for i in 0..z.level {
+            z.arena.set_link(last[i], i, NIL, len - last_rank[i]);
+        }
+        z.tail = prev;
+        z.len = items.len();
+        z
+    }
+
     /// Number of members.
     pub fn len(&self) -> usize {
         self.len
@@ -1322,6 +1380,40 @@ mod tests {
         cache.checkin(7, b"k", 3, ZIndex::new());
         assert!(cache.checkout(7, b"k", 3).is_none());
         assert_eq!(cache.bytes(), 0);
+    }
+
+    #[test]
+    fn built_from_items_equals_built_by_inserts() {
+        let items: Vec<(Vec<u8>, f64)> = (0..3000u32)
+            .map(|i| {
+                (
+                    format!("m{}", i * 7919 % 3001).into_bytes(),
+                    f64::from(i % 17) - 8.0,
+                )
+            })
+            .chain([(b"z".to_vec(), -0.0), (b"y".to_vec(), 0.0)])
+            .collect();
+        let bulk = ZIndex::from_items(items.clone());
+        bulk.check();
+        let mut one_by_one = ZIndex::new();
+        for (m, s) in &items {
+            one_by_one.insert(m, *s);
+        }
+        assert!(bulk.iter().eq(one_by_one.iter()));
+        for r in (0..bulk.len()).step_by(97) {
+            let id = bulk.by_rank(r).unwrap();
+            assert_eq!(bulk.rank(bulk.entry(id).0), Some(r));
+        }
+        // A repeated member keeps its higher score.
+        let dup = ZIndex::from_items(vec![
+            (b"a".to_vec(), 3.0),
+            (b"b".to_vec(), 1.0),
+            (b"a".to_vec(), 2.0),
+        ]);
+        dup.check();
+        assert_eq!(dup.score(b"a"), Some(3.0));
+        assert_eq!(dup.len(), 2);
+        assert!(ZIndex::from_items(Vec::new()).is_empty());
     }
 
     #[test]
