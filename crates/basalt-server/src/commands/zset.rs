@@ -126,10 +126,11 @@ impl<'a> ZDb<'a> {
         if let Some(ix) = cache.checkout(self.generation, key, meta.version) {
             return Ok(Some(ix));
         }
-        let mut ix = ZIndex::new();
+        let mut items = Vec::new();
         for (member, v) in self.db.fields(key)? {
-            ix.insert(&member, decode_score(key, &v)?);
+            items.push((member, decode_score(key, &v)?));
         }
+        let ix = ZIndex::from_items(items);
         Ok((!ix.is_empty()).then_some(ix))
     }
 
