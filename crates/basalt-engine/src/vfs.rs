@@ -164,6 +164,24 @@ impl FileMap {
         Some(unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(start), len) })
     }
 
+    /// Asks the kernel to fault in, writable, the pages of
+    /// `[offset, offset + len)` now (`MADV_POPULATE_WRITE`), so the stores
+    /// that follow take no page fault each. Advice only: errors (an old
+    /// kernel, a read-only map) are ignored and the stores fault as usual.
+    /// The range must lie below the file's length (the kernel reports a
+    /// range past it as an error rather than a signal, but there is no
+    /// reason to ask).
+    pub fn prefault_for_write(&self, offset: u64, len: u64) {
+        let (Ok(offset), Ok(len)) = (usize::try_from(offset), usize::try_from(len)) else {
+            return;
+        };
+        if self.writable && offset.saturating_add(len) <= self.map.len() {
+            let _ = self
+                .map
+                .advise_range(memmap2::Advice::PopulateWrite, offset, len);
+        }
+    }
+
     /// Copies `bytes` into the file at `offset` through the map. Returns
     /// false (and stores nothing) if the map is read-only or does not cover
     /// the range.
