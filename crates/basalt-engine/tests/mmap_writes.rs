@@ -4,7 +4,8 @@
 //! rules that keep that invisible and safe:
 //! - a crash leaves the zero tail; reopening cuts it and appends continue;
 //! - a clean close and sealing cut it, so files at rest end at their last
-//!   record (and hint files match them);
+//!   record (and hint files match them); zeros after a sealed file's last
+//!   record stay corruption;
 //! - a directory written by the `pwrite` path opens unchanged, and one
 //!   written through the map opens on a `pwrite`-only VFS;
 //! - a failing `fallocate` falls back to `pwrite` for that file and loses
@@ -203,6 +204,37 @@ fn sealing_truncates_the_file_to_its_last_record() {
     for f in db.stats().files.iter().filter(|f| !f.active) {
         let hint = dir.path().join(format!("shard-0000/{:010}.hint", f.id));
         assert!(hint.exists(), "the hint of sealed file {} was used", f.id);
+    }
+}
+
+#[test]
+fn a_zero_tail_on_a_sealed_file_is_corruption_naming_file_and_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = || opts().max_file_size(64 << 10);
+    let db = Db::open(dir.path(), o()).unwrap();
+    let mut n = 0;
+    while db.stats().files.len() < 3 {
+        db.put(&key(n), &value(n, 0)).unwrap();
+        n += 1;
+    }
+    db.close().unwrap();
+    // Zeros after the first (sealed) file's last record, and no hint to
+    // trust instead: only the newest log file may end in zeros.
+    let first = data_files(dir.path()).remove(0);
+    let real_len = file_len(&first);
+    fs::remove_file(first.with_extension("hint")).unwrap();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&first)
+        .unwrap()
+        .set_len(real_len + 4096)
+        .unwrap();
+    match Db::open(dir.path(), o()) {
+        Err(Error::Corrupt { path, offset, .. }) => {
+            assert_eq!(path, first);
+            assert_eq!(offset, real_len);
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
     }
 }
 
