@@ -621,9 +621,10 @@ impl Db {
         compaction_pass(&self.inner, false).map_err(|e| self.inner.poison(e))
     }
 
-    /// Stops the background threads, fsyncs, writes hint files for the
-    /// active files (so the next open reads hints only) and releases the
-    /// directory lock.
+    /// Stops the background threads, cuts the space reserved past each
+    /// active file's last record, fsyncs, writes hint files for the active
+    /// files (so the next open reads hints only) and releases the directory
+    /// lock.
     pub fn close(mut self) -> Result<()> {
         self.shutdown()
     }
@@ -645,14 +646,17 @@ impl Db {
         if result.is_ok() {
             let _g = inner.compaction.lock();
             for s in &inner.shards {
-                let r = inner.sync_shard(s).and_then(|_| {
-                    write_pending_hints(inner, s)?;
-                    let (id, len, handle) = {
-                        let w = s.writer.lock();
-                        (w.file_id, w.len, w.file.clone())
-                    };
-                    write_hint_for_file(inner, s, id, &*handle, len, Origin::Log)
-                });
+                let r = inner
+                    .cut_active_tail(s)
+                    .and_then(|_| inner.sync_shard(s))
+                    .and_then(|_| {
+                        write_pending_hints(inner, s)?;
+                        let (id, len, handle) = {
+                            let w = s.writer.lock();
+                            (w.file_id, w.len, w.file.clone())
+                        };
+                        write_hint_for_file(inner, s, id, &*handle, len, Origin::Log)
+                    });
                 if let Err(e) = r {
                     tracing::warn!(shard = s.id, error = %e, "close: sync or hint failed");
                     if result.is_ok() {

@@ -19,6 +19,9 @@ pub const FORMAT_VERSION: u32 = 1;
 pub const FILE_HEADER_LEN: usize = 32;
 /// Size of a record header.
 pub const RECORD_HEADER_LEN: usize = 36;
+/// Offset of the kind byte in a record header; a good record never has a
+/// zero there, which is how recovery skips a zero tail quickly.
+pub const RECORD_KIND_OFFSET: usize = 20;
 /// Size of a hint entry header.
 pub const HINT_ENTRY_HEADER_LEN: usize = 40;
 /// Size of a hint file footer.

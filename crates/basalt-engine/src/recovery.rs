@@ -1,6 +1,7 @@
 //! Opening a directory: lock it, load every shard's files in parallel (hint
 //! files where they are valid, a scan of the data file otherwise), cut a
-//! torn tail off the newest log file, and rebuild the index.
+//! torn tail or the zeros reserved past the last record off the newest log
+//! file, and rebuild the index.
 //!
 //! The one idea: files may be loaded in any order, because compaction writes
 //! old records into new files. Every record carries its sequence number, and
@@ -127,18 +128,59 @@ fn check_record_at(
     Ok(Ok(h))
 }
 
+/// Bytes checked for zeros at a time when skipping a zero run.
+const ZERO_SKIP: u64 = 64 << 10;
+
+/// The first offset in `[from, len)` holding a byte that is not zero.
+fn next_nonzero(r: &mut SeqReader<'_>, mut from: u64, len: u64) -> io::Result<Option<u64>> {
+    while from < len {
+        let n = (len - from).min(ZERO_SKIP) as usize;
+        if let Some(i) = r.get(from, n)?.iter().position(|&b| b != 0) {
+            return Ok(Some(from + i as u64));
+        }
+        from += n as u64;
+    }
+    Ok(None)
+}
+
+/// What follows a bad record in the newest log file.
+#[derive(Debug, PartialEq, Eq)]
+enum AfterBad {
+    /// Only zeros, from the bad record's first byte on: the space reserved
+    /// ahead of appends through the map, never written (or a record whose
+    /// pages never reached the disk).
+    Zeros,
+    /// Something that is not a good record, then nothing good: a torn tail.
+    Torn,
+    /// A good record at this offset: damage in the middle of the file.
+    GoodRecord(u64),
+}
+
 /// Whether any good record starts after `from`: tells a torn tail (nothing
-/// good follows) from damage in the middle of a file.
-fn good_record_after(file: &dyn VFile, from: u64, len: u64) -> io::Result<Option<u64>> {
+/// good follows) from damage in the middle of a file. A good record's kind
+/// byte is never zero, so runs of zeros (a reserved tail is megabytes of
+/// them) are skipped a chunk at a time rather than tried at every offset.
+fn classify_after_bad(file: &dyn VFile, from: u64, len: u64) -> io::Result<AfterBad> {
     let mut r = SeqReader::new(file, len);
+    if next_nonzero(&mut r, from, len)?.is_none() {
+        return Ok(AfterBad::Zeros);
+    }
     let mut off = from + 1;
     while off + RECORD_HEADER_LEN as u64 <= len {
+        let Some(kind_at) = next_nonzero(&mut r, off + format::RECORD_KIND_OFFSET as u64, len)?
+        else {
+            break;
+        };
+        off = kind_at - format::RECORD_KIND_OFFSET as u64;
+        if off + RECORD_HEADER_LEN as u64 > len {
+            break;
+        }
         if let Ok(Ok(_)) = check_record_at(&mut r, off, len) {
-            return Ok(Some(off));
+            return Ok(AfterBad::GoodRecord(off));
         }
         off += 1;
     }
-    Ok(None)
+    Ok(AfterBad::Torn)
 }
 
 /// One record as the loader sees it (from a hint entry or a scan).
@@ -531,17 +573,27 @@ fn load_shard(opts: &Options, id: usize, dir: &Path, base_seq: &AtomicU64) -> Re
                         reason,
                     });
                 }
-                if let Some(later) = good_record_after(&*handle, offset, len)
+                match classify_after_bad(&*handle, offset, len)
                     .map_err(|e| Error::io("read", &path, e))?
                 {
-                    return Err(Error::Corrupt {
-                        path,
-                        offset,
-                        reason: format!("{reason}, and a good record follows at {later}"),
-                    });
+                    AfterBad::GoodRecord(later) => {
+                        return Err(Error::Corrupt {
+                            path,
+                            offset,
+                            reason: format!("{reason}, and a good record follows at {later}"),
+                        });
+                    }
+                    // The normal state after a crash while appending
+                    // through the map: nothing was lost.
+                    AfterBad::Zeros => {
+                        tracing::info!(file = %path.display(), offset, dropped = len - offset,
+                            "cutting the reserved zero tail off the newest log file")
+                    }
+                    AfterBad::Torn => {
+                        tracing::warn!(file = %path.display(), offset, dropped = len - offset, %reason,
+                            "cutting a torn tail off the newest log file")
+                    }
                 }
-                tracing::warn!(file = %path.display(), offset, dropped = len - offset, %reason,
-                    "cutting a torn tail off the newest log file");
                 handle
                     .set_len(offset)
                     .and_then(|_| handle.sync_data())
@@ -550,14 +602,15 @@ fn load_shard(opts: &Options, id: usize, dir: &Path, base_seq: &AtomicU64) -> Re
                 loader.idx.files.get_mut(&fid).unwrap().total = len;
             }
         }
-        // The newest log file may become the active file and grow: map as
-        // much as it may grow to. Others are sealed: map what they hold.
-        let map_len = if Some(fid) == last_log {
-            len.max(opts.max_file_size)
-        } else {
-            len
-        };
-        loader.idx.files.get_mut(&fid).unwrap().handle = DataFile::new(handle.clone(), map_len);
+        // The newest log file stays the active file if it has room: map as
+        // much as it may grow to, writable so appends can go through the
+        // map. Others are sealed: map what they hold.
+        loader.idx.files.get_mut(&fid).unwrap().handle =
+            if Some(fid) == last_log && len < opts.max_file_size {
+                DataFile::appendable(handle.clone(), opts.max_file_size)
+            } else {
+                DataFile::new(handle.clone(), len)
+            };
         if Some(fid) == last_log {
             active = Some((fid, handle, len, from_hint));
         } else if !from_hint && hdr.origin == Origin::Log {
@@ -576,13 +629,11 @@ fn load_shard(opts: &Options, id: usize, dir: &Path, base_seq: &AtomicU64) -> Re
                 let hp = hint_path(dir, fid);
                 std::fs::remove_file(&hp).map_err(|e| Error::io("remove", &hp, e))?;
             }
-            index.files.get_mut(&fid).unwrap().active = true;
-            Writer {
-                file_id: fid,
-                file: handle,
-                len,
-                buf: Vec::new(),
-            }
+            // The index's `DataFile` wraps the same handle, writable-mapped.
+            drop(handle);
+            let info = index.files.get_mut(&fid).unwrap();
+            info.active = true;
+            Writer::new(fid, &info.handle, len)
         }
         other => {
             if let Some((fid, _, _, false)) = other {
@@ -605,16 +656,11 @@ fn load_shard(opts: &Options, id: usize, dir: &Path, base_seq: &AtomicU64) -> Re
                 .and_then(|_| handle.sync_data())
                 .map_err(|e| Error::io("write", &path, e))?;
             sync_dir(dir)?;
-            let data = DataFile::new(handle.clone(), opts.max_file_size);
-            let mut info = FileInfo::new(data, Origin::Log, FILE_HEADER_LEN as u64);
+            let data = DataFile::appendable(handle, opts.max_file_size);
+            let mut info = FileInfo::new(data.clone(), Origin::Log, FILE_HEADER_LEN as u64);
             info.active = true;
             index.files.insert(fid, info);
-            Writer {
-                file_id: fid,
-                file: handle,
-                len: FILE_HEADER_LEN as u64,
-                buf: Vec::new(),
-            }
+            Writer::new(fid, &data, FILE_HEADER_LEN as u64)
         }
     };
     tracing::debug!(
@@ -811,4 +857,67 @@ impl Db {
 
 pub(crate) fn shard_dir(dir: &Path, i: usize) -> PathBuf {
     dir.join(format!("shard-{i:04}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::RecordRef;
+    use crate::vfs::{StdFs, Vfs};
+
+    fn record(seq: u64) -> Vec<u8> {
+        let mut b = Vec::new();
+        RecordRef {
+            seq,
+            expiry: 0,
+            kind: Kind::Put,
+            flags: 0,
+            tag: 0,
+            key: b"k",
+            field: &[],
+            value: b"v",
+        }
+        .encode_into(&mut b);
+        b
+    }
+
+    /// A file of `len` zero bytes with `parts` written at their offsets.
+    fn file_with(dir: &Path, len: u64, parts: &[(u64, &[u8])]) -> Arc<dyn VFile> {
+        let f = StdFs.create(&dir.join("f")).unwrap();
+        f.set_len(len).unwrap();
+        for (off, b) in parts {
+            f.write_all_at(b, *off).unwrap();
+        }
+        f
+    }
+
+    #[test]
+    fn what_follows_a_bad_record_is_told_apart_across_long_zero_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let len = 9 << 20;
+        let garbage: &[u8] = &[0xAB; 20];
+        let rec = record(7);
+        /// (name, bytes written at their offsets, expected answer)
+        type Case<'a> = (&'a str, Vec<(u64, &'a [u8])>, AfterBad);
+        let cases: [Case<'_>; 4] = [
+            ("only zeros", vec![], AfterBad::Zeros),
+            ("garbage then zeros", vec![(1000, garbage)], AfterBad::Torn),
+            (
+                "a record megabytes later at an odd offset",
+                vec![(1000, garbage), ((7 << 20) + 3, &rec)],
+                AfterBad::GoodRecord((7 << 20) + 3),
+            ),
+            (
+                "a record right after the zeros start",
+                vec![(1001, &rec)],
+                AfterBad::GoodRecord(1001),
+            ),
+        ];
+        for (name, parts, want) in cases {
+            let sub = dir.path().join(name.replace(' ', "-"));
+            std::fs::create_dir(&sub).unwrap();
+            let f = file_with(&sub, len, &parts);
+            assert_eq!(classify_after_bad(&*f, 1000, len).unwrap(), want, "{name}");
+        }
+    }
 }

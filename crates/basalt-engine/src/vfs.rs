@@ -5,14 +5,21 @@
 //! fsync after N calls and check that the engine poisons itself and loses
 //! nothing it acknowledged.
 //!
-//! Reads of data files go through a read-only shared memory map when the
-//! file system offers one ([`VFile::map`]), so a read of a cached record is a
-//! memory copy, not a `pread` system call. A `VFile` that does not map (the
-//! default, as in the fault-injection tests) is read with `pread`.
+//! Reads of data files go through a shared memory map when the file system
+//! offers one ([`VFile::map`]), so a read of a cached record is a memory
+//! copy, not a `pread` system call. A `VFile` that does not map (the default,
+//! as in the fault-injection tests) is read with `pread`.
+//!
+//! Appends to the active file go through a *writable* shared map when the
+//! file system offers one ([`VFile::map_mut`]) and can reserve space ahead of
+//! the writes ([`VFile::allocate`]): a store into the page cache instead of a
+//! `pwrite` system call. Both default to "not available", so a test VFS keeps
+//! the `pwrite` path its faults are injected into.
 
 use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
@@ -41,19 +48,44 @@ pub trait VFile: Send + Sync + fmt::Debug {
         let _ = len;
         None
     }
+    /// Maps the first `len` bytes of the file read-write and shared, so the
+    /// engine can append by storing into the map (and read through the same
+    /// map). `None` (the default) means "append with `write_all_at`"; an
+    /// implementation returns a map only where [`VFile::allocate`] works and
+    /// a store into allocated space cannot fail for lack of disk space.
+    fn map_mut(&self, len: u64) -> Option<FileMap> {
+        let _ = len;
+        None
+    }
+    /// Allocates disk space for `[offset, offset + len)`, extending the file
+    /// (with zeros) if it is shorter, like `fallocate(fd, 0, offset, len)`.
+    /// After it succeeds, a store through a [`VFile::map_mut`] map into that
+    /// range never hits a hole. The default says it is unsupported.
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        let _ = (offset, len);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this file system does not preallocate",
+        ))
+    }
 }
 
-/// A read-only, shared memory map of a file's first bytes.
+/// A shared memory map of a file's first bytes: read-only, or (for the
+/// active file) read-write so that appends are stores into it.
 ///
 /// Shared (`MAP_SHARED`) means the mapping shows the page cache itself: bytes
 /// written with `pwrite` after the mapping was made are visible through it as
-/// soon as the write returns. The mapping may be longer than the file; the
+/// soon as the write returns, and bytes stored into a writable map are in the
+/// page cache (dirty, written back by the kernel or by an fsync of the file)
+/// as soon as the store is done. The mapping may be longer than the file; the
 /// pages past the file's end must never be touched (that raises `SIGBUS`),
-/// which is why the only way in is [`FileMap::range`], whose caller promises
-/// the range was written.
+/// which is why the only ways in are [`FileMap::range`], whose caller promises
+/// the range was written, and [`FileMap::store`], whose caller promises the
+/// range lies inside the file and is read by nobody yet.
 #[derive(Debug)]
 pub struct FileMap {
-    map: memmap2::Mmap,
+    map: memmap2::MmapRaw,
+    writable: bool,
 }
 
 impl FileMap {
@@ -64,17 +96,30 @@ impl FileMap {
     /// it reads, and must keep any other process from truncating the file
     /// while the map lives (Basalt's directory lock).
     pub unsafe fn new(file: &File, len: u64) -> io::Result<FileMap> {
-        let len = usize::try_from(len)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "map length overflows"))?;
-        // SAFETY: the mapping is read-only; the caller promises (above) that
-        // only written, never-again-modified ranges are read through it and
-        // that the file is not truncated under it.
-        let map = unsafe { memmap2::MmapOptions::new().len(len).map(file)? };
+        let len = map_len(len)?;
+        let map = memmap2::MmapOptions::new()
+            .len(len)
+            .map_raw_read_only(file)?;
+        Ok(FileMap::advised(map, false))
+    }
+
+    /// Maps `len` bytes of `file` from offset 0, read-write and shared.
+    ///
+    /// # Safety
+    /// As for [`FileMap::new`], and the caller must uphold
+    /// [`FileMap::store`]'s contract for every store.
+    pub unsafe fn new_writable(file: &File, len: u64) -> io::Result<FileMap> {
+        let len = map_len(len)?;
+        let map = memmap2::MmapOptions::new().len(len).map_raw(file)?;
+        Ok(FileMap::advised(map, true))
+    }
+
+    fn advised(map: memmap2::MmapRaw, writable: bool) -> FileMap {
         // Gets read single records at random places: without this hint, a
         // page fault on cold data would read ahead up to 128 KiB around it.
         // Advice only; a kernel that refuses it changes nothing we rely on.
         let _ = map.advise(memmap2::Advice::Random);
-        Ok(FileMap { map })
+        FileMap { map, writable }
     }
 
     /// Length of the mapping (not of the file).
@@ -84,7 +129,12 @@ impl FileMap {
 
     /// Whether the mapping is empty.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.map.len() == 0
+    }
+
+    /// Whether [`FileMap::store`] may be used.
+    pub fn is_writable(&self) -> bool {
+        self.writable
     }
 
     /// The bytes `[offset, offset + len)`, or `None` if the mapping does not
@@ -92,11 +142,11 @@ impl FileMap {
     ///
     /// # Safety
     /// Every byte of the range must already have been written to the file
-    /// (the write returned), lie below the file's length, and must not be
-    /// written again while the returned slice lives. Basalt's data files are
-    /// append-only and an index entry points only at a record whose `pwrite`
-    /// returned before the entry was published, so ranges from the index
-    /// qualify.
+    /// (the write returned or the store was done), lie below the file's
+    /// length, and must not be written again while the returned slice lives.
+    /// Basalt's data files are append-only and an index entry points only at
+    /// a record whose write finished before the entry was published, so
+    /// ranges from the index qualify.
     pub unsafe fn range(&self, offset: u64, len: usize) -> Option<&[u8]> {
         let start = usize::try_from(offset).ok()?;
         let end = start.checked_add(len)?;
@@ -106,12 +156,71 @@ impl FileMap {
         // SAFETY: `start..end` lies inside the mapping (checked above), which
         // lives as long as `&self`. The caller promises the bytes are written,
         // inside the file, and immutable for the slice's lifetime, so the
-        // shared slice never aliases a concurrent write and touching its pages
-        // cannot fault past the end of the file. We build the slice from a raw
-        // pointer instead of dereferencing the whole `Mmap`, because the
-        // unwritten rest of an active file's mapping *is* being written.
+        // shared slice never aliases a concurrent write or store and touching
+        // its pages cannot fault past the end of the file. We build the slice
+        // from a raw pointer instead of viewing the whole map as a slice,
+        // because the unwritten rest of an active file's mapping *is* being
+        // written.
         Some(unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(start), len) })
     }
+
+    /// Asks the kernel to fault in, writable, the pages of
+    /// `[offset, offset + len)` now (`MADV_POPULATE_WRITE`), so the stores
+    /// that follow take no page fault each. Advice only: errors (an old
+    /// kernel, a read-only map) are ignored and the stores fault as usual.
+    /// The range must lie below the file's length (the kernel reports a
+    /// range past it as an error rather than a signal, but there is no
+    /// reason to ask).
+    pub fn prefault_for_write(&self, offset: u64, len: u64) {
+        let (Ok(offset), Ok(len)) = (usize::try_from(offset), usize::try_from(len)) else {
+            return;
+        };
+        if self.writable && offset.saturating_add(len) <= self.map.len() {
+            let _ = self
+                .map
+                .advise_range(memmap2::Advice::PopulateWrite, offset, len);
+        }
+    }
+
+    /// Copies `bytes` into the file at `offset` through the map. Returns
+    /// false (and stores nothing) if the map is read-only or does not cover
+    /// the range.
+    ///
+    /// # Safety
+    /// The range must lie below the file's length on a file system where a
+    /// store into it needs no new disk space (it was allocated with
+    /// [`VFile::allocate`]), so the store cannot fault on a hole or past the
+    /// end (`SIGBUS`). No one may read or write the range while the store
+    /// runs: Basalt stores only past every location its index holds for the
+    /// file (the writer lock serialises the stores), and publishes the
+    /// record's location only after the store.
+    pub unsafe fn store(&self, offset: u64, bytes: &[u8]) -> bool {
+        let Ok(start) = usize::try_from(offset) else {
+            return false;
+        };
+        match start.checked_add(bytes.len()) {
+            Some(end) if self.writable && end <= self.map.len() => {}
+            _ => return false,
+        }
+        // SAFETY: the destination lies inside the writable mapping (checked
+        // above), which lives as long as `&self`; the source is a separate
+        // slice, so they do not overlap. The caller promises the range is
+        // allocated file space below its end and that nothing reads or writes
+        // it concurrently.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.map.as_mut_ptr().add(start),
+                bytes.len(),
+            )
+        };
+        true
+    }
+}
+
+fn map_len(len: u64) -> io::Result<usize> {
+    usize::try_from(len)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "map length overflows"))
 }
 
 /// Opens files.
@@ -148,8 +257,9 @@ impl VFile for StdFile {
     fn map(&self, len: u64) -> Option<FileMap> {
         // SAFETY: the engine reads through the map only ranges named by its
         // index (written, append-only, never rewritten), truncates a data file
-        // only while opening it, before it maps it, and holds the directory
-        // lock that keeps other Basalt processes out.
+        // only while opening it (before it maps it) or below where readers
+        // can reach (the zero tail cut at seal and close), and holds the
+        // directory lock that keeps other Basalt processes out.
         match unsafe { FileMap::new(&self.0, len) } {
             Ok(m) => Some(m),
             Err(e) => {
@@ -158,6 +268,65 @@ impl VFile for StdFile {
             }
         }
     }
+    fn map_mut(&self, len: u64) -> Option<FileMap> {
+        if !preallocation_is_reliable(&self.0) {
+            return None;
+        }
+        // SAFETY: as for `map`; in addition the engine stores only into
+        // space `allocate` reserved, past every location its index holds for
+        // the file, under the shard's writer lock.
+        match unsafe { FileMap::new_writable(&self.0, len) } {
+            Ok(m) => Some(m),
+            Err(e) => {
+                tracing::warn!(error = %e, len, "mapping a data file for writing failed; appending with pwrite");
+                None
+            }
+        }
+    }
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        let (Ok(off), Ok(n)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "allocation range overflows",
+            ));
+        };
+        loop {
+            // SAFETY: plain system call on a file descriptor we own; no
+            // memory is passed.
+            let r = unsafe { libc::fallocate(self.0.as_raw_fd(), 0, off, n) };
+            if r == 0 {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// Whether the file lives on a file system where space reserved with
+/// `fallocate` is really there when a page of it is first stored into
+/// (ext2/3/4, XFS, tmpfs). On copy-on-write file systems (btrfs, ZFS,
+/// bcachefs) a write into preallocated space still needs new blocks, so on
+/// a full disk a store through a map would raise `SIGBUS` where `pwrite`
+/// returns `ENOSPC`; those, and file systems we do not know, keep `pwrite`.
+fn preallocation_is_reliable(file: &File) -> bool {
+    const EXT4_SUPER_MAGIC: i64 = 0xEF53;
+    const XFS_SUPER_MAGIC: i64 = 0x5846_5342;
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: `fstatfs` fills the buffer it is given when it returns 0; we
+    // read it only then.
+    let st = unsafe {
+        if libc::fstatfs(file.as_raw_fd(), st.as_mut_ptr()) != 0 {
+            return false;
+        }
+        st.assume_init()
+    };
+    #[allow(clippy::unnecessary_cast)] // `f_type`'s width differs between targets.
+    let kind = st.f_type as i64;
+    matches!(kind, EXT4_SUPER_MAGIC | XFS_SUPER_MAGIC | TMPFS_MAGIC)
 }
 
 impl Vfs for StdFs {

@@ -23,6 +23,7 @@ use basalt_engine::{Db, KeyKind, Options};
 
 const DIR_ENV: &str = "BASALT_KILL9_DIR";
 const START_ENV: &str = "BASALT_KILL9_START";
+const PROFILE_ENV: &str = "BASALT_KILL9_PROFILE";
 /// The child gives up by itself after this long, should the parent vanish.
 const CHILD_LIFETIME: Duration = Duration::from_secs(40);
 
@@ -31,6 +32,20 @@ fn opts() -> Options {
     // dozen writes; the script overwrites a lot, so background compaction
     // (threshold 0.5, run once a second) finds work.
     Options::default().shards(4).max_file_size(64 << 10)
+}
+
+/// Files big enough that the child never rotates: every record is stored
+/// through the active file's writable map, into space reserved megabytes
+/// ahead, so the kill leaves a zero tail behind the last record.
+fn map_opts() -> Options {
+    Options::default().shards(2).max_file_size(64 << 20)
+}
+
+fn opts_for(profile: &str) -> Options {
+    match profile {
+        "map" => map_opts(),
+        _ => opts(),
+    }
 }
 
 // ------------------------------------------------------------- the script
@@ -258,7 +273,8 @@ fn child_writer_process() {
         return;
     };
     let start: u64 = std::env::var(START_ENV).unwrap().parse().unwrap();
-    let db = Db::open(&dir, opts()).expect("child: open");
+    let profile = std::env::var(PROFILE_ENV).unwrap_or_default();
+    let db = Db::open(&dir, opts_for(&profile)).expect("child: open");
     let out = std::io::stdout();
     // libtest has printed "test child_writer_process ... " without a newline.
     writeln!(out.lock()).unwrap();
@@ -304,7 +320,7 @@ struct Round {
     compactions: u64,
 }
 
-fn spawn_child(dir: &Path, start: u64, stderr_path: &Path) -> KillOnDrop {
+fn spawn_child(dir: &Path, profile: &str, start: u64, stderr_path: &Path) -> KillOnDrop {
     let child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -314,6 +330,7 @@ fn spawn_child(dir: &Path, start: u64, stderr_path: &Path) -> KillOnDrop {
         ])
         .env(DIR_ENV, dir)
         .env(START_ENV, start.to_string())
+        .env(PROFILE_ENV, profile)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(std::fs::File::create(stderr_path).unwrap()))
@@ -344,12 +361,13 @@ fn take(line: String, round: &mut Round) {
 /// `min_acks` steps and run for `min_time`, then SIGKILLs it.
 fn run_round(
     dir: &Path,
+    profile: &str,
     start: u64,
     min_acks: usize,
     min_time: Duration,
     stderr_path: &Path,
 ) -> Round {
-    let mut child = spawn_child(dir, start, stderr_path);
+    let mut child = spawn_child(dir, profile, start, stderr_path);
     let stdout = child.0.stdout.take().unwrap();
     let (tx, rx) = mpsc::channel::<String>();
     let reader = std::thread::spawn(move || {
@@ -418,7 +436,7 @@ fn sigkill_mid_write_never_loses_an_acknowledged_write_over_three_rounds() {
             1 => (2500, Duration::from_millis(2000)),
             _ => (3100, Duration::ZERO),
         };
-        let round = run_round(&db_dir, start, min_acks, min_time, &stderr_path);
+        let round = run_round(&db_dir, "small", start, min_acks, min_time, &stderr_path);
         compactions = compactions.max(round.compactions);
         let last = *round.acked.last().unwrap();
         for (n, &i) in round.acked.iter().enumerate() {
@@ -455,6 +473,88 @@ fn sigkill_mid_write_never_loses_an_acknowledged_write_over_three_rounds() {
         compactions > 0,
         "background compaction never ran in a child"
     );
+}
+
+/// Every data file's (name, length) on disk.
+fn data_file_lens(db_dir: &Path) -> Vec<(String, u64)> {
+    let mut v = Vec::new();
+    for shard in std::fs::read_dir(db_dir).unwrap() {
+        let shard = shard.unwrap().path();
+        if !shard.is_dir() {
+            continue;
+        }
+        for f in std::fs::read_dir(&shard).unwrap() {
+            let f = f.unwrap();
+            let name = f.file_name().into_string().unwrap();
+            if name.ends_with(".data") {
+                v.push((name, f.metadata().unwrap().len()));
+            }
+        }
+    }
+    v
+}
+
+#[test]
+fn sigkill_while_appending_through_the_map_keeps_every_acknowledged_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let db_dir = dir.path().join("db");
+    let stderr_path = dir.path().join("child.stderr");
+    let mut model = Model::default();
+    let mut start = 0u64;
+    for (round_no, min_acks) in [(0, 1500), (1, 2600)] {
+        let round = run_round(
+            &db_dir,
+            "map",
+            start,
+            min_acks,
+            Duration::ZERO,
+            &stderr_path,
+        );
+        let last = *round.acked.last().unwrap();
+        for (n, &i) in round.acked.iter().enumerate() {
+            assert_eq!(i, start + n as u64, "round {round_no}: acks out of order");
+            model.apply(&step(i));
+        }
+        // The child stored its records through maps of files reserved 2 MiB
+        // at a time: each active file ends in zeros past its last record.
+        let mut lens = data_file_lens(&db_dir);
+        lens.sort();
+        assert!(
+            lens.iter().all(|(_, len)| len % (2 << 20) == 0),
+            "round {round_no}: files not extended in reservation steps: {lens:?}"
+        );
+
+        let db = Db::open(&db_dir, map_opts().background_compaction(false))
+            .unwrap_or_else(|e| panic!("round {round_no}: reopen after kill -9: {e}"));
+        let ctx = format!(
+            "map round {round_no} (steps {start}..={last}, maybe {})",
+            last + 1
+        );
+        model = verify(&db, model, &step(last + 1), &ctx);
+        // Open cut every zero tail: each file ends at its last record.
+        let mut cut = data_file_lens(&db_dir);
+        cut.sort();
+        assert_ne!(lens, cut, "round {round_no}: nothing was cut");
+        let st = db.stats();
+        for (name, len) in data_file_lens(&db_dir) {
+            let f = st
+                .files
+                .iter()
+                .find(|f| name == format!("{:010}.data", f.id) && f.total_bytes == len);
+            assert!(
+                f.is_some(),
+                "round {round_no}: {name} is {len} bytes, not cut to its records"
+            );
+        }
+        println!(
+            "map round {round_no}: {} acks, reopened with {} keys in {} files",
+            round.acked.len(),
+            st.keys,
+            st.files.len()
+        );
+        drop(db);
+        start = last + 2;
+    }
 }
 
 // ------------------------------------- a kill between compaction's unlinks
