@@ -83,6 +83,9 @@ pub struct ServerArgs {
     /// Number of numbered databases (SELECT 0..N-1) [default: 16]
     #[arg(long, env = "BASALT_DATABASES")]
     pub databases: Option<u32>,
+    /// Worker threads serving connections; 0 = one per CPU [default: 0]
+    #[arg(long, env = "BASALT_THREADS")]
+    pub threads: Option<usize>,
     /// Log level or tracing filter, e.g. info, debug, basalt_server=trace [default: info]
     #[arg(long, env = "BASALT_LOGLEVEL")]
     pub loglevel: Option<String>,
@@ -93,7 +96,7 @@ pub struct ServerArgs {
     #[arg(long, env = "BASALT_CLIENT_OUTPUT_BUFFER_LIMIT")]
     pub client_output_buffer_limit: Option<String>,
     /// TOML file with the same keys as these flags (port, bind, dir,
-    /// appendfsync, databases, loglevel, notify-keyspace-events,
+    /// appendfsync, databases, threads, loglevel, notify-keyspace-events,
     /// client-output-buffer-limit); flags and environment win over it
     #[arg(long, env = "BASALT_CONFIG")]
     pub config: Option<PathBuf>,
@@ -108,6 +111,7 @@ struct FileConfig {
     dir: Option<PathBuf>,
     appendfsync: Option<Appendfsync>,
     databases: Option<u32>,
+    threads: Option<usize>,
     loglevel: Option<String>,
     #[serde(rename = "notify-keyspace-events")]
     notify_keyspace_events: Option<String>,
@@ -128,6 +132,11 @@ pub struct Config {
     pub appendfsync: Appendfsync,
     /// Number of databases. Default: 16.
     pub databases: u32,
+    /// Worker threads of the tokio runtime that serves connections; 0 = one
+    /// per CPU. Default: 0. On a machine where the clients share the CPUs
+    /// with the server (a benchmark on the same box), fewer threads than
+    /// CPUs can serve more: see `docs/benchmarks.md`.
+    pub threads: usize,
     /// Tracing filter. Default: `info`.
     pub loglevel: String,
     /// The config file read, if any (CONFIG GET shows nothing for it).
@@ -148,6 +157,7 @@ impl Default for Config {
             dir: PathBuf::from("./data"),
             appendfsync: Appendfsync::Everysec,
             databases: 16,
+            threads: 0,
             loglevel: "info".into(),
             config_file: None,
             notify_keyspace_events: 0,
@@ -184,6 +194,10 @@ impl Config {
         if databases == 0 || databases > 1024 {
             anyhow::bail!("databases must be between 1 and 1024, got {databases}");
         }
+        let threads = args.threads.or(file.threads).unwrap_or(d.threads);
+        if threads > 1024 {
+            anyhow::bail!("threads must be between 0 (one per CPU) and 1024, got {threads}");
+        }
         let events = match args.notify_keyspace_events.or(file.notify_keyspace_events) {
             Some(v) => crate::notify::parse(v.as_bytes()).ok_or_else(|| {
                 anyhow::anyhow!("notify-keyspace-events {v:?}: {}", crate::notify::INVALID)
@@ -211,6 +225,7 @@ impl Config {
                 .or(file.appendfsync)
                 .unwrap_or(d.appendfsync),
             databases,
+            threads,
             loglevel: args.loglevel.or(file.loglevel).unwrap_or(d.loglevel),
             config_file: args.config,
         })
@@ -244,6 +259,31 @@ mod tests {
         assert_eq!(c.appendfsync, Appendfsync::Always);
         assert_eq!(c.databases, 16);
         assert_eq!(c.bind, IpAddr::from([127, 0, 0, 1]));
+    }
+
+    #[test]
+    fn threads_come_from_flag_or_file_and_absurd_counts_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("basalt.toml");
+        std::fs::write(&path, "threads = 3\n").unwrap();
+        let from_file = ServerArgs {
+            config: Some(path.clone()),
+            ..ServerArgs::default()
+        };
+        assert_eq!(Config::from_args(from_file).unwrap().threads, 3);
+        let cli = Cli::try_parse_from([
+            "basalt",
+            "--config",
+            path.to_str().unwrap(),
+            "--threads",
+            "1",
+        ])
+        .unwrap();
+        assert_eq!(Config::from_args(cli.server).unwrap().threads, 1);
+        assert_eq!(Config::from_args(ServerArgs::default()).unwrap().threads, 0);
+        let cli = Cli::try_parse_from(["basalt", "--threads", "5000"]).unwrap();
+        let err = Config::from_args(cli.server).unwrap_err().to_string();
+        assert!(err.contains("threads must be between"), "{err}");
     }
 
     #[test]

@@ -70,11 +70,12 @@ pub fn start_with_signals(config: Config) -> anyhow::Result<ServerHandle> {
 }
 
 fn start_inner(config: Config, signals: bool) -> anyhow::Result<ServerHandle> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("basalt")
-        .build()
-        .context("cannot start the tokio runtime")?;
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all().thread_name("basalt");
+    if config.threads > 0 {
+        builder.worker_threads(config.threads);
+    }
+    let runtime = builder.build().context("cannot start the tokio runtime")?;
     let signal_streams = if signals {
         let _guard = runtime.enter();
         use tokio::signal::unix::{signal, SignalKind};

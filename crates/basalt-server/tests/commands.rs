@@ -780,3 +780,33 @@ fn concurrent_multi_db_commands_do_not_deadlock() {
     }
     assert_eq!(s.raw().cmd(&["PING"]), Frame::Simple(b"PONG".to_vec()));
 }
+
+#[test]
+fn a_server_with_one_worker_thread_serves_blocking_and_plain_clients() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = basalt_server::Config::ephemeral(dir.path());
+    config.threads = 1;
+    let s = TestServer::start_with(config, dir);
+    // A client parked in BLPOP must not stop the single worker from
+    // serving another client, whose push then wakes it.
+    let addr = s.addr();
+    let blocked = std::thread::spawn(move || {
+        let mut c = redis::Client::open(format!("redis://{addr}/"))
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let got: Option<(String, String)> =
+            redis::cmd("BLPOP").arg("q").arg(5).query(&mut c).unwrap();
+        got
+    });
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let mut c = s.client();
+    let _: () = redis::cmd("SET").arg("k").arg("v").query(&mut c).unwrap();
+    let v: String = redis::cmd("GET").arg("k").query(&mut c).unwrap();
+    assert_eq!(v, "v");
+    let _: i64 = redis::cmd("RPUSH").arg("q").arg("x").query(&mut c).unwrap();
+    assert_eq!(
+        blocked.join().unwrap(),
+        Some(("q".to_string(), "x".to_string()))
+    );
+}
