@@ -1081,6 +1081,52 @@ impl Db {
         self.read_value(key, &file, loc, f).map(Some)
     }
 
+    /// Hints that `keys` are about to be read (a pipelined batch of GETs):
+    /// starts loading the memory their lookups will touch in three passes
+    /// (index slot, index entry, the record in its mapped file), so the
+    /// cache misses of the different keys overlap instead of following one
+    /// another. Looks at no more than 32 keys; changes nothing.
+    ///
+    /// Every shard's index is read-locked once for all passes with
+    /// `try_read` (a locked instruction per key would order the loads and
+    /// undo the overlap); if any shard is being written, it gives up.
+    pub fn prefetch<K: AsRef<[u8]>>(&self, keys: &[K]) {
+        let inner = &*self.inner;
+        let keys = &keys[..keys.len().min(32)];
+        let mut guards = Vec::with_capacity(inner.shards.len());
+        for shard in &inner.shards {
+            match shard.index.try_read() {
+                Some(g) => guards.push(g),
+                None => return,
+            }
+        }
+        let n = inner.shards.len();
+        let mut at = [(0usize, 0u64); 32];
+        for (k, slot) in keys.iter().zip(at.iter_mut()) {
+            let s = shard_of(k.as_ref(), n);
+            let h = guards[s].keys.hash_key(k.as_ref());
+            guards[s].keys.prefetch(h);
+            *slot = (s, h);
+        }
+        for &(s, h) in &at[..keys.len()] {
+            guards[s].keys.prefetch_entry(h);
+        }
+        for (k, &(s, _)) in keys.iter().zip(at.iter()) {
+            let idx = &guards[s];
+            if let Some(e) = idx.keys.get(k.as_ref()) {
+                if e.loc.file != MAP_FILE {
+                    if let Some(map) = idx
+                        .files
+                        .get(&e.loc.file)
+                        .and_then(|f| f.handle.map.as_ref())
+                    {
+                        map.prefetch(e.loc.offset as u64, e.loc.len as usize);
+                    }
+                }
+            }
+        }
+    }
+
     /// Where the value of `key` is: its file, location and expiry.
     fn locate_value(&self, key: &[u8]) -> Result<Option<Located>> {
         let inner = &*self.inner;

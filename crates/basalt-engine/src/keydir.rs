@@ -118,7 +118,7 @@ fn buckets_for(n: usize) -> usize {
 
 /// Asks the CPU to start loading the cache line of `p`.
 #[inline(always)]
-fn prefetch_read(p: *const u64) {
+pub(crate) fn prefetch_read<T>(p: *const T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is a hint; it never faults, whatever the address,
     // and SSE (which provides it) is part of the x86_64 baseline.
@@ -227,6 +227,33 @@ impl Keydir {
         if !self.slots.is_empty() {
             let i = h as usize & (self.slots.len() - 1);
             prefetch_read(&self.slots[i]);
+        }
+    }
+
+    /// Starts loading the entry of the first slot on `h`'s probe run whose
+    /// tag matches (the entry a lookup will compare), without waiting for
+    /// it. Call after [`Keydir::prefetch`] had time to bring the slot in.
+    #[inline]
+    pub fn prefetch_entry(&self, h: u64) {
+        if self.slots.is_empty() {
+            return;
+        }
+        let mask = self.slots.len() - 1;
+        let t = tag(h);
+        let mut i = h as usize & mask;
+        loop {
+            let s = self.slots[i];
+            if s == 0 {
+                return;
+            }
+            if s & (TAG_MASK | OCC) == t {
+                let rf = s & REF_MASK;
+                if let Some(Some(p)) = self.pages.get(((rf >> OFFSET_BITS) - self.base) as usize) {
+                    prefetch_read(p.buf.as_ptr().wrapping_add((rf & OFFSET_MASK) as usize));
+                }
+                return;
+            }
+            i = (i + 1) & mask;
         }
     }
 

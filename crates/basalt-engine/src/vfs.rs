@@ -137,6 +137,23 @@ impl FileMap {
         self.writable
     }
 
+    /// Starts loading the cache lines of `[offset, offset + len)` if the
+    /// mapping covers them. A hint only: it reads nothing and cannot fault.
+    pub fn prefetch(&self, offset: u64, len: usize) {
+        let Ok(start) = usize::try_from(offset) else {
+            return;
+        };
+        if start.saturating_add(len) > self.map.len() {
+            return;
+        }
+        let base = self.map.as_ptr();
+        let mut at = start;
+        while at < start + len {
+            crate::keydir::prefetch_read(base.wrapping_add(at));
+            at = (at | 63) + 1;
+        }
+    }
+
     /// The bytes `[offset, offset + len)`, or `None` if the mapping does not
     /// cover them (read them with `pread` instead).
     ///
