@@ -52,8 +52,9 @@ const PREFETCH_AHEAD: usize = 32;
 /// loading what their GETs will read (`Db::prefetch`): in a pipeline of
 /// GETs the three cache misses of each lookup (index slot, index entry,
 /// record) then overlap across keys instead of following one another. A
-/// hint only: a command it cannot parse (the buffer may start inside one
-/// whose head an earlier read consumed) ends the look-ahead.
+/// hint only: the first command that is not a GET, or that it cannot parse
+/// (the buffer may start inside one whose head an earlier read consumed),
+/// ends the look-ahead.
 fn prefetch_gets(shared: &Shared, conn: &Conn, buf: &[u8]) {
     let mut parser = RequestParser::new(Limits::default());
     // Where each key lies in `buf` (an argument borrows the parser, so the
@@ -63,11 +64,14 @@ fn prefetch_gets(shared: &Shared, conn: &Conn, buf: &[u8]) {
     while spans.len() < PREFETCH_AHEAD {
         match parser.parse(&buf[pos..]) {
             Ok(Parsed::Command { args, consumed }) => {
-                if args.len() == 2 && args[0].eq_ignore_ascii_case(b"get") {
-                    let key = &args[1];
-                    let start = key.as_ptr() as usize - buf.as_ptr() as usize;
-                    spans.push(start..start + key.len());
+                // Only the leading GETs: a batch of other commands pays for
+                // one extra parse, not for parsing the whole batch twice.
+                if args.len() != 2 || !args[0].eq_ignore_ascii_case(b"get") {
+                    break;
                 }
+                let key = &args[1];
+                let start = key.as_ptr() as usize - buf.as_ptr() as usize;
+                spans.push(start..start + key.len());
                 pos += consumed;
             }
             _ => break,

@@ -805,24 +805,32 @@ impl ZIndex {
         None
     }
 
-    /// The first node whose score is in `range`.
-    pub fn first_in_score(&self, range: &ScoreRange) -> Option<NodeId> {
-        if range.is_empty() || self.len == 0 {
-            return None;
-        }
+    /// The last node for which `before` holds, or `HEAD` if none does,
+    /// found by descending the levels; `before` must hold for a prefix of
+    /// the list (it is a "comes before the range" test).
+    fn last_before(&self, before: impl Fn(&Arena, u32) -> bool) -> u32 {
         let a = &self.arena;
         let mut x = HEAD;
         for i in (0..self.level).rev() {
             loop {
                 let nx = a.next_at(x, i);
-                if nx == NIL || range.gte_min(a.score(nx)) {
+                if nx == NIL || !before(a, nx) {
                     break;
                 }
                 x = nx;
             }
         }
-        let x = a.next_at(x, 0);
-        (x != NIL && range.lte_max(a.score(x))).then_some(x)
+        x
+    }
+
+    /// The first node whose score is in `range`.
+    pub fn first_in_score(&self, range: &ScoreRange) -> Option<NodeId> {
+        if range.is_empty() || self.len == 0 {
+            return None;
+        }
+        let x = self.last_before(|a, n| !range.gte_min(a.score(n)));
+        let x = self.arena.next_at(x, 0);
+        (x != NIL && range.lte_max(self.arena.score(x))).then_some(x)
     }
 
     /// The last node whose score is in `range`.
@@ -830,18 +838,8 @@ impl ZIndex {
         if range.is_empty() || self.len == 0 {
             return None;
         }
-        let a = &self.arena;
-        let mut x = HEAD;
-        for i in (0..self.level).rev() {
-            loop {
-                let nx = a.next_at(x, i);
-                if nx == NIL || !range.lte_max(a.score(nx)) {
-                    break;
-                }
-                x = nx;
-            }
-        }
-        (x != HEAD && range.gte_min(a.score(x))).then_some(x)
+        let x = self.last_before(|a, n| range.lte_max(a.score(n)));
+        (x != HEAD && range.gte_min(self.arena.score(x))).then_some(x)
     }
 
     /// The first node whose member is in `range` (meaningful when all
@@ -850,19 +848,9 @@ impl ZIndex {
         if range.is_empty() || self.len == 0 {
             return None;
         }
-        let a = &self.arena;
-        let mut x = HEAD;
-        for i in (0..self.level).rev() {
-            loop {
-                let nx = a.next_at(x, i);
-                if nx == NIL || range.gte_min(a.member(nx)) {
-                    break;
-                }
-                x = nx;
-            }
-        }
-        let x = a.next_at(x, 0);
-        (x != NIL && range.lte_max(a.member(x))).then_some(x)
+        let x = self.last_before(|a, n| !range.gte_min(a.member(n)));
+        let x = self.arena.next_at(x, 0);
+        (x != NIL && range.lte_max(self.arena.member(x))).then_some(x)
     }
 
     /// The last node whose member is in `range`.
@@ -870,18 +858,8 @@ impl ZIndex {
         if range.is_empty() || self.len == 0 {
             return None;
         }
-        let a = &self.arena;
-        let mut x = HEAD;
-        for i in (0..self.level).rev() {
-            loop {
-                let nx = a.next_at(x, i);
-                if nx == NIL || !range.lte_max(a.member(nx)) {
-                    break;
-                }
-                x = nx;
-            }
-        }
-        (x != HEAD && range.gte_min(a.member(x))).then_some(x)
+        let x = self.last_before(|a, n| range.lte_max(a.member(n)));
+        (x != HEAD && range.gte_min(self.arena.member(x))).then_some(x)
     }
 
     /// Every (member, score) in ascending order.

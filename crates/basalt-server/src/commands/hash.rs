@@ -157,17 +157,30 @@ fn hmget(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 }
 
 fn hdel(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    remove_fields(ctx, &args, TAG_HASH, HASH, "hdel")
+}
+
+/// HDEL and SREM: removes the fields named in `args[2..]` from the
+/// collection at `args[1]` (tagged `tag`), replies how many existed, and
+/// publishes `event` (and `del` when the collection is gone).
+pub fn remove_fields(
+    ctx: &mut Ctx<'_>,
+    args: &Args<'_>,
+    tag: u8,
+    class: u32,
+    event: &str,
+) -> Result {
     let key = &args[1];
     let slot = ctx.slot();
     let mut n = 0;
     if let Some(db) = slot.db() {
         let _g = ctx.lock(key);
-        if collection_len(Some(db), key, TAG_HASH)?.is_some() {
+        if collection_len(Some(db), key, tag)?.is_some() {
             for f in args.iter().skip(2) {
                 n += db.delete_field(key, f)? as i64;
             }
             if n > 0 {
-                ctx.notify(HASH, "hdel", key);
+                ctx.notify(class, event, key);
                 if !db.exists(key) {
                     ctx.notify(GENERIC, "del", key);
                 }

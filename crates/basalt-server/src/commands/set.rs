@@ -14,7 +14,9 @@ use basalt_engine::Db;
 use basalt_resp::Args;
 
 use super::flags::*;
-use super::hash::{collection_len, random_count, read_len, scan_args, scan_cursor, scan_names};
+use super::hash::{
+    collection_len, random_count, read_len, remove_fields, scan_args, scan_cursor, scan_names,
+};
 use super::{def, is, parse_i64, CommandDef, Ctx, Error, Group, Result, Rng};
 use crate::glob;
 use crate::keyspace::{RedisType, TAG_SET};
@@ -82,26 +84,7 @@ fn sadd(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 }
 
 fn srem(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
-    let key = &args[1];
-    let slot = ctx.slot();
-    let mut n = 0;
-    if let Some(db) = slot.db() {
-        let _g = ctx.lock(key);
-        if set_len(Some(db), key)?.is_some() {
-            for m in args.iter().skip(2) {
-                n += db.delete_field(key, m)? as i64;
-            }
-            if n > 0 {
-                ctx.notify(SET, "srem", key);
-                if !db.exists(key) {
-                    ctx.notify(GENERIC, "del", key);
-                }
-            }
-        }
-    }
-    drop(slot);
-    ctx.int(n);
-    Ok(())
+    remove_fields(ctx, &args, TAG_SET, SET, "srem")
 }
 
 fn sismember(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
