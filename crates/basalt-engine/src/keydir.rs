@@ -52,7 +52,8 @@ const PAGE_SIZE: usize = 1 << 20;
 const HDR: usize = 24;
 /// Slot bit: occupied (an empty slot is 0).
 const OCC: u64 = 1 << 63;
-/// Slot bits 48..63: the top 15 bits of the key's hash.
+/// Slot bits 48..63: the low 15 bits of the key's hash (the high bits pick
+/// the home slot, see [`home`]).
 const TAG_SHIFT: u32 = 48;
 const TAG_MASK: u64 = 0x7fff << TAG_SHIFT;
 /// Slot bits 0..48: the entry reference, `page << OFFSET_BITS | offset`.
@@ -89,7 +90,8 @@ pub struct Entry {
 /// See the module documentation.
 #[derive(Debug, Default)]
 pub struct Keydir {
-    /// Power-of-two many slots (or none); see the module documentation.
+    /// 4, 5, 6 or 7 times a power of two many slots (or none); see
+    /// [`buckets_for`].
     slots: Vec<u64>,
     /// Occupied slots.
     len: usize,
@@ -105,15 +107,55 @@ fn r(page: u64, off: usize) -> u64 {
 }
 
 fn tag(h: u64) -> u64 {
-    ((h >> 49) << TAG_SHIFT) | OCC
+    ((h & 0x7fff) << TAG_SHIFT) | OCC
+}
+
+/// The slot where a key with hash `h` starts probing in a table of `n`
+/// slots: the high bits of `h` scaled to `n` (a multiply and a shift, no
+/// division), so `n` need not be a power of two.
+#[inline(always)]
+fn home(h: u64, n: usize) -> usize {
+    ((h as u128 * n as u128) >> 64) as usize
+}
+
+/// The slot after `i` on a probe run, wrapping at `n`.
+#[inline(always)]
+fn next(i: usize, n: usize) -> usize {
+    if i + 1 == n {
+        0
+    } else {
+        i + 1
+    }
+}
+
+/// How far `to` lies after `from` going forward cyclically in `n` slots.
+#[inline(always)]
+fn dist(from: usize, to: usize, n: usize) -> usize {
+    if to >= from {
+        to - from
+    } else {
+        to + n - from
+    }
 }
 
 /// Slots needed so `n` keys stay under the load limit (0 for none).
+///
+/// Table sizes run through 4, 5, 6 and 7 times a power of two (steps of at
+/// most 1.25x) rather than powers of two alone: right after a doubling a
+/// power-of-two table is only 40% full, and its slots then cost 20 bytes per
+/// key instead of the 10 to 12.5 they cost here.
 fn buckets_for(n: usize) -> usize {
     if n == 0 {
         return 0;
     }
-    (n * LOAD_DEN).div_ceil(LOAD_NUM).next_power_of_two().max(8)
+    let need = (n * LOAD_DEN).div_ceil(LOAD_NUM).max(8);
+    // The smallest 4·2^k, 5·2^k, 6·2^k or 7·2^k that is >= need; with
+    // 4·base <= need < 8·base one of the five multiples of base fits.
+    let base = 1usize << (need / 4).ilog2();
+    (4..=8)
+        .map(|m| m * base)
+        .find(|&s| s >= need)
+        .expect("8 * base >= need")
 }
 
 /// Asks the CPU to start loading the cache line of `p`.
@@ -166,11 +208,12 @@ impl Keydir {
             return;
         }
         let mut slots = vec![0u64; buckets];
-        let mask = buckets - 1;
-        fn place(slots: &mut [u64], mask: usize, h: u64, rf: u64) {
-            let mut i = h as usize & mask;
+        let n_slots = buckets;
+        fn place(slots: &mut [u64], h: u64, rf: u64) {
+            let n = slots.len();
+            let mut i = home(h, n);
             while slots[i] != 0 {
-                i = (i + 1) & mask;
+                i = next(i, n);
             }
             slots[i] = tag(h) | rf;
         }
@@ -186,10 +229,10 @@ impl Keydir {
                 let klen = (raw & LEN_MASK) as usize;
                 if raw & DEAD_BIT == 0 {
                     let h = self.hasher.hash_one(&p.buf[off + HDR..off + HDR + klen]);
-                    prefetch_read(&slots[h as usize & mask]);
+                    prefetch_read(&slots[home(h, n_slots)]);
                     let w = &mut window[n % AHEAD];
                     if n >= AHEAD {
-                        place(&mut slots, mask, w.0, w.1);
+                        place(&mut slots, w.0, w.1);
                     }
                     *w = (h, r(id, off));
                     n += 1;
@@ -199,7 +242,7 @@ impl Keydir {
         }
         for k in n.saturating_sub(AHEAD)..n {
             let (h, rf) = window[k % AHEAD];
-            place(&mut slots, mask, h, rf);
+            place(&mut slots, h, rf);
         }
         self.slots = slots;
     }
@@ -225,8 +268,7 @@ impl Keydir {
     #[inline]
     pub fn prefetch(&self, h: u64) {
         if !self.slots.is_empty() {
-            let i = h as usize & (self.slots.len() - 1);
-            prefetch_read(&self.slots[i]);
+            prefetch_read(&self.slots[home(h, self.slots.len())]);
         }
     }
 
@@ -238,9 +280,9 @@ impl Keydir {
         if self.slots.is_empty() {
             return;
         }
-        let mask = self.slots.len() - 1;
+        let n = self.slots.len();
         let t = tag(h);
-        let mut i = h as usize & mask;
+        let mut i = home(h, n);
         loop {
             let s = self.slots[i];
             if s == 0 {
@@ -253,7 +295,7 @@ impl Keydir {
                 }
                 return;
             }
-            i = (i + 1) & mask;
+            i = next(i, n);
         }
     }
 
@@ -263,9 +305,9 @@ impl Keydir {
         if self.slots.is_empty() {
             return Err(usize::MAX);
         }
-        let mask = self.slots.len() - 1;
+        let n = self.slots.len();
         let t = tag(h);
-        let mut i = h as usize & mask;
+        let mut i = home(h, n);
         loop {
             let s = self.slots[i];
             if s == 0 {
@@ -274,29 +316,29 @@ impl Keydir {
             if s & (TAG_MASK | OCC) == t && self.key_of(s & REF_MASK) == key {
                 return Ok(i);
             }
-            i = (i + 1) & mask;
+            i = next(i, n);
         }
     }
 
     /// Empties slot `i`, moving later entries of its probe run back so no
     /// lookup ever needs a tombstone.
     fn vacate(&mut self, i: usize) {
-        let mask = self.slots.len() - 1;
+        let n = self.slots.len();
         let mut hole = i;
-        let mut j = (i + 1) & mask;
+        let mut j = next(i, n);
         loop {
             let s = self.slots[j];
             if s == 0 {
                 break;
             }
-            let home = self.hasher.hash_one(self.key_of(s & REF_MASK)) as usize & mask;
+            let at = home(self.hasher.hash_one(self.key_of(s & REF_MASK)), n);
             // `s` may fill the hole unless its home lies after the hole
             // (cyclically) on the way to `j`.
-            if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(hole) & mask) {
+            if dist(at, j, n) >= dist(hole, j, n) {
                 self.slots[hole] = s;
                 hole = j;
             }
-            j = (j + 1) & mask;
+            j = next(j, n);
         }
         self.slots[hole] = 0;
         self.len -= 1;
@@ -522,14 +564,14 @@ impl Keydir {
                 let new = self.append(key, e.loc, e.has_ttl);
                 let old = r(id, off);
                 let h = self.hasher.hash_one(key);
-                let mask = self.slots.len() - 1;
-                let mut i = h as usize & mask;
+                let n = self.slots.len();
+                let mut i = home(h, n);
                 while self.slots[i] & REF_MASK != old {
                     assert!(
                         self.slots[i] != 0,
                         "live keydir entry missing from the table"
                     );
-                    i = (i + 1) & mask;
+                    i = next(i, n);
                 }
                 self.slots[i] = tag(h) | new;
             }
@@ -669,6 +711,26 @@ mod tests {
         }
         kd.shrink_to_fit();
         assert!(kd.slots.len() <= buckets_for(model.len()).max(8));
+    }
+
+    #[test]
+    fn table_sizes_step_by_at_most_a_quarter_and_keep_the_load_limit() {
+        assert_eq!(buckets_for(0), 0);
+        assert_eq!(buckets_for(1), 8);
+        // 125 000 keys (one of 8 shards at 1 M keys): 5 * 2^15 slots, not 2^18.
+        assert_eq!(buckets_for(125_000), 163_840);
+        let mut prev = 8;
+        for n in 1..200_000usize {
+            let b = buckets_for(n);
+            assert!(b * LOAD_NUM >= n * LOAD_DEN, "{n} keys in {b} slots");
+            let m = b >> b.trailing_zeros();
+            assert!(
+                matches!(m, 1 | 5 | 3 | 7),
+                "{b} is not 4, 5, 6 or 7 times 2^k"
+            );
+            assert!(b >= prev && b * 4 <= prev * 5 || b == prev, "{prev} -> {b}");
+            prev = b;
+        }
     }
 
     #[test]
