@@ -326,7 +326,7 @@ impl Compactor<'_> {
                 Kind::Field => match idx
                     .maps
                     .get_mut(&m.key)
-                    .and_then(|mp| mp.fields.get_mut(&m.field))
+                    .and_then(|mp| mp.fields.get_mut(&m.field[..]))
                 {
                     Some(l) if same(l) => {
                         *l = m.to;

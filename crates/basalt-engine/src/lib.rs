@@ -46,6 +46,7 @@
 mod compaction;
 mod db;
 mod error;
+mod field;
 pub mod format;
 mod keydir;
 mod options;

@@ -279,11 +279,11 @@ impl Loader {
                     ..MapEntry::default()
                 });
                 m.version = m.version.max(seq);
-                match m.fields.get_mut(&fk.1) {
+                match m.fields.get_mut(&fk.1[..]) {
                     Some(l) if l.seq >= seq => {}
                     Some(l) => *l = it.loc,
                     None => {
-                        m.fields.insert(fk.1, it.loc);
+                        m.fields.insert(fk.1.into(), it.loc);
                     }
                 }
             }

@@ -15,6 +15,7 @@ enum Op {
     Delete(u8),
     PutField(u8, u8, Vec<u8>),
     DeleteField(u8, u8),
+    TakeField(u8, u8),
     Expire(u8, u64),
     Persist(u8),
     Advance(u64),
@@ -76,6 +77,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => k.clone().prop_map(Op::Delete),
         6 => (k.clone(), 0u8..6, v).prop_map(|(k, f, v)| Op::PutField(k, f, v)),
         3 => (k.clone(), 0u8..6).prop_map(|(k, f)| Op::DeleteField(k, f)),
+        2 => (k.clone(), 0u8..6).prop_map(|(k, f)| Op::TakeField(k, f)),
         2 => (k.clone(), 0u64..5_000).prop_map(|(k, t)| Op::Expire(k, t)),
         1 => k.prop_map(Op::Persist),
         2 => (1u64..3_000).prop_map(Op::Advance),
@@ -296,6 +298,32 @@ fn run(ops: Vec<Op>, compress: bool) {
                         }
                     }
                     None => assert!(!r.unwrap()),
+                }
+            }
+            Op::TakeField(k, f) => {
+                model.purge(&key(k), now);
+                let r = d.take_field(&key(k), &field(f));
+                match model.keys.get_mut(&key(k)) {
+                    Some(Entry {
+                        val: Val::Value(_), ..
+                    }) => {
+                        assert!(matches!(r, Err(Error::WrongKind { .. })));
+                    }
+                    Some(e) => {
+                        let Val::Map(m) = &mut e.val else {
+                            unreachable!()
+                        };
+                        let had = m.remove(&field(f));
+                        assert_eq!(r.unwrap(), had, "take_field");
+                        if had.is_some() {
+                            e.version = d.stats().next_seq - 1;
+                            last_version = e.version;
+                        }
+                        if m.is_empty() {
+                            model.keys.remove(&key(k));
+                        }
+                    }
+                    None => assert_eq!(r.unwrap(), None),
                 }
             }
             Op::Expire(k, t) => {

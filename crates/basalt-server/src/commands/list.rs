@@ -273,9 +273,8 @@ impl<'a> List<'a> {
         };
         let v = self
             .db
-            .get_field(self.key, &pos_field(pos))?
+            .take_field(self.key, &pos_field(pos))?
             .unwrap_or_default();
-        self.db.delete_field(self.key, &pos_field(pos))?;
         if end == End::Left {
             self.head += 1;
         }
