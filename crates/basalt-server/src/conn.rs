@@ -102,6 +102,7 @@ pub(crate) async fn serve(mut stream: TcpStream, peer: SocketAddr, shared: Arc<S
         info: info.clone(),
         tx: Default::default(),
         batch_clock: 0,
+        tick: std::time::Instant::now(),
     };
     if let Err(e) = run(&mut stream, &shared, &mut conn).await {
         tracing::debug!(id = info.id, error = %e, "connection ended with an error");
@@ -212,6 +213,7 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
         let mut gate = shared.gate.enter();
         // One clock read for the batch; anything that waits below resets it.
         conn.batch_clock = now_ms();
+        conn.tick = std::time::Instant::now();
         if buf.len() > PREFETCH_MIN_BYTES {
             prefetch_gets(shared, conn, &buf);
         }
@@ -272,6 +274,7 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
                     tokio::time::sleep(d).await;
                     gate.hold();
                     conn.batch_clock = 0;
+                    conn.tick = std::time::Instant::now();
                 }
                 Some(After::Block) => {
                     gate.release();
@@ -287,6 +290,7 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
                     .await?;
                     gate.hold();
                     conn.batch_clock = 0;
+                    conn.tick = std::time::Instant::now();
                     match parked {
                         Parked::Rerun => {
                             // Run the same command again (it is still in
@@ -329,6 +333,7 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
                 flush(stream, shared, &info, &mut out, &mut wrote).await?;
                 gate.hold();
                 conn.batch_clock = 0;
+                conn.tick = std::time::Instant::now();
             }
         }
         drop(gate);

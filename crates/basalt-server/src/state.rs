@@ -138,8 +138,16 @@ pub struct Clients {
 impl Clients {
     /// Registers a new connection.
     pub fn register(&self, addr: SocketAddr, laddr: SocketAddr, fd: i32) -> Arc<ClientInfo> {
+        let info = self.detached(addr, laddr, fd);
+        self.map.lock().insert(info.id, info.clone());
+        info
+    }
+
+    /// A client with a fresh id that is not listed (CLIENT LIST does not
+    /// show it): the HTTP API's internal clients and SSE subscribers.
+    pub fn detached(&self, addr: SocketAddr, laddr: SocketAddr, fd: i32) -> Arc<ClientInfo> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
-        let info = Arc::new(ClientInfo {
+        Arc::new(ClientInfo {
             id,
             addr,
             laddr,
@@ -157,9 +165,7 @@ impl Clients {
             kill: Notify::new(),
             pubsub: Default::default(),
             multi: AtomicI64::new(-1),
-        });
-        self.map.lock().insert(id, info.clone());
-        info
+        })
     }
 
     /// Forgets a closed connection.
@@ -243,6 +249,8 @@ pub struct Shared {
     pub pubsub: Arc<crate::pubsub::Hub>,
     /// Held shared by every batch, exclusively by EXEC (`crate::tx`).
     pub gate: crate::tx::Gate,
+    /// Per-command calls and time (INFO commandstats, /metrics).
+    pub cmdstats: crate::cmdstats::CommandStats,
     shutdown: watch::Sender<bool>,
 }
 
@@ -276,6 +284,7 @@ impl Shared {
             blocking: Default::default(),
             pubsub,
             gate: Default::default(),
+            cmdstats: crate::cmdstats::CommandStats::new(crate::commands::all().count()),
             shutdown: watch::channel(false).0,
         }
     }
