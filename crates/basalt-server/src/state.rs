@@ -19,9 +19,17 @@ use crate::keyspace::Keyspace;
 /// Milliseconds since the Unix epoch, from the wall clock (the engine's
 /// clock is the same [`basalt_engine::SystemClock`]).
 pub fn now_ms() -> u64 {
+    now_ns() / 1_000_000
+}
+
+/// Nanoseconds since the Unix epoch, from the wall clock: one reading
+/// serves both a batch's time (`now_ns() / 1_000_000` is [`now_ms`]) and
+/// command timing (`Conn::tick`; differences saturate at 0 if the clock
+/// steps back).
+pub fn now_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
+        .map(|d| d.as_nanos() as u64)
         .unwrap_or(0)
 }
 

@@ -243,7 +243,7 @@ fn exec(shared: &Shared, conn: &mut Conn, out: &mut Vec<u8>, gate: &mut Entered<
     }
     gate.exclusive(|| {
         // The wait for the gate is nobody's command time.
-        conn.tick = std::time::Instant::now();
+        conn.tick = crate::state::now_ns();
         let changed = watched.iter().any(|((db, key), &version)| {
             let slot = shared.keyspace.read(*db);
             slot.db().map_or(0, |d| d.version(key)) != version

@@ -242,8 +242,8 @@ pub fn lookup_indexed(name: &[u8]) -> Option<(&'static CommandDef, usize)> {
 /// moves the tick to now: for commands run outside [`execute`] (EXEC).
 pub fn record_call(shared: &Shared, conn: &mut Conn, name: &[u8], failed: bool) {
     if let Some((_, idx)) = lookup_indexed(name) {
-        let now = std::time::Instant::now();
-        let nanos = now.saturating_duration_since(conn.tick).as_nanos() as u64;
+        let now = crate::state::now_ns();
+        let nanos = now.saturating_sub(conn.tick);
         conn.tick = now;
         shared.cmdstats.record(idx, nanos, failed);
     }
@@ -344,10 +344,11 @@ pub struct Conn {
     /// started, so a pipeline of N commands reads the clock once, not N
     /// times; 0 = read it per command (after the batch waited on anything).
     pub batch_clock: u64,
-    /// The monotonic clock's last reading: set when a batch starts (and
-    /// after anything it waited on) and after each command, which is
-    /// charged the time since the previous reading (`crate::cmdstats`).
-    pub tick: std::time::Instant,
+    /// The clock's last reading in ns ([`crate::state::now_ns`]): taken
+    /// when a batch starts (the same reading as `batch_clock`), after
+    /// anything it waited on, and after each command, which is charged the
+    /// time since the previous reading (`crate::cmdstats`).
+    pub tick: u64,
 }
 
 /// Everything a handler needs.
@@ -532,8 +533,8 @@ pub fn execute(
     let failed = out.get(reply_at) == Some(&b'-');
     // A command that blocks is counted once, by the run that serves it.
     if after != Some(After::Block) {
-        let now = std::time::Instant::now();
-        let nanos = now.saturating_duration_since(conn.tick).as_nanos() as u64;
+        let now = crate::state::now_ns();
+        let nanos = now.saturating_sub(conn.tick);
         conn.tick = now;
         shared.cmdstats.record(idx, nanos, failed);
     }

@@ -480,7 +480,7 @@ impl Req {
             info,
             tx: Default::default(),
             batch_clock: 0,
-            tick: std::time::Instant::now(),
+            tick: crate::state::now_ns(),
         };
         let mut out = Vec::new();
         let (found, _) = self.locked(|sh| commands::execute(sh, &mut conn, &mut out, args));
