@@ -1210,3 +1210,29 @@ fn ready_is_503_while_loading_and_200_after_and_health_is_always_200() {
     );
     handle.shutdown().unwrap();
 }
+
+#[test]
+fn ready_turns_503_while_the_server_is_stopping() {
+    let h = Http::start();
+    assert_eq!(
+        h.json(Method::GET, "/ready", None),
+        (StatusCode::OK, json!({"status": "ready"}))
+    );
+    // A RESP connection in the middle of a batch holds the shutdown open.
+    let mut sleeper = h.server.raw();
+    sleeper.send_cmd(&[b"DEBUG", b"SLEEP", b"1"]);
+    std::thread::sleep(Duration::from_millis(100));
+    h.server
+        .handle
+        .as_ref()
+        .unwrap()
+        .shared()
+        .request_shutdown();
+    let (s, v) = h.json(Method::GET, "/ready", None);
+    assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        v,
+        json!({"error": "the server is shutting down", "code": "SHUTTING_DOWN"})
+    );
+    assert_eq!(h.json(Method::GET, "/health", None).0, StatusCode::OK);
+}

@@ -43,11 +43,18 @@ pub(crate) async fn health() -> Response {
     json_ok(json!({"status": "ok"}))
 }
 
+/// 200 once the databases are loaded; 503 `LOADING` before, and 503
+/// `SHUTTING_DOWN` once the server is stopping (so a balancer drains it).
 pub(crate) async fn ready(AxState(state): AxState<Arc<State>>) -> Response {
-    if state.shared.get().is_some() {
-        json_ok(json!({"status": "ready"}))
-    } else {
-        ApiError::loading().into_response()
+    match state.shared.get() {
+        None => ApiError::loading().into_response(),
+        Some(sh) if sh.shutting_down() || *state.stop.borrow() => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "SHUTTING_DOWN",
+            "the server is shutting down",
+        )
+        .into_response(),
+        Some(_) => json_ok(json!({"status": "ready"})),
     }
 }
 
