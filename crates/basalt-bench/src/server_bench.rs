@@ -391,6 +391,9 @@ impl Server {
                 &data_s,
                 "--appendfsync",
                 "everysec",
+                // The HTTP API is not measured here; leave its port free.
+                "--http-port",
+                "0",
             ],
         };
         let mut argv = tools.pin_prefix(pinned, SERVER_CPU);

@@ -74,6 +74,9 @@ pub struct ServerArgs {
     /// Address to bind [default: 127.0.0.1]
     #[arg(long, env = "BASALT_BIND")]
     pub bind: Option<IpAddr>,
+    /// Port of the HTTP/JSON API (on the same address); 0 turns it off [default: 7379]
+    #[arg(long, env = "BASALT_HTTP_PORT")]
+    pub http_port: Option<u16>,
     /// Data directory; database N lives in <dir>/<N> [default: ./data]
     #[arg(long, env = "BASALT_DIR")]
     pub dir: Option<PathBuf>,
@@ -97,7 +100,7 @@ pub struct ServerArgs {
     pub client_output_buffer_limit: Option<String>,
     /// TOML file with the same keys as these flags (port, bind, dir,
     /// appendfsync, databases, threads, loglevel, notify-keyspace-events,
-    /// client-output-buffer-limit); flags and environment win over it
+    /// client-output-buffer-limit, http-port); flags and environment win over it
     #[arg(long, env = "BASALT_CONFIG")]
     pub config: Option<PathBuf>,
 }
@@ -117,6 +120,8 @@ struct FileConfig {
     notify_keyspace_events: Option<String>,
     #[serde(rename = "client-output-buffer-limit")]
     client_output_buffer_limit: Option<String>,
+    #[serde(rename = "http-port")]
+    http_port: Option<u16>,
 }
 
 /// The merged configuration the server runs with.
@@ -147,6 +152,12 @@ pub struct Config {
     /// `client-output-buffer-limit`. Default: Redis's (`normal 0 0 0 slave
     /// 256mb 64mb 60 pubsub 32mb 8mb 60`).
     pub client_output_buffer_limit: crate::pubsub::ObufLimits,
+    /// Port of the HTTP API on `bind`: `None` = off (`--http-port 0`),
+    /// `Some(0)` = an ephemeral port (tests). Default: `Some(7379)`.
+    pub http_port: Option<u16>,
+    /// Largest HTTP request body accepted (413 beyond). Default: 512 MiB,
+    /// Redis's `proto-max-bulk-len`.
+    pub http_max_body: usize,
 }
 
 impl Default for Config {
@@ -162,15 +173,19 @@ impl Default for Config {
             config_file: None,
             notify_keyspace_events: 0,
             client_output_buffer_limit: crate::pubsub::ObufLimits::default(),
+            http_port: Some(7379),
+            http_max_body: 512 << 20,
         }
     }
 }
 
 impl Config {
-    /// A configuration for tests: port 0 on 127.0.0.1, data in `dir`.
+    /// A configuration for tests: port 0 on 127.0.0.1, data in `dir`, no
+    /// HTTP API.
     pub fn ephemeral(dir: impl AsRef<Path>) -> Self {
         Config {
             port: 0,
+            http_port: None,
             dir: dir.as_ref().to_path_buf(),
             ..Config::default()
         }
@@ -218,6 +233,12 @@ impl Config {
             notify_keyspace_events: events,
             client_output_buffer_limit: limits,
             port: args.port.or(file.port).unwrap_or(d.port),
+            http_port: match args.http_port.or(file.http_port) {
+                Some(0) => None,
+                Some(p) => Some(p),
+                None => d.http_port,
+            },
+            http_max_body: d.http_max_body,
             bind: args.bind.or(file.bind).unwrap_or(d.bind),
             dir: args.dir.or(file.dir).unwrap_or(d.dir),
             appendfsync: args
@@ -259,6 +280,25 @@ mod tests {
         assert_eq!(c.appendfsync, Appendfsync::Always);
         assert_eq!(c.databases, 16);
         assert_eq!(c.bind, IpAddr::from([127, 0, 0, 1]));
+        assert_eq!(c.http_port, Some(7379));
+    }
+
+    #[test]
+    fn http_port_comes_from_flag_or_file_and_zero_turns_it_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("basalt.toml");
+        std::fs::write(&path, "http-port = 8080\n").unwrap();
+        let cli = Cli::try_parse_from(["basalt", "--config", path.to_str().unwrap()]).unwrap();
+        assert_eq!(Config::from_args(cli.server).unwrap().http_port, Some(8080));
+        let cli = Cli::try_parse_from([
+            "basalt",
+            "--config",
+            path.to_str().unwrap(),
+            "--http-port",
+            "0",
+        ])
+        .unwrap();
+        assert_eq!(Config::from_args(cli.server).unwrap().http_port, None);
     }
 
     #[test]

@@ -37,7 +37,7 @@ use crate::blocking::Unblock;
 use crate::commands::{flags::BLOCKING, After, Conn};
 use crate::config::Appendfsync;
 use crate::pubsub;
-use crate::state::{now_ms, ClientInfo, Shared};
+use crate::state::{now_ms, now_ns, ClientInfo, Shared};
 use crate::tx;
 
 /// Replies buffered before they are written in the middle of a batch.
@@ -102,6 +102,7 @@ pub(crate) async fn serve(mut stream: TcpStream, peer: SocketAddr, shared: Arc<S
         info: info.clone(),
         tx: Default::default(),
         batch_clock: 0,
+        tick: 0,
     };
     if let Err(e) = run(&mut stream, &shared, &mut conn).await {
         tracing::debug!(id = info.id, error = %e, "connection ended with an error");
@@ -211,7 +212,8 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
         // Held while commands run, released before every await (crate::tx).
         let mut gate = shared.gate.enter();
         // One clock read for the batch; anything that waits below resets it.
-        conn.batch_clock = now_ms();
+        conn.tick = now_ns();
+        conn.batch_clock = conn.tick / 1_000_000;
         if buf.len() > PREFETCH_MIN_BYTES {
             prefetch_gets(shared, conn, &buf);
         }
@@ -223,8 +225,9 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
                     pos += consumed;
                     if count % CLOCK_EVERY == CLOCK_EVERY - 1 {
                         // A long batch must not run its last commands on
-                        // the time its first one started.
-                        conn.batch_clock = now_ms();
+                        // the time its first one started. The clock was
+                        // read when the previous command ended (`tick`).
+                        conn.batch_clock = conn.tick / 1_000_000;
                     }
                     tx::run(shared, conn, &mut out, args, &mut gate)
                 }
@@ -272,6 +275,7 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
                     tokio::time::sleep(d).await;
                     gate.hold();
                     conn.batch_clock = 0;
+                    conn.tick = now_ns();
                 }
                 Some(After::Block) => {
                     gate.release();
@@ -287,6 +291,7 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
                     .await?;
                     gate.hold();
                     conn.batch_clock = 0;
+                    conn.tick = now_ns();
                     match parked {
                         Parked::Rerun => {
                             // Run the same command again (it is still in
@@ -329,6 +334,7 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
                 flush(stream, shared, &info, &mut out, &mut wrote).await?;
                 gate.hold();
                 conn.batch_clock = 0;
+                conn.tick = now_ns();
             }
         }
         drop(gate);

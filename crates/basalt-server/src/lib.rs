@@ -18,12 +18,18 @@
 //!
 //! [`start`] runs a server on its own tokio runtime and returns a
 //! [`ServerHandle`], so tests can run servers in-process on port 0.
+//!
+//! Start-up order: the runtime, then the HTTP listener (`crate::http`,
+//! answering 503 while loading), then the databases are loaded, then the
+//! RESP listener is bound; the HTTP API turns ready when the keyspace is.
 
 pub mod blocking;
+pub mod cmdstats;
 pub mod commands;
 pub mod config;
 mod conn;
 pub mod glob;
+pub mod http;
 pub mod keyspace;
 pub mod notify;
 pub mod pubsub;
@@ -53,23 +59,54 @@ pub struct ServerHandle {
     shared: Arc<Shared>,
     runtime: Option<tokio::runtime::Runtime>,
     done: Option<tokio::sync::oneshot::Receiver<anyhow::Result<()>>>,
+    http_addr: Option<SocketAddr>,
 }
 
 /// Starts a server: opens the databases, binds, and serves on a new
 /// multi-threaded tokio runtime. Returns once the listener is bound
 /// ([`ServerHandle::addr`] is the real address, also with port 0).
 pub fn start(config: Config) -> anyhow::Result<ServerHandle> {
-    start_inner(config, false)
+    start_inner(config, false, None)
+}
+
+/// Like [`start`], and calls `on_http_bound` with the HTTP API's address
+/// (`None` if it is off) once that listener serves and before the
+/// databases are loaded: what a test needs to watch `GET /ready` answer 503
+/// during loading.
+pub fn start_with_loading_hook(
+    config: Config,
+    on_http_bound: impl FnOnce(Option<SocketAddr>),
+) -> anyhow::Result<ServerHandle> {
+    start_inner(config, false, Some(&mut Some(on_http_bound)))
 }
 
 /// Like [`start`], and SIGINT / SIGTERM shut the server down (for the
 /// binary). The handlers are installed before the listener is bound, so a
 /// signal that arrives once the server is reachable is always handled.
 pub fn start_with_signals(config: Config) -> anyhow::Result<ServerHandle> {
-    start_inner(config, true)
+    start_inner(config, true, None)
 }
 
-fn start_inner(config: Config, signals: bool) -> anyhow::Result<ServerHandle> {
+/// The loading hook, type-erased (`Option` so it can be taken once).
+type Hook<'a> = &'a mut dyn HookFn;
+
+trait HookFn {
+    fn call(&mut self, addr: Option<SocketAddr>);
+}
+
+impl<F: FnOnce(Option<SocketAddr>)> HookFn for Option<F> {
+    fn call(&mut self, addr: Option<SocketAddr>) {
+        if let Some(f) = self.take() {
+            f(addr)
+        }
+    }
+}
+
+fn start_inner(
+    config: Config,
+    signals: bool,
+    hook: Option<Hook<'_>>,
+) -> anyhow::Result<ServerHandle> {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all().thread_name("basalt");
     if config.threads > 0 {
@@ -86,6 +123,20 @@ fn start_inner(config: Config, signals: bool) -> anyhow::Result<ServerHandle> {
     } else {
         None
     };
+    // The HTTP API listens before the data is loaded, so `/ready` can say
+    // 503 meanwhile (and `/health` 200).
+    let http = match config.http_port {
+        Some(port) => Some(
+            runtime
+                .block_on(http::HttpServer::start(&config, port))
+                .with_context(|| format!("cannot listen on {}:{} (HTTP)", config.bind, port))?,
+        ),
+        None => None,
+    };
+    let http_addr = http.as_ref().map(|h| h.addr());
+    if let Some(hook) = hook {
+        hook.call(http_addr);
+    }
     let load_started = Instant::now();
     let sync = match config.appendfsync {
         Appendfsync::Always | Appendfsync::Everysec => basalt_engine::SyncPolicy::EveryMs(1000),
@@ -114,6 +165,10 @@ fn start_inner(config: Config, signals: bool) -> anyhow::Result<ServerHandle> {
     let keys: u64 = (0..shared.keyspace.len())
         .map(|n| shared.keyspace.figures(n).keys)
         .sum();
+    if let Some(h) = &http {
+        h.set_ready(shared.clone());
+        tracing::info!("HTTP API on http://{}", h.addr());
+    }
     tracing::info!(
         "Basalt {} ready on {} (dir {}, {} keys loaded in {:.3}s, appendfsync {})",
         env!("CARGO_PKG_VERSION"),
@@ -136,17 +191,22 @@ fn start_inner(config: Config, signals: bool) -> anyhow::Result<ServerHandle> {
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     let acceptor = shared.clone();
     runtime.spawn(async move {
-        let result = accept_loop(listener, acceptor).await;
+        let result = accept_loop(listener, acceptor, http).await;
         let _ = done_tx.send(result);
     });
     Ok(ServerHandle {
         shared,
         runtime: Some(runtime),
         done: Some(done_rx),
+        http_addr,
     })
 }
 
-async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) -> anyhow::Result<()> {
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    http: Option<http::HttpServer>,
+) -> anyhow::Result<()> {
     let mut shutdown = shared.shutdown_rx();
     let mut conns = JoinSet::new();
     loop {
@@ -175,6 +235,11 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) -> anyhow::Resu
         tracing::warn!("connections did not finish in time; closing them");
         conns.shutdown().await;
     }
+    if let Some(http) = http {
+        // Requests in flight finish (event streams end at once) before the
+        // databases close.
+        http.stop(SHUTDOWN_GRACE).await;
+    }
     let ks = shared.clone();
     tokio::task::spawn_blocking(move || {
         ks.keyspace.sync_all()?;
@@ -191,6 +256,11 @@ impl ServerHandle {
     /// The address the server listens on.
     pub fn addr(&self) -> SocketAddr {
         self.shared.addr
+    }
+
+    /// The HTTP API's address, if it is on.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http_addr
     }
 
     /// State shared by every connection (for tests and embedding).

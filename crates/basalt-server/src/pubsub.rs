@@ -260,6 +260,25 @@ impl Mailbox {
         n
     }
 
+    /// Like [`Mailbox::take`], for a subscriber that is not a RESP
+    /// connection (the HTTP API's event streams): every queued message as
+    /// (pattern, channel, payload), and their RESP byte count, which stays
+    /// charged against the limits until [`Mailbox::written`].
+    pub fn take_raw(&self) -> (Vec<(Option<Bytes>, Bytes, Bytes)>, usize) {
+        self.pending.store(false, Ordering::Release);
+        let mut q = self.queue.lock();
+        let mut n = 0;
+        let msgs = q
+            .msgs
+            .drain(..)
+            .map(|m| {
+                n += m.wire_len();
+                (m.pattern, m.channel, m.payload)
+            })
+            .collect();
+        (msgs, n)
+    }
+
     /// `n` bytes from [`Mailbox::take`] reached the socket.
     pub fn written(&self, n: usize, limit: &ObufLimit) {
         let mut q = self.queue.lock();

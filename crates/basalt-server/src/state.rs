@@ -19,9 +19,17 @@ use crate::keyspace::Keyspace;
 /// Milliseconds since the Unix epoch, from the wall clock (the engine's
 /// clock is the same [`basalt_engine::SystemClock`]).
 pub fn now_ms() -> u64 {
+    now_ns() / 1_000_000
+}
+
+/// Nanoseconds since the Unix epoch, from the wall clock: one reading
+/// serves both a batch's time (`now_ns() / 1_000_000` is [`now_ms`]) and
+/// command timing (`Conn::tick`; differences saturate at 0 if the clock
+/// steps back).
+pub fn now_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
+        .map(|d| d.as_nanos() as u64)
         .unwrap_or(0)
 }
 
@@ -138,8 +146,16 @@ pub struct Clients {
 impl Clients {
     /// Registers a new connection.
     pub fn register(&self, addr: SocketAddr, laddr: SocketAddr, fd: i32) -> Arc<ClientInfo> {
+        let info = self.detached(addr, laddr, fd);
+        self.map.lock().insert(info.id, info.clone());
+        info
+    }
+
+    /// A client with a fresh id that is not listed (CLIENT LIST does not
+    /// show it): the HTTP API's internal clients and SSE subscribers.
+    pub fn detached(&self, addr: SocketAddr, laddr: SocketAddr, fd: i32) -> Arc<ClientInfo> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
-        let info = Arc::new(ClientInfo {
+        Arc::new(ClientInfo {
             id,
             addr,
             laddr,
@@ -157,9 +173,7 @@ impl Clients {
             kill: Notify::new(),
             pubsub: Default::default(),
             multi: AtomicI64::new(-1),
-        });
-        self.map.lock().insert(id, info.clone());
-        info
+        })
     }
 
     /// Forgets a closed connection.
@@ -243,6 +257,8 @@ pub struct Shared {
     pub pubsub: Arc<crate::pubsub::Hub>,
     /// Held shared by every batch, exclusively by EXEC (`crate::tx`).
     pub gate: crate::tx::Gate,
+    /// Per-command calls and time (INFO commandstats, /metrics).
+    pub cmdstats: crate::cmdstats::CommandStats,
     shutdown: watch::Sender<bool>,
 }
 
@@ -276,6 +292,7 @@ impl Shared {
             blocking: Default::default(),
             pubsub,
             gate: Default::default(),
+            cmdstats: crate::cmdstats::CommandStats::new(crate::commands::all().count()),
             shutdown: watch::channel(false).0,
         }
     }

@@ -206,7 +206,13 @@ pub fn run(
         return (None, None, 0);
     }
     match cmd.name {
-        "exec" => exec(shared, conn, out, gate),
+        "exec" => {
+            let at = out.len();
+            let ran = exec(shared, conn, out, gate);
+            let failed = out.get(at) == Some(&b'-');
+            commands::record_call(shared, conn, b"exec", failed);
+            ran
+        }
         "discard" | "multi" | "watch" | "quit" | "reset" => {
             let (found, after) = commands::execute(shared, conn, out, args);
             (found, after, 0)
@@ -236,6 +242,8 @@ fn exec(shared: &Shared, conn: &mut Conn, out: &mut Vec<u8>, gate: &mut Entered<
         return (me, None, 0);
     }
     gate.exclusive(|| {
+        // The wait for the gate is nobody's command time.
+        conn.tick = crate::state::now_ns();
         let changed = watched.iter().any(|((db, key), &version)| {
             let slot = shared.keyspace.read(*db);
             slot.db().map_or(0, |d| d.version(key)) != version

@@ -65,7 +65,7 @@ struct Binary {
 impl Binary {
     fn start(dir: &std::path::Path, extra: &[&str]) -> Binary {
         let mut child = Command::new(env!("CARGO_BIN_EXE_basalt"))
-            .args(["--port", "0", "--loglevel", "info"])
+            .args(["--port", "0", "--http-port", "0", "--loglevel", "info"])
             .args(extra)
             .env("BASALT_DIR", dir)
             .env("NO_COLOR", "1")
@@ -199,6 +199,9 @@ fn help_documents_flags_and_defaults() {
         "default: 6379",
         "default: ./data",
         "BASALT_PORT",
+        "--http-port",
+        "default: 7379",
+        "BASALT_HTTP_PORT",
     ] {
         assert!(text.contains(needle), "--help lacks {needle}:\n{text}");
     }

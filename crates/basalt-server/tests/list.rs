@@ -451,7 +451,7 @@ impl Drop for Child {
 fn spawn_binary(dir: &std::path::Path) -> (Child, std::net::SocketAddr) {
     use std::io::BufRead;
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_basalt"))
-        .args(["--port", "0", "--loglevel", "info"])
+        .args(["--port", "0", "--http-port", "0", "--loglevel", "info"])
         .env("BASALT_DIR", dir)
         .env("NO_COLOR", "1")
         .stdout(std::process::Stdio::piped())

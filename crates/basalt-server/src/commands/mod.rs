@@ -207,14 +207,27 @@ const MAX_NAME: usize = 32;
 
 /// Name -> command. hashbrown's default hasher (foldhash): the lookup runs
 /// once per command, and std's SipHash showed up at ~2 % of a GET's CPU.
-fn table() -> &'static hashbrown::HashMap<&'static [u8], &'static CommandDef> {
-    static TABLE: OnceLock<hashbrown::HashMap<&'static [u8], &'static CommandDef>> =
-        OnceLock::new();
-    TABLE.get_or_init(|| all().map(|c| (c.name.as_bytes(), c)).collect())
+/// The value is the command and its position in [`all`] (its row in
+/// `crate::cmdstats`).
+type Table = hashbrown::HashMap<&'static [u8], (&'static CommandDef, usize)>;
+
+fn table() -> &'static Table {
+    static TABLE: OnceLock<Table> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        all()
+            .enumerate()
+            .map(|(i, c)| (c.name.as_bytes(), (c, i)))
+            .collect()
+    })
 }
 
 /// Finds a command by name, case-insensitively, without allocating.
 pub fn lookup(name: &[u8]) -> Option<&'static CommandDef> {
+    lookup_indexed(name).map(|(c, _)| c)
+}
+
+/// [`lookup`] with the command's position in [`all`].
+pub fn lookup_indexed(name: &[u8]) -> Option<(&'static CommandDef, usize)> {
     if name.len() > MAX_NAME {
         return None;
     }
@@ -223,6 +236,17 @@ pub fn lookup(name: &[u8]) -> Option<&'static CommandDef> {
     lower.copy_from_slice(name);
     lower.make_ascii_lowercase();
     table().get(&*lower).copied()
+}
+
+/// Charges `cmd` (by name) one call and the time since `conn.tick`, and
+/// moves the tick to now: for commands run outside [`execute`] (EXEC).
+pub fn record_call(shared: &Shared, conn: &mut Conn, name: &[u8], failed: bool) {
+    if let Some((_, idx)) = lookup_indexed(name) {
+        let now = crate::state::now_ns();
+        let nanos = now.saturating_sub(conn.tick);
+        conn.tick = now;
+        shared.cmdstats.record(idx, nanos, failed);
+    }
 }
 
 /// A command's failure, turned into an error reply by [`execute`].
@@ -320,6 +344,11 @@ pub struct Conn {
     /// started, so a pipeline of N commands reads the clock once, not N
     /// times; 0 = read it per command (after the batch waited on anything).
     pub batch_clock: u64,
+    /// The clock's last reading in ns ([`crate::state::now_ns`]): taken
+    /// when a batch starts (the same reading as `batch_clock`), after
+    /// anything it waited on, and after each command, which is charged the
+    /// time since the previous reading (`crate::cmdstats`).
+    pub tick: u64,
 }
 
 /// Everything a handler needs.
@@ -456,11 +485,12 @@ pub fn execute(
     args: Args<'_>,
 ) -> (Option<&'static CommandDef>, Option<After>) {
     let name = &args[0];
-    let Some(cmd) = lookup(name) else {
+    let Some((cmd, idx)) = lookup_indexed(name) else {
         unknown_command(conn.protocol, out, args);
         return (None, None);
     };
     if !cmd.arity_ok(args.len()) {
+        shared.cmdstats.reject(idx);
         let mut e = Encoder::new(out, conn.protocol);
         e.error(Error::Arity(cmd.name.into()).message().as_bytes());
         return (None, None);
@@ -474,12 +504,14 @@ pub fn execute(
             pubsub::full_name(cmd.name, &args)
         );
         Encoder::new(out, conn.protocol).error(line.as_bytes());
+        shared.cmdstats.reject(idx);
         return (None, None);
     }
     let now_ms = match conn.batch_clock {
         0 => crate::state::now_ms(),
         t => t,
     };
+    let reply_at = out.len();
     let mut ctx = Ctx {
         shared,
         conn,
@@ -495,7 +527,18 @@ pub fn execute(
         let msg = e.message();
         Encoder::new(ctx.out, ctx.conn.protocol).error(msg.as_bytes());
     }
-    (Some(cmd), ctx.after)
+    let after = ctx.after;
+    // Handlers may also write an error line themselves: the reply's first
+    // byte says whether the call failed.
+    let failed = out.get(reply_at) == Some(&b'-');
+    // A command that blocks is counted once, by the run that serves it.
+    if after != Some(After::Block) {
+        let now = crate::state::now_ns();
+        let nanos = now.saturating_sub(conn.tick);
+        conn.tick = now;
+        shared.cmdstats.record(idx, nanos, failed);
+    }
+    (Some(cmd), after)
 }
 
 /// Redis 7.0's reply to an unknown command: the name (at most 128 bytes)

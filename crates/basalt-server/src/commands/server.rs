@@ -609,7 +609,7 @@ fn human(bytes: u64) -> String {
 }
 
 /// Resident set size from /proc (0 where unavailable).
-fn rss_bytes() -> u64 {
+pub(crate) fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
         .ok()
         .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
@@ -637,6 +637,7 @@ const SECTIONS: &[&str] = &[
     "replication",
     "cpu",
     "keyspace",
+    "commandstats",
 ];
 
 /// The INFO text for the named sections (lower-case).
@@ -812,6 +813,29 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
         let (sys, user) = cpu_times();
         kv!(out, "used_cpu_sys", format!("{sys:.6}"));
         kv!(out, "used_cpu_user", format!("{user:.6}"));
+    }
+    // Not part of the default set (as in Redis): only when named, or with
+    // `all` / `everything`.
+    let named = |s: &str| {
+        sections
+            .iter()
+            .any(|x| x == s || x == "all" || x == "everything")
+    };
+    if named("commandstats") {
+        head(&mut out, "Commandstats");
+        for (name, t) in sh.cmdstats.snapshot() {
+            let usec = t.nanos / 1000;
+            let per_call = if t.calls > 0 {
+                t.nanos as f64 / 1000.0 / t.calls as f64
+            } else {
+                0.0
+            };
+            let _ = write!(
+                out,
+                "cmdstat_{name}:calls={},usec={usec},usec_per_call={per_call:.2},rejected_calls={},failed_calls={}\r\n",
+                t.calls, t.rejected, t.failed
+            );
+        }
     }
     if want("keyspace") {
         head(&mut out, "Keyspace");
@@ -1052,6 +1076,7 @@ fn config(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         ] {
             c.store(0, Ordering::Relaxed);
         }
+        ctx.shared.cmdstats.reset();
         ctx.ok();
     } else if is(sub, "help") {
         help(

@@ -1,0 +1,675 @@
+//! The HTTP/JSON API: keys with versions, collections, live subscriptions
+//! as Server-Sent Events, Prometheus metrics, health and readiness. Served
+//! by axum from the same process and runtime as the RESP server, on its own
+//! port (`--http-port`, default 7379, 0 = off) of the same address.
+//!
+//! The one idea a reader needs: **HTTP is another client of the same
+//! keyspace, not a second implementation of it.** Every operation holds the
+//! server-wide exec gate shared (as a RESP batch does, so EXEC stays
+//! isolated from HTTP too) around synchronous code, never across an await.
+//! Two routes lead into the keyspace:
+//! - keys (`keys.rs`) call the engine directly under the key's stripe lock,
+//!   as SET, DEL and CAS do, because a conditional write must check the
+//!   version and write under one lock and the reply must carry the version
+//!   that write produced; they publish the same keyspace events;
+//! - collections, scan and publish (`collections.rs`) run the equivalent
+//!   command through the command table (`commands::execute`) with an
+//!   internal RESP3 client on the requested database and turn its reply
+//!   into JSON, so types, notifications, blocking wakeups and INFO
+//!   commandstats are exactly those of RESP.
+//!
+//! Routes live in one table ([`endpoints`]); the router is built from it and
+//! the test that checks `openapi.json` reads it through [`routes`]. All
+//! routes pass through [`auth_layer`] (a pass-through until the server has
+//! a password) and the request counter of `metrics.rs`.
+//!
+//! Start-up: [`HttpServer::start`] binds and serves before the databases
+//! are loaded; until [`HttpServer::set_ready`] every data route answers 503
+//! `LOADING`, `/health` 200 and `/ready` 503.
+
+mod collections;
+mod keys;
+mod metrics;
+mod sse;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, FromRequest, MatchedPath, Request};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{on, MethodFilter, MethodRouter};
+use axum::{Json, Router};
+use basalt_resp::{Frame, Limits, Parsed, Protocol, RequestParser};
+use parking_lot::Mutex;
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+use crate::commands::{self, Conn};
+use crate::config::{Appendfsync, Config};
+use crate::state::{ClientInfo, Shared};
+
+/// The OpenAPI 3.0 document of every route (checked in; `GET /v1/openapi.json`).
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+/// State of the HTTP side, shared by every request.
+#[derive(Debug)]
+pub(crate) struct State {
+    /// Set once the databases are loaded.
+    shared: OnceLock<Arc<Shared>>,
+    /// The internal client the command-table route runs as (not listed in
+    /// CLIENT LIST).
+    client: OnceLock<Arc<ClientInfo>>,
+    /// Flips to true when the server stops: event streams end.
+    stop: watch::Sender<bool>,
+    /// Requests by (method, route, status), for `/metrics`.
+    requests: Mutex<HashMap<(String, String, u16), u64>>,
+    addr: SocketAddr,
+}
+
+/// The running HTTP listener.
+#[derive(Debug)]
+pub struct HttpServer {
+    state: Arc<State>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl HttpServer {
+    /// Binds `config.bind:port` and serves (answering 503 until
+    /// [`HttpServer::set_ready`]).
+    pub async fn start(config: &Config, port: u16) -> std::io::Result<HttpServer> {
+        let listener = tokio::net::TcpListener::bind((config.bind, port)).await?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(State {
+            shared: OnceLock::new(),
+            client: OnceLock::new(),
+            stop: watch::channel(false).0,
+            requests: Mutex::new(HashMap::new()),
+            addr,
+        });
+        let app = router(state.clone(), config.http_max_body);
+        let mut stop = state.stop.subscribe();
+        let task = tokio::spawn(async move {
+            let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
+                let _ = stop.wait_for(|s| *s).await;
+            });
+            if let Err(e) = serve.await {
+                tracing::warn!(error = %e, "HTTP server ended with an error");
+            }
+        });
+        Ok(HttpServer { state, task })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.state.addr
+    }
+
+    /// The databases are loaded: serve them.
+    pub fn set_ready(&self, shared: Arc<Shared>) {
+        let client = shared
+            .clients
+            .detached(self.state.addr, self.state.addr, -1);
+        let _ = self.state.client.set(client);
+        let _ = self.state.shared.set(shared);
+    }
+
+    /// Stops accepting, ends event streams, and waits (at most `grace`)
+    /// for requests in flight.
+    pub async fn stop(self, grace: Duration) {
+        self.state.stop.send_replace(true);
+        let mut task = self.task;
+        if tokio::time::timeout(grace, &mut task).await.is_err() {
+            tracing::warn!("HTTP requests did not finish in time; closing them");
+            task.abort();
+        }
+    }
+}
+
+/// One route: method, path (axum syntax) and handler.
+type Endpoint = (&'static str, &'static str, MethodRouter<Arc<State>>);
+
+fn ep<H, T>(method: &'static str, path: &'static str, handler: H) -> Endpoint
+where
+    H: axum::handler::Handler<T, Arc<State>>,
+    T: 'static,
+{
+    let filter = match method {
+        "get" => MethodFilter::GET,
+        "head" => MethodFilter::HEAD,
+        "put" => MethodFilter::PUT,
+        "post" => MethodFilter::POST,
+        "delete" => MethodFilter::DELETE,
+        _ => unreachable!("no route uses {method}"),
+    };
+    (method, path, on(filter, handler))
+}
+
+/// Every route of the API, the single list the router and the OpenAPI
+/// test share.
+fn endpoints() -> Vec<Endpoint> {
+    use collections as c;
+    vec![
+        ep("get", "/health", metrics::health),
+        ep("get", "/ready", metrics::ready),
+        ep("get", "/metrics", metrics::metrics),
+        ep("get", "/v1/openapi.json", openapi),
+        ep("get", "/v1/keys", c::scan),
+        ep("get", "/v1/keys/{key}", keys::get),
+        ep("head", "/v1/keys/{key}", keys::get),
+        ep("put", "/v1/keys/{key}", keys::put),
+        ep("delete", "/v1/keys/{key}", keys::delete),
+        ep("get", "/v1/hashes/{key}", c::hash_all),
+        ep("get", "/v1/hashes/{key}/{field}", c::hash_get),
+        ep("put", "/v1/hashes/{key}/{field}", c::hash_put),
+        ep("delete", "/v1/hashes/{key}/{field}", c::hash_delete),
+        ep("get", "/v1/sets/{key}", c::set_members),
+        ep("post", "/v1/sets/{key}", c::set_add),
+        ep("get", "/v1/sets/{key}/{member}", c::set_is_member),
+        ep("delete", "/v1/sets/{key}/{member}", c::set_remove),
+        ep("get", "/v1/zsets/{key}", c::zset_range),
+        ep("post", "/v1/zsets/{key}", c::zset_add),
+        ep("get", "/v1/zsets/{key}/{member}", c::zset_score),
+        ep("delete", "/v1/zsets/{key}/{member}", c::zset_remove),
+        ep("get", "/v1/lists/{key}", c::list_range),
+        ep("get", "/v1/lists/{key}/length", c::list_length),
+        ep("post", "/v1/lists/{key}/push", c::list_push),
+        ep("post", "/v1/lists/{key}/pop", c::list_pop),
+        ep("post", "/v1/publish/{channel}", c::publish),
+        ep("get", "/v1/subscribe", sse::subscribe),
+    ]
+}
+
+/// Every (method, path) the router serves, lower-case methods, OpenAPI
+/// path syntax (which is axum's).
+pub fn routes() -> Vec<(&'static str, &'static str)> {
+    endpoints().into_iter().map(|(m, p, _)| (m, p)).collect()
+}
+
+fn router(state: Arc<State>, max_body: usize) -> Router {
+    let mut r: Router<Arc<State>> = Router::new();
+    for (_, path, handler) in endpoints() {
+        r = r.route(path, handler);
+    }
+    r.fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), auth_layer))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            metrics::count_requests,
+        ))
+        .layer(DefaultBodyLimit::max(max_body))
+        .with_state(state)
+}
+
+/// Every route passes here first. The server has no password yet, so it
+/// lets everything through; `requirepass` will check an
+/// `Authorization: Bearer <password>` or Basic header here and answer 401.
+async fn auth_layer(
+    axum::extract::State(_state): axum::extract::State<Arc<State>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    next.run(req).await
+}
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "NOT_FOUND", "no such route")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "METHOD_NOT_ALLOWED",
+        "method not allowed on this route",
+    )
+}
+
+// ------------------------------------------------------------------ errors
+
+/// An error answer: `{"error": "...", "code": "..."}` with a status, plus
+/// the current version (`"version"` and an `ETag`) for a failed
+/// precondition.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    version: Option<u64>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            version: None,
+        }
+    }
+
+    fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "BAD_REQUEST", message)
+    }
+
+    fn not_found(what: &str) -> ApiError {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "NOT_FOUND",
+            format!("no such {what}"),
+        )
+    }
+
+    fn loading() -> ApiError {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "LOADING",
+            "LOADING Basalt is loading the dataset in memory",
+        )
+    }
+
+    /// 412 with the key's current version (0 = absent).
+    fn precondition(current: u64) -> ApiError {
+        ApiError {
+            version: Some(current),
+            ..ApiError::new(
+                StatusCode::PRECONDITION_FAILED,
+                "PRECONDITION_FAILED",
+                format!("the key's version is {current}"),
+            )
+        }
+    }
+
+    /// An error reply of a command, by its Redis code: WRONGTYPE is 409, a
+    /// storage failure 500, anything else 400.
+    fn from_redis(line: &str) -> ApiError {
+        let (status, code) = if line.starts_with("WRONGTYPE") {
+            (StatusCode::CONFLICT, "WRONGTYPE")
+        } else if line.starts_with("ERR storage error") {
+            (StatusCode::INTERNAL_SERVER_ERROR, "STORAGE")
+        } else if line.starts_with("ERR") {
+            (StatusCode::BAD_REQUEST, "ERR")
+        } else {
+            (StatusCode::BAD_REQUEST, "BAD_REQUEST")
+        };
+        ApiError::new(status, code, line)
+    }
+}
+
+impl From<commands::Error> for ApiError {
+    fn from(e: commands::Error) -> Self {
+        if let commands::Error::Engine(inner) = &e {
+            tracing::error!(error = %inner, "storage error (HTTP)");
+        }
+        ApiError::from_redis(&e.message())
+    }
+}
+
+impl From<basalt_engine::Error> for ApiError {
+    fn from(e: basalt_engine::Error) -> Self {
+        commands::Error::from(e).into()
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut body = json!({"error": self.message, "code": self.code});
+        if let Some(v) = self.version {
+            body["version"] = json!(v);
+        }
+        let mut resp = (self.status, Json(body)).into_response();
+        if let Some(v) = self.version {
+            resp.headers_mut().insert(header::ETAG, etag(v));
+        }
+        resp
+    }
+}
+
+type ApiResult<T = Response> = Result<T, ApiError>;
+
+// ----------------------------------------------------------------- requests
+
+/// Everything a handler needs, extracted once: the server (or 503 while
+/// loading), path parameters percent-decoded to bytes, the query, the
+/// headers, the body (bounded by `DefaultBodyLimit`: 413 past it) and the
+/// database (`?db=N`, default 0).
+pub(crate) struct Req {
+    shared: Arc<Shared>,
+    state: Arc<State>,
+    params: Vec<Vec<u8>>,
+    query: Vec<(String, Vec<u8>)>,
+    headers: HeaderMap,
+    body: Bytes,
+    db: usize,
+}
+
+impl FromRequest<Arc<State>> for Req {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &Arc<State>) -> ApiResult<Req> {
+        let Some(shared) = state.shared.get().cloned() else {
+            return Err(ApiError::loading());
+        };
+        let (parts, body) = req.into_parts();
+        // The parameters are cut from the raw path by the route's template
+        // (axum's own extractors insist on UTF-8; keys are bytes).
+        let template = parts
+            .extensions
+            .get::<MatchedPath>()
+            .map_or("", |m| m.as_str());
+        let params = template
+            .split('/')
+            .zip(parts.uri.path().split('/'))
+            .filter(|(t, _)| t.starts_with('{'))
+            .map(|(_, raw)| percent_decode(raw.as_bytes(), false))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| ApiError::bad_request("invalid percent-encoding in the path"))?;
+        let query = parse_query(parts.uri.query().unwrap_or(""))
+            .ok_or_else(|| ApiError::bad_request("invalid percent-encoding in the query"))?;
+        let headers = parts.headers.clone();
+        let body = Bytes::from_request(Request::from_parts(parts, body), state)
+            .await
+            .map_err(|e| {
+                if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::new(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "PAYLOAD_TOO_LARGE",
+                        "request body larger than the limit (proto-max-bulk-len)",
+                    )
+                } else {
+                    ApiError::new(e.status(), "BAD_REQUEST", e.body_text())
+                }
+            })?;
+        let mut r = Req {
+            shared,
+            state: state.clone(),
+            params,
+            query,
+            headers,
+            body,
+            db: 0,
+        };
+        if let Some(db) = r.param("db") {
+            let n = parse_uint(db).ok_or_else(|| ApiError::bad_request("db must be a number"))?;
+            if n >= r.shared.keyspace.len() as u64 {
+                return Err(ApiError::from_redis("ERR DB index is out of range"));
+            }
+            r.db = n as usize;
+        }
+        Ok(r)
+    }
+}
+
+impl Req {
+    /// Path parameter `i` (0 = the key).
+    fn path(&self, i: usize) -> &[u8] {
+        &self.params[i]
+    }
+
+    /// The first query parameter named `name`.
+    fn param(&self, name: &str) -> Option<&[u8]> {
+        self.query
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_slice())
+    }
+
+    /// Every value of the repeatable query parameter `name`.
+    fn params_named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.query
+            .iter()
+            .filter(move |(k, _)| k == name)
+            .map(|(_, v)| v.as_slice())
+    }
+
+    /// A query parameter as an integer, or `default` if absent.
+    fn int_param(&self, name: &str, default: i64) -> ApiResult<i64> {
+        match self.param(name) {
+            None => Ok(default),
+            Some(v) => commands::parse_i64(v)
+                .ok_or_else(|| ApiError::bad_request(format!("{name} must be an integer"))),
+        }
+    }
+
+    /// Runs `f` holding the exec gate shared, as a RESP batch runs its
+    /// commands: EXEC never interleaves with it. `f` must not block on
+    /// anything but the keyspace's own locks.
+    fn locked<T>(&self, f: impl FnOnce(&Shared) -> T) -> T {
+        let _gate = self.shared.gate.enter();
+        f(&self.shared)
+    }
+
+    /// After a write: counts it (INFO's changes since save) and, under
+    /// `appendfsync always`, syncs before the answer leaves, as a RESP
+    /// batch does.
+    fn wrote(&self) -> ApiResult<()> {
+        self.shared
+            .stats
+            .dirty
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if self.shared.settings.appendfsync() == Appendfsync::Always {
+            if let Some(db) = self.shared.keyspace.read(self.db).db() {
+                db.sync()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs one command through the command table on the request's
+    /// database as an internal RESP3 client, holding the exec gate, and
+    /// returns its reply; an error reply becomes an [`ApiError`].
+    fn command(&self, args: &[&[u8]]) -> ApiResult<Frame> {
+        let mut wire = Vec::new();
+        basalt_resp::write_command(&mut wire, args.iter().copied());
+        let mut parser = RequestParser::new(Limits::default());
+        let Ok(Parsed::Command { args, .. }) = parser.parse(&wire) else {
+            return Err(ApiError::bad_request("argument too large"));
+        };
+        let info = self.state.client.get().expect("set with shared").clone();
+        let mut conn = Conn {
+            db: self.db,
+            protocol: Protocol::Resp3,
+            info,
+            tx: Default::default(),
+            batch_clock: 0,
+            tick: crate::state::now_ns(),
+        };
+        let mut out = Vec::new();
+        let (found, _) = self.locked(|sh| commands::execute(sh, &mut conn, &mut out, args));
+        self.shared
+            .stats
+            .commands
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let frame = match Frame::parse(&out) {
+            Ok(Some((f, _))) => f,
+            _ => {
+                return Err(ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "INTERNAL",
+                    "unreadable command reply",
+                ))
+            }
+        };
+        if let Frame::Error(line) | Frame::BlobError(line) = &frame {
+            return Err(ApiError::from_redis(&String::from_utf8_lossy(line)));
+        }
+        if found.is_some_and(|c| c.is_write()) {
+            self.wrote()?;
+        }
+        Ok(frame)
+    }
+}
+
+// ------------------------------------------------------------------ helpers
+
+/// `"<version>"`, the strong ETag of a key's version.
+fn etag(version: u64) -> HeaderValue {
+    HeaderValue::from_str(&format!("\"{version}\"")).expect("digits are a valid header")
+}
+
+/// A precondition header's versions: `*` as `None`, otherwise each listed
+/// entity tag (weak ones compare by their value, as If-None-Match does).
+/// An entity tag that is not a version can never match: `Some(vec![])`.
+fn parse_etags(v: &HeaderValue) -> Option<Vec<u64>> {
+    let s = v.to_str().unwrap_or("").trim();
+    if s == "*" {
+        return None;
+    }
+    Some(
+        s.split(',')
+            .filter_map(|t| {
+                let t = t.trim();
+                let t = t.strip_prefix("W/").unwrap_or(t);
+                t.strip_prefix('"')?.strip_suffix('"')?.parse().ok()
+            })
+            .collect(),
+    )
+}
+
+/// Decodes `%XX` escapes (and `+` as a space in a query) to bytes; `None`
+/// for a malformed escape.
+fn percent_decode(s: &[u8], plus_is_space: bool) -> Option<Vec<u8>> {
+    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        match s[i] {
+            b'%' => {
+                let hi = hex(*s.get(i + 1)?)?;
+                let lo = hex(*s.get(i + 2)?)?;
+                out.push(hi << 4 | lo);
+                i += 3;
+            }
+            b'+' if plus_is_space => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    Some(out)
+}
+
+/// `a=1&b=x%20y&b=z` as (name, bytes) pairs in order; names are UTF-8.
+fn parse_query(q: &str) -> Option<Vec<(String, Vec<u8>)>> {
+    let mut out = Vec::new();
+    for pair in q.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let k = String::from_utf8(percent_decode(k.as_bytes(), true)?).ok()?;
+        out.push((k, percent_decode(v.as_bytes(), true)?));
+    }
+    Some(out)
+}
+
+fn parse_uint(s: &[u8]) -> Option<u64> {
+    std::str::from_utf8(s).ok()?.parse().ok()
+}
+
+/// Bytes as JSON: a string when they are UTF-8, otherwise `None` (the
+/// caller then base64-encodes the whole answer's byte strings).
+fn utf8(b: &[u8]) -> Option<&str> {
+    std::str::from_utf8(b).ok()
+}
+
+/// Byte strings of one answer: all as JSON strings when every one is UTF-8,
+/// otherwise all base64 (the answer then says `"encoding": "base64"`).
+struct Texts {
+    base64: bool,
+}
+
+impl Texts {
+    fn for_all<'a>(items: impl IntoIterator<Item = &'a [u8]>) -> Texts {
+        Texts {
+            base64: !items.into_iter().all(|b| utf8(b).is_some()),
+        }
+    }
+
+    fn value(&self, b: &[u8]) -> Value {
+        use base64::Engine as _;
+        if self.base64 {
+            Value::String(base64::engine::general_purpose::STANDARD.encode(b))
+        } else {
+            Value::String(utf8(b).expect("checked").to_owned())
+        }
+    }
+
+    /// Adds `"encoding": "base64"` to `obj` when needed.
+    fn mark(&self, mut obj: Value) -> Value {
+        if self.base64 {
+            obj["encoding"] = json!("base64");
+        }
+        obj
+    }
+}
+
+fn json_ok(v: Value) -> Response {
+    Json(v).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_decoding_gives_bytes_and_rejects_bad_escapes() {
+        assert_eq!(
+            percent_decode(b"a%2Fb%00%ff", false).unwrap(),
+            b"a/b\x00\xff"
+        );
+        assert_eq!(percent_decode(b"a+b", true).unwrap(), b"a b");
+        assert_eq!(percent_decode(b"a+b", false).unwrap(), b"a+b");
+        assert!(percent_decode(b"%4", false).is_none());
+        assert!(percent_decode(b"%zz", false).is_none());
+        let q = parse_query("channel=a&channel=b%20c&count=").unwrap();
+        assert_eq!(q.len(), 3);
+        assert_eq!(q[1].1, b"b c");
+    }
+
+    #[test]
+    fn etags_parse_strong_weak_lists_and_star() {
+        assert_eq!(parse_etags(&HeaderValue::from_static("*")), None);
+        assert_eq!(
+            parse_etags(&HeaderValue::from_static("\"7\"")),
+            Some(vec![7])
+        );
+        assert_eq!(
+            parse_etags(&HeaderValue::from_static("W/\"7\", \"9\"")),
+            Some(vec![7, 9])
+        );
+        assert_eq!(
+            parse_etags(&HeaderValue::from_static("\"abc\"")),
+            Some(vec![])
+        );
+    }
+
+    #[test]
+    fn the_openapi_document_names_exactly_the_routes() {
+        let doc: Value = serde_json::from_str(OPENAPI).unwrap();
+        let mut documented: Vec<(String, String)> = Vec::new();
+        for (path, ops) in doc["paths"].as_object().unwrap() {
+            for method in ops.as_object().unwrap().keys() {
+                if method != "parameters" {
+                    documented.push((method.clone(), path.clone()));
+                }
+            }
+        }
+        let mut served: Vec<(String, String)> = routes()
+            .into_iter()
+            .map(|(m, p)| (m.to_string(), p.to_string()))
+            .collect();
+        documented.sort();
+        served.sort();
+        assert_eq!(documented, served);
+    }
+}
