@@ -19,6 +19,7 @@
 //! [`start`] runs a server on its own tokio runtime and returns a
 //! [`ServerHandle`], so tests can run servers in-process on port 0.
 
+pub mod auth;
 pub mod blocking;
 pub mod commands;
 pub mod config;
@@ -69,7 +70,8 @@ pub fn start_with_signals(config: Config) -> anyhow::Result<ServerHandle> {
     start_inner(config, true)
 }
 
-fn start_inner(config: Config, signals: bool) -> anyhow::Result<ServerHandle> {
+fn start_inner(mut config: Config, signals: bool) -> anyhow::Result<ServerHandle> {
+    auth::fit_maxclients(&mut config);
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all().thread_name("basalt");
     if config.threads > 0 {

@@ -80,6 +80,8 @@ pub struct ClientInfo {
     pub pubsub: crate::pubsub::Mailbox,
     /// Commands queued since MULTI, -1 when not in MULTI.
     pub multi: AtomicI64,
+    /// Whether the client may run every command (`crate::auth`).
+    pub authenticated: AtomicBool,
 }
 
 impl ClientInfo {
@@ -157,6 +159,7 @@ impl Clients {
             kill: Notify::new(),
             pubsub: Default::default(),
             multi: AtomicI64::new(-1),
+            authenticated: AtomicBool::new(true),
         });
         self.map.lock().insert(id, info.clone());
         info
@@ -243,6 +246,8 @@ pub struct Shared {
     pub pubsub: Arc<crate::pubsub::Hub>,
     /// Held shared by every batch, exclusively by EXEC (`crate::tx`).
     pub gate: crate::tx::Gate,
+    /// Password, protected mode, client and request limits (`crate::auth`).
+    pub security: crate::auth::Security,
     shutdown: watch::Sender<bool>,
 }
 
@@ -264,6 +269,7 @@ impl Shared {
             .map(|_| char::from(b"0123456789abcdef"[(rng.next_u64() % 16) as usize]))
             .collect();
         Shared {
+            security: crate::auth::Security::new(&config),
             config,
             addr,
             keyspace,
