@@ -105,6 +105,7 @@ fn hello_needs_auth_first_or_its_auth_option() {
     let mut r = s.raw();
     assert_eq!(r.cmd(&["HELLO"]), err(HELLO_NOAUTH));
     assert_eq!(r.cmd(&["HELLO", "3"]), err(HELLO_NOAUTH));
+    // As in Redis 7.0, SETNAME takes effect before the NOAUTH check.
     assert_eq!(r.cmd(&["HELLO", "3", "SETNAME", "x"]), err(HELLO_NOAUTH));
     assert_eq!(
         r.cmd(&["HELLO", "4"]),
@@ -123,6 +124,9 @@ fn hello_needs_auth_first_or_its_auth_option() {
         err(WRONGPASS)
     );
     assert_eq!(r.cmd(&["GET", "k"]), err(NOAUTH));
+    assert_eq!(r.cmd(&["AUTH", "secret"]), ok());
+    assert_eq!(r.cmd(&["CLIENT", "GETNAME"]), bulk("x"));
+    assert_eq!(r.cmd(&["RESET"]), Frame::Simple(b"RESET".to_vec()));
     match r.cmd(&["HELLO", "3", "AUTH", "default", "secret", "SETNAME", "foo"]) {
         Frame::Map(pairs) => {
             assert!(

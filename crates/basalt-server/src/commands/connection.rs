@@ -162,7 +162,6 @@ fn auth(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 
 fn hello(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let mut proto = None;
-    let mut name: Option<&[u8]> = None;
     if args.len() >= 2 {
         let v = parse_i64(&args[1])
             .ok_or_else(|| Error::err("Protocol version is not an integer or out of range"))?;
@@ -187,7 +186,10 @@ fn hello(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                 if !valid_client_name(&args[j + 1]) {
                     return Err(bad_client_name());
                 }
-                name = Some(args.get(j + 1).expect("in range"));
+                // Redis 7.0 names the client as it reads the option, so the
+                // name stays even if a later option or the NOAUTH check
+                // below fails.
+                *ctx.conn.info.name.lock() = args[j + 1].to_vec();
                 j += 2;
             } else {
                 return Err(Error::err(format!(
@@ -208,9 +210,6 @@ fn hello(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             Protocol::Resp2
         };
         ctx.conn.info.resp.store(v as u8, Ordering::Relaxed);
-    }
-    if let Some(name) = name {
-        *ctx.conn.info.name.lock() = name.to_vec();
     }
     let id = ctx.conn.info.id as i64;
     let resp = if ctx.conn.protocol == Protocol::Resp3 {
