@@ -100,9 +100,27 @@ pub struct ServerArgs {
     pub client_output_buffer_limit: Option<String>,
     /// TOML file with the same keys as these flags (port, bind, dir,
     /// appendfsync, databases, threads, loglevel, notify-keyspace-events,
-    /// client-output-buffer-limit, http-port); flags and environment win over it
+    /// client-output-buffer-limit, http-port, requirepass, protected-mode,
+    /// maxclients, proto-max-bulk-len, client-query-buffer-limit); flags and
+    /// environment win over it
     #[arg(long, env = "BASALT_CONFIG")]
     pub config: Option<PathBuf>,
+    // --- Security and limits (crate::auth).
+    /// Password of the default user (AUTH); empty = none [default: none]
+    #[arg(long, env = "BASALT_REQUIREPASS", hide_env_values = true)]
+    pub requirepass: Option<String>,
+    /// Refuse clients from other hosts while no password is set: yes|no [default: yes]
+    #[arg(long, env = "BASALT_PROTECTED_MODE")]
+    pub protected_mode: Option<String>,
+    /// Most simultaneous clients [default: 10000]
+    #[arg(long, env = "BASALT_MAXCLIENTS")]
+    pub maxclients: Option<u64>,
+    /// Longest argument a client may send, e.g. 512mb [default: 512mb]
+    #[arg(long, env = "BASALT_PROTO_MAX_BULK_LEN")]
+    pub proto_max_bulk_len: Option<String>,
+    /// Most unparsed input per client before it is closed, e.g. 1gb [default: 1gb]
+    #[arg(long, env = "BASALT_CLIENT_QUERY_BUFFER_LIMIT")]
+    pub client_query_buffer_limit: Option<String>,
 }
 
 /// The contents of a `--config` TOML file.
@@ -122,6 +140,15 @@ struct FileConfig {
     client_output_buffer_limit: Option<String>,
     #[serde(rename = "http-port")]
     http_port: Option<u16>,
+    // Security and limits (crate::auth).
+    requirepass: Option<String>,
+    #[serde(rename = "protected-mode")]
+    protected_mode: Option<String>,
+    maxclients: Option<u64>,
+    #[serde(rename = "proto-max-bulk-len")]
+    proto_max_bulk_len: Option<String>,
+    #[serde(rename = "client-query-buffer-limit")]
+    client_query_buffer_limit: Option<String>,
 }
 
 /// The merged configuration the server runs with.
@@ -158,6 +185,19 @@ pub struct Config {
     /// Largest HTTP request body accepted (413 beyond). Default: 512 MiB,
     /// Redis's `proto-max-bulk-len`.
     pub http_max_body: usize,
+    // Security and limits (crate::auth).
+    /// `requirepass`: the default user's password. Default: none.
+    pub requirepass: Option<String>,
+    /// `protected-mode`: without a password, refuse non-loopback clients.
+    /// Default: yes.
+    pub protected_mode: bool,
+    /// `maxclients`. Default: 10000 (lowered at start-up if the open-file
+    /// limit cannot be raised to fit, as Redis does).
+    pub maxclients: u64,
+    /// `proto-max-bulk-len` in bytes. Default: 512 MB.
+    pub proto_max_bulk_len: u64,
+    /// `client-query-buffer-limit` in bytes. Default: 1 GB.
+    pub client_query_buffer_limit: u64,
 }
 
 impl Default for Config {
@@ -175,6 +215,11 @@ impl Default for Config {
             client_output_buffer_limit: crate::pubsub::ObufLimits::default(),
             http_port: Some(7379),
             http_max_body: 512 << 20,
+            requirepass: None,
+            protected_mode: true,
+            maxclients: 10000,
+            proto_max_bulk_len: 512 << 20,
+            client_query_buffer_limit: 1 << 30,
         }
     }
 }
@@ -229,7 +274,55 @@ impl Config {
                 .map_err(|e| anyhow::anyhow!("client-output-buffer-limit {v:?}: {e}"))?,
             None => d.client_output_buffer_limit,
         };
+        // Security and limits (crate::auth), checked as CONFIG SET checks them.
+        let setting =
+            |name: &str, v: Option<String>| -> anyhow::Result<Option<crate::auth::Setting>> {
+                v.map(|v| {
+                    crate::auth::config_check_startup(name, v.as_bytes())
+                        .map_err(|e| anyhow::anyhow!("{name} {v:?}: {e}"))
+                })
+                .transpose()
+            };
+        use crate::auth::Setting as S;
+        let requirepass = args
+            .requirepass
+            .or(file.requirepass)
+            .filter(|p| !p.is_empty());
+        let protected_mode = match setting(
+            "protected-mode",
+            args.protected_mode.or(file.protected_mode),
+        )? {
+            Some(S::ProtectedMode(v)) => v,
+            _ => d.protected_mode,
+        };
+        let maxclients = match setting(
+            "maxclients",
+            args.maxclients.or(file.maxclients).map(|n| n.to_string()),
+        )? {
+            Some(S::Maxclients(n)) => n,
+            _ => d.maxclients,
+        };
+        let proto_max_bulk_len = match setting(
+            "proto-max-bulk-len",
+            args.proto_max_bulk_len.or(file.proto_max_bulk_len),
+        )? {
+            Some(S::ProtoMaxBulkLen(n)) => n,
+            _ => d.proto_max_bulk_len,
+        };
+        let client_query_buffer_limit = match setting(
+            "client-query-buffer-limit",
+            args.client_query_buffer_limit
+                .or(file.client_query_buffer_limit),
+        )? {
+            Some(S::QueryBufferLimit(n)) => n,
+            _ => d.client_query_buffer_limit,
+        };
         Ok(Config {
+            requirepass,
+            protected_mode,
+            maxclients,
+            proto_max_bulk_len,
+            client_query_buffer_limit,
             notify_keyspace_events: events,
             client_output_buffer_limit: limits,
             port: args.port.or(file.port).unwrap_or(d.port),
@@ -349,6 +442,52 @@ mod tests {
             ..ServerArgs::default()
         };
         assert!(Config::from_args(args).is_err());
+    }
+
+    #[test]
+    fn security_settings_come_from_file_and_flags_and_bad_values_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("basalt.toml");
+        std::fs::write(
+            &path,
+            "requirepass = \"filepw\"\nprotected-mode = \"no\"\nmaxclients = 50\nproto-max-bulk-len = \"2mb\"\nclient-query-buffer-limit = \"64mb\"\n",
+        )
+        .unwrap();
+        let args = ServerArgs {
+            config: Some(path.clone()),
+            ..ServerArgs::default()
+        };
+        let c = Config::from_args(args).unwrap();
+        assert_eq!(c.requirepass.as_deref(), Some("filepw"));
+        assert!(!c.protected_mode);
+        assert_eq!(c.maxclients, 50);
+        assert_eq!(c.proto_max_bulk_len, 2 << 20);
+        assert_eq!(c.client_query_buffer_limit, 64 << 20);
+        let cli = Cli::try_parse_from([
+            "basalt",
+            "--config",
+            path.to_str().unwrap(),
+            "--requirepass",
+            "flagpw",
+            "--protected-mode",
+            "yes",
+        ])
+        .unwrap();
+        let c = Config::from_args(cli.server).unwrap();
+        assert_eq!(c.requirepass.as_deref(), Some("flagpw"));
+        assert!(c.protected_mode);
+        let d = Config::from_args(ServerArgs::default()).unwrap();
+        assert_eq!(d.requirepass, None);
+        assert!(d.protected_mode);
+        assert_eq!(d.maxclients, 10000);
+        for bad in [
+            &["basalt", "--protected-mode", "maybe"][..],
+            &["basalt", "--maxclients", "0"],
+            &["basalt", "--proto-max-bulk-len", "10"],
+        ] {
+            let cli = Cli::try_parse_from(bad).unwrap();
+            assert!(Config::from_args(cli.server).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

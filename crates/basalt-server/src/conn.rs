@@ -92,8 +92,18 @@ const READ_CHUNK: usize = 16 << 10;
 
 pub(crate) async fn serve(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let _ = stream.set_nodelay(true);
+    // maxclients and protected mode (crate::auth): refused with one line.
+    let _admitted = match crate::auth::admit(&shared.security, peer) {
+        Ok(a) => a,
+        Err(line) => {
+            let _ = stream.write_all(line).await;
+            let _ = stream.shutdown().await;
+            return;
+        }
+    };
     let laddr = stream.local_addr().unwrap_or(shared.addr);
     let info = shared.clients.register(peer, laddr, stream.as_raw_fd());
+    crate::auth::set_default_auth(&shared, &info);
     shared.stats.connections.fetch_add(1, Ordering::Relaxed);
     tracing::debug!(id = info.id, %peer, "client connected");
     let mut conn = Conn {
@@ -194,7 +204,9 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
         if n == 0 {
             return Ok(());
         }
-        if info.killed.load(Ordering::SeqCst) {
+        if info.killed.load(Ordering::SeqCst)
+            || crate::auth::query_buffer_exceeded(shared, &info, &buf)
+        {
             return Ok(());
         }
         shared
@@ -214,11 +226,13 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
         // One clock read for the batch; anything that waits below resets it.
         conn.tick = now_ns();
         conn.batch_clock = conn.tick / 1_000_000;
-        if buf.len() > PREFETCH_MIN_BYTES {
+        crate::auth::sync_bulk_limit(shared, &mut parser);
+        if buf.len() > PREFETCH_MIN_BYTES && info.authenticated.load(Ordering::Relaxed) {
             prefetch_gets(shared, conn, &buf);
         }
         loop {
             let cmd_start = pos;
+            crate::auth::sync_parser(shared, &info, &mut parser);
             let reply_at = out.len();
             let (found, after, ran_writes) = match parser.parse(&buf[pos..]) {
                 Ok(Parsed::Command { args, consumed }) => {

@@ -23,6 +23,7 @@
 //! answering 503 while loading), then the databases are loaded, then the
 //! RESP listener is bound; the HTTP API turns ready when the keyspace is.
 
+pub mod auth;
 pub mod blocking;
 pub mod cmdstats;
 pub mod commands;
@@ -103,10 +104,11 @@ impl<F: FnOnce(Option<SocketAddr>)> HookFn for Option<F> {
 }
 
 fn start_inner(
-    config: Config,
+    mut config: Config,
     signals: bool,
     hook: Option<Hook<'_>>,
 ) -> anyhow::Result<ServerHandle> {
+    auth::fit_maxclients(&mut config);
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all().thread_name("basalt");
     if config.threads > 0 {

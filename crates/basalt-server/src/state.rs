@@ -88,6 +88,8 @@ pub struct ClientInfo {
     pub pubsub: crate::pubsub::Mailbox,
     /// Commands queued since MULTI, -1 when not in MULTI.
     pub multi: AtomicI64,
+    /// Whether the client may run every command (`crate::auth`).
+    pub authenticated: AtomicBool,
 }
 
 impl ClientInfo {
@@ -173,6 +175,7 @@ impl Clients {
             kill: Notify::new(),
             pubsub: Default::default(),
             multi: AtomicI64::new(-1),
+            authenticated: AtomicBool::new(true),
         })
     }
 
@@ -259,6 +262,8 @@ pub struct Shared {
     pub gate: crate::tx::Gate,
     /// Per-command calls and time (INFO commandstats, /metrics).
     pub cmdstats: crate::cmdstats::CommandStats,
+    /// Password, protected mode, client and request limits (`crate::auth`).
+    pub security: crate::auth::Security,
     shutdown: watch::Sender<bool>,
 }
 
@@ -280,6 +285,7 @@ impl Shared {
             .map(|_| char::from(b"0123456789abcdef"[(rng.next_u64() % 16) as usize]))
             .collect();
         Shared {
+            security: crate::auth::Security::new(&config),
             config,
             addr,
             keyspace,

@@ -1236,3 +1236,104 @@ fn ready_turns_503_while_the_server_is_stopping() {
     );
     assert_eq!(h.json(Method::GET, "/health", None).0, StatusCode::OK);
 }
+
+// ------------------------------------------------------------- security
+
+#[test]
+fn with_a_password_every_data_route_needs_bearer_or_basic_credentials() {
+    use base64::Engine;
+    let h = Http::start_with(|c| c.requirepass = Some("secret".into()));
+    let basic = |user_pass: &str| {
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(user_pass)
+        )
+    };
+    // No credentials: 401 NOAUTH, with a challenge; nothing is written.
+    let (s, hd, b) = h.send(Method::PUT, "/v1/keys/k", &[], Some(b"v".to_vec()));
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    assert_eq!(hd["www-authenticate"], "Basic realm=\"basalt\"");
+    let v: Value = serde_json::from_slice(&b).unwrap();
+    assert_eq!(v["code"], "NOAUTH");
+    // Wrong password, wrong user, a scheme we do not know: 401 WRONGPASS.
+    for auth in [
+        "Bearer nope".to_string(),
+        basic("default:nope"),
+        basic("alice:secret"),
+        "Digest secret".to_string(),
+    ] {
+        let (s, _, b) = h.send(Method::GET, "/v1/keys/k", &[("authorization", &auth)], None);
+        assert_eq!(s, StatusCode::UNAUTHORIZED, "{auth}");
+        let v: Value = serde_json::from_slice(&b).unwrap();
+        assert_eq!(v["code"], "WRONGPASS", "{auth}");
+    }
+    // The password as a bearer token or as Basic with or without `default`.
+    let (s, _, _) = h.send(
+        Method::PUT,
+        "/v1/keys/k",
+        &[("authorization", "Bearer secret")],
+        Some(b"v1".to_vec()),
+    );
+    assert_eq!(s, StatusCode::CREATED);
+    for auth in [basic("default:secret"), basic(":secret")] {
+        let (s, _, b) = h.send(Method::GET, "/v1/keys/k", &[("authorization", &auth)], None);
+        assert_eq!((s, b), (StatusCode::OK, b"v1".to_vec()), "{auth}");
+    }
+    // Metrics are data too; health and readiness stay open.
+    assert_eq!(h.get("/metrics").0, StatusCode::UNAUTHORIZED);
+    assert_eq!(h.get("/health").0, StatusCode::OK);
+    assert_eq!(h.get("/ready").0, StatusCode::OK);
+    // RESP with the same password sees the HTTP write.
+    let addr = h.server.addr();
+    let mut r = redis::Client::open(format!("redis://:secret@{addr}"))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let v: String = redis::cmd("GET").arg("k").query(&mut r).unwrap();
+    assert_eq!(v, "v1");
+}
+
+/// A non-loopback address of this machine, if it has one.
+fn outside_address() -> Option<std::net::IpAddr> {
+    let sock = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    for probe in ["192.0.2.1:9", "10.255.255.1:9", "8.8.8.8:53"] {
+        if sock.connect(probe).is_ok() {
+            if let Ok(addr) = sock.local_addr() {
+                if !addr.ip().is_loopback() && !addr.ip().is_unspecified() {
+                    return Some(addr.ip());
+                }
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn protected_mode_answers_403_denied_to_http_clients_from_other_addresses() {
+    let Some(ip) = outside_address() else {
+        eprintln!("no non-loopback address: covered by auth::tests only");
+        return;
+    };
+    let h = Http::start_with(|c| c.bind = std::net::IpAddr::from([0, 0, 0, 0]));
+    let port = h
+        .server
+        .handle
+        .as_ref()
+        .unwrap()
+        .http_addr()
+        .unwrap()
+        .port();
+    let outside = format!("http://{ip}:{port}/v1/keys/k");
+    let (s, body) = h.rt.block_on(async {
+        let r = h.client.get(&outside).send().await.unwrap();
+        (r.status(), r.bytes().await.unwrap())
+    });
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["code"], "DENIED");
+    // The loopback interface is served.
+    let local = format!("http://127.0.0.1:{port}/v1/keys/k");
+    let s =
+        h.rt.block_on(async { h.client.get(&local).send().await.unwrap().status() });
+    assert_eq!(s, StatusCode::NOT_FOUND);
+}

@@ -125,6 +125,8 @@ fn reset(ctx: &mut Ctx<'_>, _args: Args<'_>) -> Result {
     info.no_evict.store(false, Ordering::Relaxed);
     info.name.lock().clear();
     ctx.shared.pubsub.drop_client(info);
+    // Back to the default user: authenticated only if no password is set.
+    crate::auth::set_default_auth(ctx.shared, info);
     ctx.simple(b"RESET");
     Ok(())
 }
@@ -139,35 +141,27 @@ pub fn bad_client_name() -> Error {
     Error::err("Client names cannot contain spaces, newlines or special characters.")
 }
 
-/// Basalt has no users or passwords yet: like Redis's default user with
-/// `nopass`, `default` with any password is accepted, other users are not.
-fn check_auth(user: &[u8]) -> Result {
-    if user == b"default" {
-        Ok(())
-    } else {
-        Err(Error::Msg(
-            "WRONGPASS invalid username-password pair or user is disabled.".into(),
-        ))
-    }
-}
-
+/// AUTH [user] password, for Redis's `default` user (`crate::auth`).
 fn auth(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
-    match args.len() {
-        2 => Err(Error::err(
-            "AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
-        )),
-        3 => {
-            check_auth(&args[1])?;
-            ctx.ok();
-            Ok(())
+    let (user, pass) = match args.len() {
+        2 => {
+            if !ctx.shared.requires_auth() {
+                return Err(Error::Msg(crate::auth::AUTH_WITHOUT_PASSWORD.into()));
+            }
+            (None, &args[1])
         }
-        _ => Err(Error::Syntax),
+        3 => (Some(&args[1]), &args[2]),
+        _ => return Err(Error::Syntax),
+    };
+    if !crate::auth::authenticate(ctx.shared, &ctx.conn.info, user, pass) {
+        return Err(Error::Msg(crate::auth::WRONGPASS.into()));
     }
+    ctx.ok();
+    Ok(())
 }
 
 fn hello(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let mut proto = None;
-    let mut name: Option<&[u8]> = None;
     if args.len() >= 2 {
         let v = parse_i64(&args[1])
             .ok_or_else(|| Error::err("Protocol version is not an integer or out of range"))?;
@@ -179,13 +173,23 @@ fn hello(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         while j < args.len() {
             let more = args.len() - j - 1;
             if is(&args[j], "auth") && more >= 2 {
-                check_auth(&args[j + 1])?;
+                if !crate::auth::authenticate(
+                    ctx.shared,
+                    &ctx.conn.info,
+                    Some(&args[j + 1]),
+                    &args[j + 2],
+                ) {
+                    return Err(Error::Msg(crate::auth::WRONGPASS.into()));
+                }
                 j += 3;
             } else if is(&args[j], "setname") && more >= 1 {
                 if !valid_client_name(&args[j + 1]) {
                     return Err(bad_client_name());
                 }
-                name = Some(args.get(j + 1).expect("in range"));
+                // Redis 7.0 names the client as it reads the option, so the
+                // name stays even if a later option or the NOAUTH check
+                // below fails.
+                *ctx.conn.info.name.lock() = args[j + 1].to_vec();
                 j += 2;
             } else {
                 return Err(Error::err(format!(
@@ -195,6 +199,10 @@ fn hello(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             }
         }
     }
+    // As in Redis, HELLO's own NOAUTH looks at the client's flag only.
+    if !ctx.conn.info.authenticated.load(Ordering::Relaxed) {
+        return Err(Error::Msg(crate::auth::HELLO_NOAUTH.into()));
+    }
     if let Some(v) = proto {
         ctx.conn.protocol = if v == 3 {
             Protocol::Resp3
@@ -202,9 +210,6 @@ fn hello(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             Protocol::Resp2
         };
         ctx.conn.info.resp.store(v as u8, Ordering::Relaxed);
-    }
-    if let Some(name) = name {
-        *ctx.conn.info.name.lock() = name.to_vec();
     }
     let id = ctx.conn.info.id as i64;
     let resp = if ctx.conn.protocol == Protocol::Resp3 {

@@ -495,6 +495,10 @@ pub fn execute(
         e.error(Error::Arity(cmd.name.into()).message().as_bytes());
         return (None, None);
     }
+    if !crate::auth::may_run(shared, &conn.info, cmd.flags) {
+        Encoder::new(out, conn.protocol).error(crate::auth::noauth_reply(cmd.name).as_bytes());
+        return (None, None);
+    }
     if conn.protocol == Protocol::Resp2
         && conn.info.pubsub.subscribed()
         && !pubsub::allowed_while_subscribed(cmd.name)

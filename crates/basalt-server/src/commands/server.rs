@@ -709,7 +709,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
         head(&mut out, "Clients");
         kv!(out, "connected_clients", sh.clients.len());
         kv!(out, "cluster_connections", 0);
-        kv!(out, "maxclients", 10000);
+        kv!(out, "maxclients", sh.security.maxclients());
         kv!(out, "blocked_clients", sh.blocking.blocked_clients());
         kv!(out, "tracking_clients", 0);
         kv!(out, "clients_in_timeout_table", 0);
@@ -776,7 +776,11 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             "total_net_output_bytes",
             st.net_output.load(Ordering::Relaxed)
         );
-        kv!(out, "rejected_connections", 0);
+        kv!(
+            out,
+            "rejected_connections",
+            sh.security.rejected.load(Ordering::Relaxed)
+        );
         kv!(out, "unexpected_error_replies", 0);
         kv!(
             out,
@@ -889,6 +893,8 @@ enum Kind {
     NotifyEvents,
     /// client-output-buffer-limit.
     ObufLimit,
+    /// A setting of `crate::auth` (password, protected mode, limits).
+    Security,
 }
 
 /// Settings CONFIG knows: (name, kind, default). Immutable ones read their
@@ -901,10 +907,13 @@ const PARAMS: &[(&str, Kind, &str)] = &[
     ("loglevel", Kind::Immutable, ""),
     ("appendfsync", Kind::Appendfsync, ""),
     ("appendonly", Kind::Immutable, "yes"),
-    ("proto-max-bulk-len", Kind::Immutable, "536870912"),
+    ("proto-max-bulk-len", Kind::Security, ""),
+    ("client-query-buffer-limit", Kind::Security, ""),
+    ("requirepass", Kind::Security, ""),
+    ("protected-mode", Kind::Security, ""),
     ("maxmemory", Kind::Immutable, "0"),
     ("maxmemory-policy", Kind::Immutable, "noeviction"),
-    ("maxclients", Kind::Immutable, "10000"),
+    ("maxclients", Kind::Security, ""),
     ("save", Kind::Str, ""),
     ("timeout", Kind::Int, "0"),
     ("tcp-keepalive", Kind::Int, "300"),
@@ -953,6 +962,7 @@ fn param_value(ctx: &Ctx<'_>, name: &'static str, kind: Kind, default: &str) -> 
         "appendfsync" => ctx.shared.settings.appendfsync().as_str().to_string(),
         "notify-keyspace-events" => crate::notify::render(ctx.shared.pubsub.events()),
         "client-output-buffer-limit" => ctx.shared.pubsub.limits().render(),
+        _ if kind == Kind::Security => crate::auth::config_get(&ctx.shared.security, name),
         _ if kind == Kind::Immutable => default.to_string(),
         _ => ctx
             .shared
@@ -999,6 +1009,7 @@ fn config(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         // Validate everything first, then apply: all or nothing, as in Redis.
         let mut changes: Vec<(&'static str, Kind, String)> = Vec::new();
         let mut limits = ctx.shared.pubsub.limits();
+        let mut security: Vec<crate::auth::Setting> = Vec::new();
         for j in (2..args.len()).step_by(2) {
             let name = String::from_utf8_lossy(&args[j]).to_ascii_lowercase();
             let value = String::from_utf8_lossy(&args[j + 1]).into_owned();
@@ -1034,9 +1045,18 @@ fn config(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                         .parse_update(&value)
                         .map_err(|why| set_failed(pname, why))?;
                 }
+                Kind::Security => {
+                    let setting = crate::auth::config_check(pname, &args[j + 1])
+                        .map_err(|why| set_failed(pname, &why))?;
+                    security.push(setting);
+                    continue;
+                }
                 _ => {}
             }
             changes.push((pname, kind, value));
+        }
+        for setting in security {
+            crate::auth::config_apply(&ctx.shared.security, setting);
         }
         for (name, kind, value) in changes {
             match kind {

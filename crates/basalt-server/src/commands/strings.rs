@@ -12,8 +12,11 @@ use super::flags::*;
 use super::{def, int_arg, is, parse_i64, CommandDef, Ctx, Error, Group, Result};
 use crate::notify::{GENERIC, NEW, STRING};
 
-/// Redis's `proto-max-bulk-len` default: the largest string a command may build.
-pub const MAX_STRING: u64 = 512 << 20;
+/// The largest string SETRANGE / APPEND may build: `proto-max-bulk-len`
+/// (512 MB unless configured otherwise).
+fn max_string(ctx: &Ctx<'_>) -> u64 {
+    ctx.shared.security.proto_max_bulk_len()
+}
 
 const G: Group = Group::String;
 
@@ -398,7 +401,7 @@ fn append(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let old = read_with_ttl(&db, key)?;
     let created = old.is_none();
     let (mut value, at) = old.unwrap_or_default();
-    if value.len() as u64 + args[2].len() as u64 > MAX_STRING {
+    if value.len() as u64 + args[2].len() as u64 > max_string(ctx) {
         return Err(too_big());
     }
     value.extend_from_slice(&args[2]);
@@ -469,7 +472,7 @@ fn setrange(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             ctx.int(0);
             return Ok(());
         }
-        if offset as u64 + piece.len() as u64 > MAX_STRING {
+        if offset as u64 + piece.len() as u64 > max_string(ctx) {
             return Err(too_big());
         }
         let mut value = vec![0u8; offset as usize];
@@ -484,7 +487,7 @@ fn setrange(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         ctx.int(value.len() as i64);
         return Ok(());
     }
-    if offset as u64 + piece.len() as u64 > MAX_STRING {
+    if offset as u64 + piece.len() as u64 > max_string(ctx) {
         return Err(too_big());
     }
     let offset = offset as usize;

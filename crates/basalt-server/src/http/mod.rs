@@ -20,8 +20,8 @@
 //!
 //! Routes live in one table ([`endpoints`]); the router is built from it and
 //! the test that checks `openapi.json` reads it through [`routes`]. All
-//! routes pass through [`auth_layer`] (a pass-through until the server has
-//! a password) and the request counter of `metrics.rs`.
+//! routes pass through [`auth_layer`] (the password and protected mode, as
+//! on the RESP port) and the request counter of `metrics.rs`.
 //!
 //! Start-up: [`HttpServer::start`] binds and serves before the databases
 //! are loaded; until [`HttpServer::set_ready`] every data route answers 503
@@ -94,6 +94,7 @@ impl HttpServer {
         let app = router(state.clone(), config.http_max_body);
         let mut stop = state.stop.subscribe();
         let task = tokio::spawn(async move {
+            let app = app.into_make_service_with_connect_info::<SocketAddr>();
             let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
                 let _ = stop.wait_for(|s| *s).await;
             });
@@ -206,15 +207,84 @@ fn router(state: Arc<State>, max_body: usize) -> Router {
         .with_state(state)
 }
 
-/// Every route passes here first. The server has no password yet, so it
-/// lets everything through; `requirepass` will check an
-/// `Authorization: Bearer <password>` or Basic header here and answer 401.
+/// Every route passes here first: the RESP side's security rules, applied
+/// to HTTP. With `requirepass` set, a request must carry the password as
+/// `Authorization: Bearer <password>` or `Basic base64(user:password)` (the
+/// user, if given, must be `default`), else 401 `NOAUTH`, or `WRONGPASS`
+/// for a wrong one. Without a password and with protected mode on, a client
+/// from a non-loopback address gets 403 `DENIED`, as a RESP client gets
+/// `-DENIED`. `/health` and `/ready` stay open to load balancers (they say
+/// nothing about the data), and nothing is checked while the databases load
+/// (every data route answers 503 then).
 async fn auth_layer(
-    axum::extract::State(_state): axum::extract::State<Arc<State>>,
+    axum::extract::State(state): axum::extract::State<Arc<State>>,
+    axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<SocketAddr>,
     req: Request,
     next: Next,
 ) -> Response {
+    let path = req.uri().path();
+    if path == "/health" || path == "/ready" {
+        return next.run(req).await;
+    }
+    let Some(shared) = state.shared.get() else {
+        return next.run(req).await;
+    };
+    if shared.requires_auth() {
+        let Some(h) = req.headers().get(header::AUTHORIZATION) else {
+            return unauthorized("NOAUTH", "Authentication required.");
+        };
+        let ok = match credentials(h.as_bytes()) {
+            Some((user, pass)) => shared.check_password(user.as_deref(), &pass),
+            None => false,
+        };
+        if !ok {
+            return unauthorized(
+                "WRONGPASS",
+                "invalid username-password pair or user is disabled.",
+            );
+        }
+    } else if crate::auth::denied(shared.security.protected_mode(), false, peer.ip()) {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "DENIED",
+            "Basalt is running in protected mode: no password is set and the client is \
+             not on the loopback interface. Set --requirepass, or --protected-mode no.",
+        )
+        .into_response();
+    }
     next.run(req).await
+}
+
+/// `(user, password)` from an `Authorization` header value: `Bearer <password>`
+/// or `Basic base64(user:password)` (an empty user is the default one).
+/// `None` when it is neither.
+fn credentials(h: &[u8]) -> Option<(Option<Vec<u8>>, Vec<u8>)> {
+    use base64::Engine;
+    let (scheme, rest) = h.split_at(h.iter().position(|&b| b == b' ')?);
+    let rest = rest.trim_ascii();
+    if scheme.eq_ignore_ascii_case(b"bearer") {
+        return Some((None, rest.to_vec()));
+    }
+    if scheme.eq_ignore_ascii_case(b"basic") {
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(rest)
+            .ok()?;
+        let colon = raw.iter().position(|&b| b == b':')?;
+        // An empty user (`curl -u :password`) means the default user.
+        let user = (colon > 0).then(|| raw[..colon].to_vec());
+        return Some((user, raw[colon + 1..].to_vec()));
+    }
+    None
+}
+
+fn unauthorized(code: &'static str, message: &str) -> Response {
+    let mut r =
+        ApiError::new(StatusCode::UNAUTHORIZED, code, format!("{code} {message}")).into_response();
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Basic realm=\"basalt\""),
+    );
+    r
 }
 
 async fn openapi() -> Response {
