@@ -718,9 +718,10 @@ fn load_shard(opts: &Options, id: usize, dir: &Path, base_seq: &AtomicU64) -> Re
     })
 }
 
-/// A compaction that wrote its victims marker had made its outputs durable;
-/// deleting the inputs it lists completes it. Only then are files listed.
-/// The entry count in the footer of `<id>.hint`, if it has a valid one.
+/// The entry count in the footer of `<id>.hint`, if it has a valid one,
+/// capped by how many entries the file can hold: the footer is checked only
+/// by its own CRC here, and a damaged or hostile one must not size the index
+/// (a count of 2^32 once reserved 64 GiB).
 fn hint_entries(dir: &Path, id: u32) -> Option<u64> {
     use std::os::unix::fs::FileExt;
     let f = std::fs::File::open(hint_path(dir, id)).ok()?;
@@ -728,9 +729,12 @@ fn hint_entries(dir: &Path, id: u32) -> Option<u64> {
     let mut foot = [0u8; format::HINT_FOOTER_LEN];
     let at = len.checked_sub(format::HINT_FOOTER_LEN as u64)?;
     f.read_exact_at(&mut foot, at).ok()?;
-    format::hint_footer_count(&foot)
+    let room = at.saturating_sub(FILE_HEADER_LEN as u64) / format::HINT_ENTRY_HEADER_LEN as u64;
+    format::hint_footer_count(&foot).map(|n| n.min(room))
 }
 
+/// A compaction that wrote its victims marker had made its outputs durable;
+/// deleting the inputs it lists completes it. Only then are files listed.
 fn finish_interrupted_compactions(dir: &Path) -> Result<()> {
     for ent in std::fs::read_dir(dir).map_err(|e| Error::io("list", dir, e))? {
         let p = ent.map_err(|e| Error::io("list", dir, e))?.path();
