@@ -20,6 +20,7 @@
 //! [`ServerHandle`], so tests can run servers in-process on port 0.
 
 pub mod blocking;
+pub mod check;
 pub mod commands;
 pub mod config;
 mod conn;
