@@ -290,6 +290,8 @@ struct ShardScan {
     files: Vec<DataScan>,
     orphan_hints: Vec<PathBuf>,
     bad_victims: Vec<PathBuf>,
+    /// Bytes of each file the index would point at after open.
+    live: BTreeMap<u32, u64>,
 }
 
 /// Checks the database directory `dir` without changing anything.
@@ -364,6 +366,19 @@ fn file_len(path: &Path) -> Result<u64> {
     std::fs::metadata(path)
         .map(|m| m.len())
         .map_err(|e| Error::io("stat", path, e))
+}
+
+/// The first `FILE_HEADER_LEN` bytes of a file (fewer if it is shorter)
+/// and its length.
+fn read_head(path: &Path) -> Result<(Vec<u8>, u64)> {
+    use std::io::Read;
+    let f = File::open(path).map_err(|e| Error::io("open", path, e))?;
+    let len = f.metadata().map_err(|e| Error::io("stat", path, e))?.len();
+    let mut b = Vec::with_capacity(FILE_HEADER_LEN);
+    f.take(FILE_HEADER_LEN as u64)
+        .read_to_end(&mut b)
+        .map_err(|e| Error::io("read", path, e))?;
+    Ok((b, len))
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {
@@ -455,7 +470,7 @@ fn scan_dir(dir: &Path, opts: &CheckOptions) -> Result<(CheckReport, Vec<ShardSc
     let mut scans = Vec::with_capacity(shards);
     for (shard, (sdir, names)) in listings.into_iter().enumerate() {
         let scan = scan_shard(sdir, &names, &mut damage, &mut tick)?;
-        let live = live_bytes(&scan)?;
+        let live = &scan.live;
         for f in &scan.files {
             let l = live.get(&f.id).copied().unwrap_or(0);
             files.push(FileReport {
@@ -482,32 +497,6 @@ fn scan_dir(dir: &Path, opts: &CheckOptions) -> Result<(CheckReport, Vec<ShardSc
         },
         scans,
     ))
-}
-
-/// What open would keep of each file of a shard.
-fn live_bytes(scan: &ShardScan) -> Result<BTreeMap<u32, u64>> {
-    let mut replay = Replay::default();
-    for f in &scan.files {
-        let handle = StdFs
-            .open(&f.path)
-            .map_err(|e| Error::io("open", &f.path, e))?;
-        replay.add_file(
-            f.id,
-            f.header.map_or(Origin::Compaction, |h| h.origin),
-            f.len,
-            handle,
-        );
-    }
-    for f in &scan.files {
-        // Only the keys and fields are needed; read each record's start.
-        let b = read(&f.path)?;
-        for (off, h) in &f.good {
-            let k0 = *off as usize + RECORD_HEADER_LEN;
-            let k1 = k0 + h.key_len as usize;
-            replay.apply(f.id, *off, h, &b[k0..k1], &b[k1..k1 + h.field_len as usize]);
-        }
-    }
-    Ok(replay.live_bytes())
 }
 
 fn scan_shard(
@@ -589,21 +578,21 @@ fn scan_shard(
     let mut heads = Vec::new();
     for &id in &ids {
         let path = data_path(&scan.dir, id);
-        let b = read(&path)?;
+        let (b, len) = read_head(&path)?;
         let header = FileHeader::decode(&b, &DATA_MAGIC);
-        if header.is_err() && Some(id) == max_id && b.len() <= FILE_HEADER_LEN {
+        if header.is_err() && Some(id) == max_id && len <= FILE_HEADER_LEN as u64 {
             damage.push(Damage {
                 path,
                 offset: 0,
-                len: b.len() as u64,
+                len,
                 kind: DamageKind::TornNewFile,
                 detail: "shorter than its header; open removes it".into(),
                 key: None,
             });
-            tick(b.len() as u64);
+            tick(len);
             continue;
         }
-        heads.push((id, path, header, b.len() as u64));
+        heads.push((id, path, header, len));
     }
     let newest_log = heads
         .iter()
@@ -611,8 +600,11 @@ fn scan_shard(
         .map(|h| h.0)
         .max();
 
-    for (id, path, header, len) in heads {
+    // Good records replayed in file order through open's own loader.
+    let mut replay = Replay::default();
+    for (id, path, header, _) in heads {
         let b = read(&path)?;
+        let len = b.len() as u64;
         let header = match header {
             Ok(h) => Some(h),
             Err(reason) => {
@@ -640,6 +632,16 @@ fn scan_shard(
             hint: HintState::Absent,
         };
         scan_records(&b, &mut f);
+        let handle = StdFs
+            .open(&f.path)
+            .map_err(|e| Error::io("open", &f.path, e))?;
+        let origin = f.header.map_or(Origin::Compaction, |h| h.origin);
+        replay.add_file(id, origin, len, handle);
+        for (off, h) in &f.good {
+            let k0 = *off as usize + RECORD_HEADER_LEN;
+            let k1 = k0 + h.key_len as usize;
+            replay.apply(id, *off, h, &b[k0..k1], &b[k1..k1 + h.field_len as usize]);
+        }
         for r in &f.bad {
             damage.push(Damage {
                 path: f.path.clone(),
@@ -695,6 +697,7 @@ fn scan_shard(
         }
         scan.files.push(f);
     }
+    scan.live = replay.live_bytes();
     Ok(scan)
 }
 
