@@ -417,3 +417,29 @@ fn progress_reports_every_byte_read() {
     assert_eq!(report.bytes, on_disk);
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 }
+
+#[test]
+fn a_damaged_victims_marker_is_an_error_and_repair_removes_it() {
+    let (_base, dir) = populated();
+    let marker = shard(&dir).join("0000000099.victims");
+    let mut b = format::encode_victims(&[1]);
+    let last = b.len() - 1;
+    b[last] ^= 1;
+    fs::write(&marker, b).unwrap();
+    let report = check(&dir, &CheckOptions::default()).unwrap();
+    let errors: Vec<_> = report.errors().collect();
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert_eq!(
+        (errors[0].kind, &errors[0].path, errors[0].detail.as_str()),
+        (
+            DamageKind::BadVictims,
+            &marker,
+            "victims marker checksum mismatch"
+        )
+    );
+    assert!(matches!(Db::open(&dir, opts()), Err(Error::Corrupt { .. })));
+    let rep = repair(&dir, &CheckOptions::default()).unwrap();
+    assert_eq!(rep.removed, vec![marker.clone()]);
+    assert_eq!(rep.dropped, vec![]);
+    assert_all_but(&dir, &[]);
+}
