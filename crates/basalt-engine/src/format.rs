@@ -30,6 +30,10 @@ pub const HINT_FOOTER_LEN: usize = 28;
 /// Record flag: the value is lz4-compressed (with its length prepended).
 pub const FLAG_LZ4: u8 = 1;
 
+/// An LZ4 block expands at most about 255 times (a match of length L costs
+/// L/255 bytes); a size prefix claiming more than this is refused.
+const MAX_LZ4_RATIO: usize = 256;
+
 /// Who wrote a data file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
@@ -271,6 +275,15 @@ impl<'a> Record<'a> {
     pub fn value_ref(&self) -> std::result::Result<std::borrow::Cow<'a, [u8]>, &'static str> {
         let stored = self.stored_value();
         if self.header.flags & FLAG_LZ4 != 0 {
+            // The size prefix decides the allocation before a byte is
+            // decompressed; LZ4 cannot expand past ~255:1, so a bigger claim
+            // is damage (or a hostile file), refused before it allocates.
+            let claimed = stored
+                .get(..4)
+                .map_or(0, |b| u32::from_le_bytes(b.try_into().unwrap()) as usize);
+            if claimed > MAX_LZ4_RATIO * stored.len() + 64 {
+                return Err("lz4 value claims more bytes than its compressed form can hold");
+            }
             lz4_flex::block::decompress_size_prepended(stored)
                 .map(std::borrow::Cow::Owned)
                 .map_err(|_| "lz4 value does not decompress")

@@ -43,6 +43,7 @@
 //!
 //! The byte layouts are specified in `docs/file-format.md`.
 
+mod check;
 mod compaction;
 mod db;
 mod error;
@@ -53,6 +54,10 @@ mod options;
 mod recovery;
 pub mod vfs;
 
+pub use check::{
+    check, repair, CheckOptions, CheckReport, Damage, DamageKind, Dropped, FileReport, Progress,
+    RepairReport, Severity,
+};
 pub use compaction::CompactionReport;
 pub use db::{Db, FileStats, KeyKind, KeyMeta, Stats, Versioned};
 pub use error::{Error, Result};

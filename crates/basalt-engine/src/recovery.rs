@@ -106,7 +106,7 @@ pub(crate) fn scan_records(
 }
 
 /// Checks the record at `off`: header, length and CRC.
-fn check_record_at(
+pub(crate) fn check_record_at(
     r: &mut SeqReader<'_>,
     off: u64,
     len: u64,
@@ -372,6 +372,46 @@ impl Loader {
     }
 }
 
+/// Replays records in file order exactly as open does, for `check`: which
+/// bytes of each file the index would keep.
+#[derive(Default)]
+pub(crate) struct Replay {
+    loader: Loader,
+}
+
+impl Replay {
+    /// Registers a data file before its records are applied.
+    pub fn add_file(&mut self, fid: u32, origin: Origin, len: u64, handle: Arc<dyn VFile>) {
+        self.loader
+            .idx
+            .files
+            .insert(fid, FileInfo::new(DataFile::new(handle, 0), origin, len));
+    }
+
+    /// Applies one good record of file `fid` found at `offset`.
+    pub fn apply(&mut self, fid: u32, offset: u64, h: &RecordHeader, key: &[u8], field: &[u8]) {
+        self.loader.apply(Item {
+            kind: h.kind,
+            tag: h.tag,
+            expiry: h.expiry,
+            key,
+            field,
+            loc: Loc {
+                file: fid,
+                offset: offset as u32,
+                len: h.record_len() as u32,
+                seq: h.seq,
+            },
+        });
+    }
+
+    /// Live bytes per file once everything is applied.
+    pub fn live_bytes(self) -> std::collections::BTreeMap<u32, u64> {
+        let (idx, _) = self.loader.finish();
+        idx.files.iter().map(|(&id, f)| (id, f.live)).collect()
+    }
+}
+
 struct LoadedShard {
     index: Index,
     writer: Writer,
@@ -393,7 +433,7 @@ fn map_hint(path: &Path) -> std::result::Result<memmap2::Mmap, String> {
     unsafe { memmap2::MmapOptions::new().populate().map(&file) }.map_err(|e| e.to_string())
 }
 
-fn parse_name(name: &str) -> Option<(u32, &str)> {
+pub(crate) fn parse_name(name: &str) -> Option<(u32, &str)> {
     let (stem, ext) = name.split_once('.')?;
     if stem.len() != 10 || !stem.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -678,9 +718,10 @@ fn load_shard(opts: &Options, id: usize, dir: &Path, base_seq: &AtomicU64) -> Re
     })
 }
 
-/// A compaction that wrote its victims marker had made its outputs durable;
-/// deleting the inputs it lists completes it. Only then are files listed.
-/// The entry count in the footer of `<id>.hint`, if it has a valid one.
+/// The entry count in the footer of `<id>.hint`, if it has a valid one,
+/// capped by how many entries the file can hold: the footer is checked only
+/// by its own CRC here, and a damaged or hostile one must not size the index
+/// (a count of 2^32 once reserved 64 GiB).
 fn hint_entries(dir: &Path, id: u32) -> Option<u64> {
     use std::os::unix::fs::FileExt;
     let f = std::fs::File::open(hint_path(dir, id)).ok()?;
@@ -688,9 +729,12 @@ fn hint_entries(dir: &Path, id: u32) -> Option<u64> {
     let mut foot = [0u8; format::HINT_FOOTER_LEN];
     let at = len.checked_sub(format::HINT_FOOTER_LEN as u64)?;
     f.read_exact_at(&mut foot, at).ok()?;
-    format::hint_footer_count(&foot)
+    let room = at.saturating_sub(FILE_HEADER_LEN as u64) / format::HINT_ENTRY_HEADER_LEN as u64;
+    format::hint_footer_count(&foot).map(|n| n.min(room))
 }
 
+/// A compaction that wrote its victims marker had made its outputs durable;
+/// deleting the inputs it lists completes it. Only then are files listed.
 fn finish_interrupted_compactions(dir: &Path) -> Result<()> {
     for ent in std::fs::read_dir(dir).map_err(|e| Error::io("list", dir, e))? {
         let p = ent.map_err(|e| Error::io("list", dir, e))?.path();
@@ -710,34 +754,37 @@ fn finish_interrupted_compactions(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Checks the `BASALT` metadata file's bytes and returns the shard count.
+pub(crate) fn decode_meta(path: &Path, b: &[u8]) -> Result<usize> {
+    let bad = |reason: &str| Error::Corrupt {
+        path: path.to_path_buf(),
+        offset: 0,
+        reason: reason.into(),
+    };
+    if b.len() != 20 || b[0..8] != META_MAGIC {
+        return Err(bad("not a Basalt directory metadata file"));
+    }
+    if u32::from_le_bytes(b[16..20].try_into().unwrap()) != crc32c::crc32c(&b[0..16]) {
+        return Err(bad("metadata checksum mismatch"));
+    }
+    let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
+    if version != format::FORMAT_VERSION {
+        return Err(bad(&format!(
+            "format version {version}, this build reads version {}",
+            format::FORMAT_VERSION
+        )));
+    }
+    let n = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
+    if !n.is_power_of_two() || n > 1024 {
+        return Err(bad("invalid shard count"));
+    }
+    Ok(n)
+}
+
 fn read_or_write_meta(dir: &Path, shards: usize) -> Result<usize> {
     let path = dir.join("BASALT");
     match std::fs::read(&path) {
-        Ok(b) => {
-            let bad = |reason: &str| Error::Corrupt {
-                path: path.clone(),
-                offset: 0,
-                reason: reason.into(),
-            };
-            if b.len() != 20 || b[0..8] != META_MAGIC {
-                return Err(bad("not a Basalt directory metadata file"));
-            }
-            if u32::from_le_bytes(b[16..20].try_into().unwrap()) != crc32c::crc32c(&b[0..16]) {
-                return Err(bad("metadata checksum mismatch"));
-            }
-            let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
-            if version != format::FORMAT_VERSION {
-                return Err(bad(&format!(
-                    "format version {version}, this build reads version {}",
-                    format::FORMAT_VERSION
-                )));
-            }
-            let n = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
-            if !n.is_power_of_two() || n > 1024 {
-                return Err(bad("invalid shard count"));
-            }
-            Ok(n)
-        }
+        Ok(b) => decode_meta(&path, &b),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             let mut b = Vec::with_capacity(20);
             b.extend_from_slice(&META_MAGIC);

@@ -48,21 +48,48 @@ impl Appendfsync {
 
 /// The `basalt` command line. A bare `basalt [flags]` runs the server.
 ///
-/// Server flags are a flattened [`ServerArgs`] so that subcommands (e.g.
-/// `basalt check`) can be added later without changing them: add
-/// `#[command(subcommand)] command: Option<Command>` here together with
-/// `#[command(args_conflicts_with_subcommands = true)]`, and `main` runs the
-/// server when `command` is `None`.
+/// Server flags are a flattened [`ServerArgs`]; subcommands sit beside them
+/// (`args_conflicts_with_subcommands`), so adding one never changes a server
+/// flag, and `main` runs the server when `command` is `None`.
 #[derive(Debug, Parser)]
 #[command(
     name = "basalt",
     version,
-    about = "Basalt: a persistent Redis-compatible key-value server"
+    about = "Basalt: a persistent Redis-compatible key-value server",
+    long_about = None,
+    args_conflicts_with_subcommands = true
 )]
 pub struct Cli {
     /// Server settings.
     #[command(flatten)]
     pub server: ServerArgs,
+    /// A tool to run instead of the server.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Subcommands of `basalt`.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Verify every record and hint file of a data directory offline (the
+    /// server must not be running on it); exit 0 clean, 1 damaged, 2 error
+    Check(CheckArgs),
+}
+
+/// Flags of `basalt check`.
+#[derive(Debug, Clone, Args)]
+pub struct CheckArgs {
+    /// The server's data directory (every database in it is checked) or
+    /// one database's directory
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Keep every readable record, drop what is not, write a clean
+    /// directory state and print exactly what was dropped
+    #[arg(long)]
+    pub repair: bool,
+    /// Print the report as JSON on stdout
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Flags of the server. Each also reads `BASALT_<NAME>` from the environment.

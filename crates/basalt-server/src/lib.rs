@@ -25,6 +25,7 @@
 
 pub mod auth;
 pub mod blocking;
+pub mod check;
 pub mod cmdstats;
 pub mod commands;
 pub mod config;

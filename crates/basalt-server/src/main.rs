@@ -1,11 +1,15 @@
-//! The `basalt` binary: a bare `basalt [flags]` runs the server.
+//! The `basalt` binary: a bare `basalt [flags]` runs the server;
+//! `basalt check` checks a data directory offline.
 
 use clap::Parser;
 
-use basalt_server::config::{Cli, Config};
+use basalt_server::config::{Cli, Command, Config};
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if let Some(Command::Check(args)) = &cli.command {
+        return basalt_server::check::run(args);
+    }
     let config = match Config::from_args(cli.server) {
         Ok(c) => c,
         Err(e) => {
