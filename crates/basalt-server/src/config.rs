@@ -128,8 +128,8 @@ pub struct ServerArgs {
     /// TOML file with the same keys as these flags (port, bind, dir,
     /// appendfsync, databases, threads, loglevel, notify-keyspace-events,
     /// client-output-buffer-limit, http-port, requirepass, protected-mode,
-    /// maxclients, proto-max-bulk-len, client-query-buffer-limit); flags and
-    /// environment win over it
+    /// maxclients, proto-max-bulk-len, client-query-buffer-limit,
+    /// data-file-size); flags and environment win over it
     #[arg(long, env = "BASALT_CONFIG")]
     pub config: Option<PathBuf>,
     // --- Security and limits (crate::auth).
@@ -148,6 +148,10 @@ pub struct ServerArgs {
     /// Most unparsed input per client before it is closed, e.g. 1gb [default: 1gb]
     #[arg(long, env = "BASALT_CLIENT_QUERY_BUFFER_LIMIT")]
     pub client_query_buffer_limit: Option<String>,
+    /// Largest data file of each shard before a new one starts, e.g. 32mb;
+    /// only sealed files are compacted [default: 32mb]
+    #[arg(long, env = "BASALT_DATA_FILE_SIZE")]
+    pub data_file_size: Option<String>,
 }
 
 /// The contents of a `--config` TOML file.
@@ -176,6 +180,8 @@ struct FileConfig {
     proto_max_bulk_len: Option<String>,
     #[serde(rename = "client-query-buffer-limit")]
     client_query_buffer_limit: Option<String>,
+    #[serde(rename = "data-file-size")]
+    data_file_size: Option<String>,
 }
 
 /// The merged configuration the server runs with.
@@ -225,6 +231,9 @@ pub struct Config {
     pub proto_max_bulk_len: u64,
     /// `client-query-buffer-limit` in bytes. Default: 1 GB.
     pub client_query_buffer_limit: u64,
+    /// `data-file-size`: the largest data file of each shard, in bytes
+    /// (4 KiB to 4 GiB - 1). Default: 32 MiB ([`crate::keyspace::DATA_FILE_SIZE`]).
+    pub data_file_size: u64,
 }
 
 impl Default for Config {
@@ -247,6 +256,7 @@ impl Default for Config {
             maxclients: 10000,
             proto_max_bulk_len: 512 << 20,
             client_query_buffer_limit: 1 << 30,
+            data_file_size: crate::keyspace::DATA_FILE_SIZE,
         }
     }
 }
@@ -344,7 +354,16 @@ impl Config {
             Some(S::QueryBufferLimit(n)) => n,
             _ => d.client_query_buffer_limit,
         };
+        let data_file_size = match args.data_file_size.or(file.data_file_size) {
+            Some(v) => crate::auth::parse_size(&v)
+                .filter(|n| (4096..=u32::MAX as u64).contains(n))
+                .ok_or_else(|| {
+                    anyhow::anyhow!("data-file-size {v:?}: must be a size from 4kb to 4gb - 1")
+                })?,
+            None => d.data_file_size,
+        };
         Ok(Config {
+            data_file_size,
             requirepass,
             protected_mode,
             maxclients,
@@ -469,6 +488,41 @@ mod tests {
             ..ServerArgs::default()
         };
         assert!(Config::from_args(args).is_err());
+    }
+
+    #[test]
+    fn data_file_size_comes_from_file_or_flag_and_out_of_range_sizes_are_refused() {
+        assert_eq!(
+            Config::from_args(ServerArgs::default())
+                .unwrap()
+                .data_file_size,
+            32 << 20
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("basalt.toml");
+        std::fs::write(&path, "data-file-size = \"8mb\"\n").unwrap();
+        let args = ServerArgs {
+            config: Some(path.clone()),
+            ..ServerArgs::default()
+        };
+        assert_eq!(Config::from_args(args).unwrap().data_file_size, 8 << 20);
+        let cli = Cli::try_parse_from([
+            "basalt",
+            "--config",
+            path.to_str().unwrap(),
+            "--data-file-size",
+            "64kb",
+        ])
+        .unwrap();
+        assert_eq!(
+            Config::from_args(cli.server).unwrap().data_file_size,
+            64 << 10
+        );
+        for bad in ["100", "4gb", "lots", ""] {
+            let cli = Cli::try_parse_from(["basalt", "--data-file-size", bad]).unwrap();
+            let e = Config::from_args(cli.server).unwrap_err().to_string();
+            assert!(e.contains("data-file-size"), "{bad}: {e}");
+        }
     }
 
     #[test]

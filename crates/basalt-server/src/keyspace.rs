@@ -40,7 +40,8 @@ use parking_lot::{
     MappedRwLockReadGuard, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
 };
 
-/// Largest data file of a server database's shards. Smaller than the
+/// Default largest data file of a server database's shards (the
+/// `data-file-size` setting). Smaller than the
 /// engine's 128 MiB default because only sealed files are compacted: with 8
 /// shards, a server under overwrites held 8 x 128 MiB of mostly dead
 /// records in its active files (1 GiB of disk for 250 MB of data after 13 M
@@ -186,6 +187,8 @@ pub struct Keyspace {
     slots: Box<[RwLock<Slot>]>,
     stripes: Box<[Mutex<()>]>,
     sync: SyncPolicy,
+    /// Largest data file of each shard (`data-file-size`).
+    file_size: u64,
     /// Serializes writes of DBMAP; mirrors each slot's directory name.
     names: Mutex<Vec<String>>,
     trash_seq: AtomicU64,
@@ -215,6 +218,7 @@ impl Keyspace {
         root: &Path,
         databases: usize,
         sync: SyncPolicy,
+        file_size: u64,
         on_expired: Option<ExpiredHook>,
     ) -> KsResult<Keyspace> {
         let on_expired = Hook(on_expired);
@@ -260,7 +264,7 @@ impl Keyspace {
             let db = if n == 0 || dir.is_dir() {
                 Some(Db::open(
                     &dir,
-                    Self::options(sync, &seq, &on_expired, &number),
+                    Self::options(sync, file_size, &seq, &on_expired, &number),
                 )?)
             } else {
                 None
@@ -277,6 +281,7 @@ impl Keyspace {
             slots: slots.into_boxed_slice(),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             sync,
+            file_size,
             names: Mutex::new(names),
             trash_seq: AtomicU64::new(0),
             closed: AtomicBool::new(false),
@@ -287,6 +292,7 @@ impl Keyspace {
 
     fn options(
         sync: SyncPolicy,
+        file_size: u64,
         seq: &Arc<AtomicU64>,
         hook: &Hook,
         number: &Arc<AtomicUsize>,
@@ -294,7 +300,7 @@ impl Keyspace {
         let opts = Options::default()
             .sync(sync)
             .sequence(seq.clone())
-            .max_file_size(DATA_FILE_SIZE);
+            .max_file_size(file_size);
         match &hook.0 {
             Some(f) => {
                 let (f, number) = (f.clone(), number.clone());
@@ -308,7 +314,13 @@ impl Keyspace {
 
     fn open_slot(&self, slot: &mut Slot) -> KsResult<()> {
         let dir = self.root.join(&slot.name);
-        let opts = Self::options(self.sync, &self.seq, &self.on_expired, &slot.number);
+        let opts = Self::options(
+            self.sync,
+            self.file_size,
+            &self.seq,
+            &self.on_expired,
+            &slot.number,
+        );
         slot.set_db(Db::open(&dir, opts)?);
         Ok(())
     }

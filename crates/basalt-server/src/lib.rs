@@ -156,6 +156,7 @@ fn start_inner(
         &config.dir,
         config.databases as usize,
         sync,
+        config.data_file_size,
         Some(on_expired),
     )
     .with_context(|| format!("cannot open the data directory {}", config.dir.display()))?;

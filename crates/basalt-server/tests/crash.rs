@@ -20,7 +20,7 @@
 //! A short run is part of `cargo test`. A long one:
 //! `BASALT_CRASH_ROUNDS=50 cargo test --release -p basalt-server --test crash -- --nocapture`
 //! (also `BASALT_CRASH_CLIENTS`, `BASALT_CRASH_SECONDS` per round,
-//! `BASALT_CRASH_MODES=always,everysec,no`, `BASALT_CRASH_SEED`).
+//! `BASALT_CRASH_MODES=always,everysec,no,everysec:16kb`; a mode may name a `--data-file-size`, `BASALT_CRASH_SEED`).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -62,7 +62,7 @@ struct Server {
 }
 
 impl Server {
-    fn start(dir: &Path, appendfsync: &str) -> Server {
+    fn start(dir: &Path, appendfsync: &str, file_size: &str) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_basalt"))
             .args([
                 "--port",
@@ -75,6 +75,7 @@ impl Server {
                 "1",
             ])
             .args(["--appendfsync", appendfsync])
+            .args(["--data-file-size", file_size])
             .env("BASALT_DIR", dir)
             .env("NO_COLOR", "1")
             .stdout(Stdio::piped())
@@ -479,14 +480,19 @@ impl Model {
     }
 }
 
-fn run_mode(mode: &str, rounds: usize, clients: usize, seconds: f64, seed: u64) -> Tally {
+/// One appendfsync mode, optionally with a data file size: `everysec`
+/// (the server's 32 MiB files, which this workload never fills) or
+/// `everysec:16kb` (files sealed every few hundred writes, so the kills
+/// also land in file rotation, hint writing and compaction).
+fn run_mode(spec: &str, rounds: usize, clients: usize, seconds: f64, seed: u64) -> Tally {
+    let (mode, file_size) = spec.split_once(':').unwrap_or((spec, "32mb"));
     let dir = tempfile::tempdir().unwrap();
     let mut models: Vec<Model> = (0..clients).map(|c| Model::new(c, seed)).collect();
     let mut killer = Rng(seed ^ 0xdead_beef | 1);
     let mut total = Tally::default();
     let mut problems = Vec::new();
     for round in 0..rounds {
-        let server = Server::start(dir.path(), mode);
+        let server = Server::start(dir.path(), mode, file_size);
         let addr = server.addr;
         let handles: Vec<_> = models
             .drain(..)
@@ -507,7 +513,7 @@ fn run_mode(mode: &str, rounds: usize, clients: usize, seconds: f64, seed: u64) 
         server.kill();
         models = handles.into_iter().map(|h| h.join().unwrap()).collect();
 
-        let server = Server::start(dir.path(), mode);
+        let server = Server::start(dir.path(), mode, file_size);
         let mut conn = Conn::connect(server.addr).unwrap();
         let mut round_tally = Tally::default();
         for m in &mut models {
@@ -515,7 +521,7 @@ fn run_mode(mode: &str, rounds: usize, clients: usize, seconds: f64, seed: u64) 
             problems.extend(m.errors.drain(..).map(|e| format!("client {}: {e}", m.id)));
         }
         println!(
-            "appendfsync {mode} round {}: killed after {wait} ms, {} writes acknowledged, {} lost, {} resurrected, {} phantom",
+            "appendfsync {spec} round {}: killed after {wait} ms, {} writes acknowledged, {} lost, {} resurrected, {} phantom",
             round + 1,
             round_tally.acked,
             round_tally.lost,
@@ -530,7 +536,7 @@ fn run_mode(mode: &str, rounds: usize, clients: usize, seconds: f64, seed: u64) 
     for d in report.errors() {
         problems.push(format!("check: {d:?}"));
     }
-    assert!(problems.is_empty(), "appendfsync {mode}: {problems:#?}");
+    assert!(problems.is_empty(), "appendfsync {spec}: {problems:#?}");
     total
 }
 
@@ -539,7 +545,8 @@ fn sigkill_at_random_moments_loses_no_acknowledged_write_in_any_appendfsync_mode
     let rounds = env_or("BASALT_CRASH_ROUNDS", 3usize);
     let clients = env_or("BASALT_CRASH_CLIENTS", 3usize);
     let seconds = env_or("BASALT_CRASH_SECONDS", 0.6f64);
-    let modes = std::env::var("BASALT_CRASH_MODES").unwrap_or_else(|_| "always,everysec,no".into());
+    let modes = std::env::var("BASALT_CRASH_MODES")
+        .unwrap_or_else(|_| "always,everysec,no,everysec:16kb".into());
     let seed = env_or(
         "BASALT_CRASH_SEED",
         std::time::SystemTime::now()
