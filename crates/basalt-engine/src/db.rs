@@ -1309,7 +1309,10 @@ impl Db {
         let shard = inner.shard(key);
         let mut w = shard.writer.lock();
         inner.purge_if_expired(shard, &mut w, key, None)?;
-        let (tag, created) = {
+        // Whether the field is new comes from the insert below (one lookup
+        // of the field, not two): the writer lock held from here on means
+        // nothing else changes the map's fields meanwhile.
+        let tag = {
             let idx = shard.index.read();
             match idx.keys.get(key) {
                 Some(e) if e.loc.file != MAP_FILE => {
@@ -1318,11 +1321,8 @@ impl Db {
                         found: "value",
                     })
                 }
-                Some(_) => {
-                    let m = &idx.maps[key];
-                    (m.tag, !m.fields.contains_key(field))
-                }
-                None => (tag, true),
+                Some(_) => idx.maps[key].tag,
+                None => tag,
             }
         };
         let seq = inner.next_seq();
@@ -1340,7 +1340,7 @@ impl Db {
                 value: stored,
             },
         )?;
-        {
+        let created = {
             let mut idx = shard.index.write();
             idx.note_append(loc, Kind::Field);
             if idx.keys.get(key).is_none() {
@@ -1369,7 +1369,8 @@ impl Db {
                 idx.sub_live(old);
             }
             idx.add_live(loc);
-        }
+            old.is_none()
+        };
         inner.finish_write(shard, w)?;
         Ok((seq, created))
     }

@@ -28,7 +28,7 @@
 //! Blocking pops (BLPOP BRPOP BLMOVE BRPOPLPUSH BLMPOP) follow
 //! `crate::blocking`; every push signals its key.
 
-use std::collections::HashMap;
+use hashbrown::HashMap;
 
 use basalt_engine::{Db, KeyKind};
 use basalt_resp::{Args, Encoder};
@@ -89,6 +89,8 @@ const CACHE_SHARDS: usize = 64;
 const CACHE_MAX: usize = 1 << 14;
 
 /// (slot generation, db) -> key -> (engine version, head position).
+/// hashbrown's default hasher (foldhash): std's SipHash of the key showed
+/// up at ~3 % of an LPUSH.
 type CacheMap = HashMap<(u64, usize), HashMap<Box<[u8]>, (u64, i64)>>;
 
 fn cache_shard(key: &[u8]) -> &'static Mutex<CacheMap> {
