@@ -123,6 +123,56 @@ fn compaction_loop(inner: &Inner) {
     }
 }
 
+/// Most files compacted together to drop a file's tombstones.
+const TOMBSTONE_SET_MAX: usize = 16;
+
+/// A file whose tombstones (with its garbage) pass the threshold, together
+/// with every file that may hold a record they shadow, so compacting the
+/// set drops them; empty when there is none, or the set would be too big.
+///
+/// Tombstones are kept while a file outside the compaction holds records as
+/// old as them (`compact_files`), and compaction outputs carry old records,
+/// so a file full of deletions (a queue's pops) compacted alone kept them
+/// all: it never reached the garbage threshold and stayed on disk for good.
+/// Compacting it with every sealed file whose oldest record is not newer
+/// than its newest one (and only while the active file is newer still)
+/// leaves no file outside that could hold a shadowed record. Tombstones are
+/// counted from 64 KiB on, so a file holding only the few that must stay
+/// (the newest deletion of each live map, which carries its version) is
+/// not rewritten again and again.
+fn tombstone_victims(
+    files: &std::collections::BTreeMap<u32, FileInfo>,
+    threshold: f64,
+) -> Vec<u32> {
+    let active_min = files
+        .values()
+        .filter(|f| f.active)
+        .map(|f| f.min_seq)
+        .min()
+        .unwrap_or(u64::MAX);
+    let Some(f) = files
+        .values()
+        .filter(|f| {
+            !f.active
+                && f.tombstones >= 64 << 10
+                && f.max_seq < active_min
+                && (f.reclaimable() + f.tombstones) as f64 >= threshold * f.total as f64
+        })
+        .min_by_key(|f| f.min_seq)
+    else {
+        return Vec::new();
+    };
+    let set: Vec<u32> = files
+        .iter()
+        .filter(|(_, g)| !g.active && g.min_seq <= f.max_seq)
+        .map(|(&id, _)| id)
+        .collect();
+    if set.len() > TOMBSTONE_SET_MAX {
+        return Vec::new();
+    }
+    set
+}
+
 /// Compacts, in every shard, the sealed files past the garbage threshold.
 fn compaction_pass(inner: &Inner, throttle: bool) -> Result<CompactionReport> {
     let _g = inner.compaction.lock();
@@ -130,17 +180,23 @@ fn compaction_pass(inner: &Inner, throttle: bool) -> Result<CompactionReport> {
     for s in &inner.shards {
         let victims: Vec<u32> = {
             let idx = s.index.read();
-            idx.files
+            let threshold = inner.opts.compaction_threshold;
+            let garbage: Vec<u32> = idx
+                .files
                 .iter()
                 .filter(|(_, f)| {
                     !f.active
                         && f.total > FILE_HEADER_LEN as u64
-                        && f.reclaimable() as f64
-                            >= inner.opts.compaction_threshold * f.total as f64
+                        && f.reclaimable() as f64 >= threshold * f.total as f64
                 })
                 .map(|(&id, _)| id)
                 .take(8)
-                .collect()
+                .collect();
+            if garbage.is_empty() {
+                tombstone_victims(&idx.files, threshold)
+            } else {
+                garbage
+            }
         };
         if !victims.is_empty() {
             total.add(&compact_files(inner, s, &victims, throttle)?);
@@ -455,9 +511,14 @@ pub(crate) fn compact_files(
                         .and_then(|m| m.meta.as_ref())
                         .is_some_and(here),
                     Kind::Delete => oldest_other < h.seq,
-                    // Also kept while the map lives, so its version (which
-                    // counts field deletions) survives a restart.
-                    Kind::DeleteField => oldest_other < h.seq || idx.maps.contains_key(key),
+                    // Also kept while it is the newest change of a map that
+                    // lives, so the map's version (which counts field
+                    // deletions) survives a restart; older deletions of a
+                    // live map go, or a queue's pops would pile up forever.
+                    Kind::DeleteField => {
+                        oldest_other < h.seq
+                            || idx.maps.get(key).is_some_and(|m| m.version <= h.seq)
+                    }
                 }
             };
             if !keep {
