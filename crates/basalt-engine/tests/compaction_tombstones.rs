@@ -121,3 +121,55 @@ fn expired_map_does_not_come_back_after_restart_and_compaction() {
     assert!(!db.exists(b"h"));
     assert!(db.fields(b"h").unwrap().is_empty());
 }
+
+/// A queue: many fields pushed, most of them deleted again while the map
+/// lives. The files the deletions fill hold tombstones, not garbage, and
+/// compaction outputs carry the map's old live fields, so a file of
+/// tombstones compacted alone would keep every one of them. The background
+/// policy compacts such a file together with the files its tombstones may
+/// shadow; the tombstones go, and nothing comes back after a restart.
+#[test]
+fn a_file_full_of_field_deletions_is_reclaimed_and_the_map_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let opts = |c: &Arc<ManualClock>| opts(c).max_file_size(256 << 10);
+    let db = Db::open(dir.path(), opts(&clock)).unwrap();
+    let field = |i: u32| format!("f{i:06}").into_bytes();
+    for i in 0..20_000 {
+        db.put_field(b"q", &field(i), &[b'v'; 24]).unwrap();
+    }
+    // The oldest fields stay; compact the pushes' files first, as the
+    // background thread would have, so their survivors sit in an output.
+    for i in 1_000..20_000 {
+        db.delete_field(b"q", &field(i)).unwrap();
+    }
+    let tombstones = |db: &Db| -> u64 { db.stats().files.iter().map(|f| f.tombstone_bytes).sum() };
+    let disk = |db: &Db| -> u64 { db.stats().files.iter().map(|f| f.total_bytes).sum() };
+    let (t0, d0) = (tombstones(&db), disk(&db));
+    assert!(t0 > 400 << 10, "the deletions wrote tombstones: {t0}");
+    // Seal the last file of deletions behind newer writes.
+    for i in 0..6_000 {
+        db.put(format!("other{i}").as_bytes(), &[b'o'; 40]).unwrap();
+    }
+    let version = db.version(b"q");
+    for _ in 0..10 {
+        if db.compact_pass().unwrap().files_compacted == 0 {
+            break;
+        }
+    }
+    let (t1, d1) = (tombstones(&db), disk(&db));
+    assert!(
+        t1 * 4 < t0,
+        "tombstones {t0} -> {t1} bytes (disk {d0} -> {d1})"
+    );
+    assert_eq!(db.version(b"q"), version);
+    db.close().unwrap();
+
+    let db = Db::open(dir.path(), opts(&clock)).unwrap();
+    let mut names = db.field_names(b"q").unwrap();
+    names.sort();
+    assert_eq!(names, (0..1_000).map(field).collect::<Vec<_>>());
+    assert_eq!(db.get_field(b"q", &field(7)).unwrap(), Some(vec![b'v'; 24]));
+    assert_eq!(db.get_field(b"q", &field(1_234)).unwrap(), None);
+    assert_eq!(db.version(b"q"), version, "the map's version survives");
+}
