@@ -802,7 +802,7 @@ fn compare_hint(
     })
     .map_err(|why| (DamageKind::BadHint, 0, why))?;
     for (i, (off, h)) in f.good.iter().enumerate() {
-        let want = hint_entry(*off, h, data);
+        let want = HintEntry::of_record(*off, h, &data[*off as usize..]);
         match entries.get(i) {
             Some(e) if *e == want => {}
             Some(e) => {
@@ -837,23 +837,6 @@ fn compare_hint(
         ));
     }
     Ok(())
-}
-
-/// The hint entry describing the record `h` at `off` of `data`.
-fn hint_entry(off: u64, h: &RecordHeader, data: &[u8]) -> HintEntry {
-    let k0 = off as usize + RECORD_HEADER_LEN;
-    let k1 = k0 + h.key_len as usize;
-    HintEntry {
-        seq: h.seq,
-        expiry: h.expiry,
-        kind: h.kind,
-        flags: h.flags,
-        tag: h.tag,
-        offset: off as u32,
-        record_len: h.record_len() as u32,
-        key: data[k0..k1].to_vec(),
-        field: data[k1..k1 + h.field_len as usize].to_vec(),
-    }
 }
 
 /// Writes `path` through a temp file, fsync and rename.
@@ -968,7 +951,7 @@ fn repair_shard(scan: &ShardScan, out: &mut RepairReport) -> Result<()> {
             .encode(&HINT_MAGIC)
             .to_vec();
             for (off, h) in &records {
-                hint_entry(*off, h, &bytes).encode_into(&mut b);
+                HintEntry::of_record(*off, h, &bytes[*off as usize..]).encode_into(&mut b);
             }
             b.extend_from_slice(&format::encode_hint_footer(
                 records.len() as u64,

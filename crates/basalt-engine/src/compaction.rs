@@ -240,19 +240,7 @@ pub(crate) fn write_hint_for_file(
     let mut entries = Vec::new();
     let mut count = 0u64;
     let end = scan_records(handle, len, &path, |off, h, bytes| {
-        let k1 = RECORD_HEADER_LEN + h.key_len as usize;
-        HintEntry {
-            seq: h.seq,
-            expiry: h.expiry,
-            kind: h.kind,
-            flags: h.flags,
-            tag: h.tag,
-            offset: off as u32,
-            record_len: h.record_len() as u32,
-            key: bytes[RECORD_HEADER_LEN..k1].to_vec(),
-            field: bytes[k1..k1 + h.field_len as usize].to_vec(),
-        }
-        .encode_into(&mut entries);
+        HintEntry::of_record(off, h, bytes).encode_into(&mut entries);
         count += 1;
         Ok(())
     })?;

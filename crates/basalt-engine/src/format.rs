@@ -317,6 +317,23 @@ pub struct HintEntry {
 }
 
 impl HintEntry {
+    /// The entry describing the record with header `h` at offset `off`;
+    /// `rec` is the record's bytes, from its first byte on.
+    pub fn of_record(off: u64, h: &RecordHeader, rec: &[u8]) -> HintEntry {
+        let k1 = RECORD_HEADER_LEN + h.key_len as usize;
+        HintEntry {
+            seq: h.seq,
+            expiry: h.expiry,
+            kind: h.kind,
+            flags: h.flags,
+            tag: h.tag,
+            offset: off as u32,
+            record_len: h.record_len() as u32,
+            key: rec[RECORD_HEADER_LEN..k1].to_vec(),
+            field: rec[k1..k1 + h.field_len as usize].to_vec(),
+        }
+    }
+
     /// Appends the encoded entry to `out`.
     pub fn encode_into(&self, out: &mut Vec<u8>) {
         let start = out.len();

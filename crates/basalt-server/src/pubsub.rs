@@ -74,30 +74,6 @@ impl Default for ObufLimits {
     }
 }
 
-/// Redis's `memtoull`: digits with an optional unit b k kb m mb g gb
-/// (case-insensitive; `k` is 1000, `kb` 1024).
-fn parse_mem(s: &str) -> Option<u64> {
-    let lower = s.to_ascii_lowercase();
-    let split = lower
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(lower.len());
-    let (digits, unit) = lower.split_at(split);
-    if digits.is_empty() {
-        return None;
-    }
-    let mul: u64 = match unit {
-        "" | "b" => 1,
-        "k" => 1000,
-        "kb" => 1024,
-        "m" => 1000 * 1000,
-        "mb" => 1024 * 1024,
-        "g" => 1000 * 1000 * 1000,
-        "gb" => 1024 * 1024 * 1024,
-        _ => return None,
-    };
-    digits.parse::<u64>().ok()?.checked_mul(mul)
-}
-
 impl ObufLimits {
     /// Applies a `client-output-buffer-limit` value (`<class> <hard> <soft>
     /// <seconds>` repeated) to a copy of `self`, with Redis's error texts.
@@ -116,8 +92,8 @@ impl ObufLimits {
                 _ => return Err("Invalid client class specified in buffer limit configuration."),
             };
             let bad = "Error in hard, soft or soft_seconds setting in buffer limit configuration.";
-            let hard = parse_mem(w[1]).ok_or(bad)?;
-            let soft = parse_mem(w[2]).ok_or(bad)?;
+            let hard = crate::auth::parse_size(w[1]).ok_or(bad)?;
+            let soft = crate::auth::parse_size(w[2]).ok_or(bad)?;
             let secs = w[3].parse::<i64>().ok().filter(|s| *s >= 0).ok_or(bad)? as u64;
             *slot = ObufLimit {
                 hard,
