@@ -492,7 +492,7 @@ pub(crate) fn compact_files(
                         .maps
                         .get(key)
                         .and_then(|m| m.fields.get(field))
-                        .is_some_and(here),
+                        .is_some_and(|l| here(&l)),
                     Kind::MapMeta => idx
                         .maps
                         .get(key)

@@ -25,7 +25,7 @@ use std::thread::JoinHandle;
 use hashbrown::HashMap;
 use parking_lot::{Condvar, Mutex, RwLock};
 
-use crate::field::FieldName;
+use crate::fields::Fields;
 use crate::format::{self, FileHeader, Kind, Origin, Record, RecordRef, DATA_MAGIC, FLAG_LZ4};
 use crate::keydir::{Keydir, Loc, MAP_FILE};
 use crate::options::{Options, SyncPolicy};
@@ -133,12 +133,6 @@ pub struct Stats {
     pub next_seq: u64,
 }
 
-/// A map's field table. An `IndexMap` rather than a plain hash map so that a
-/// random field is one index away ([`Db::random_fields`]: SPOP and
-/// SRANDMEMBER on a set of a million members stay O(1)); fields are removed
-/// with `swap_remove`, so their order is not insertion order.
-pub(crate) type FieldMap = indexmap::IndexMap<FieldName, Loc, hashbrown::DefaultHashBuilder>;
-
 /// One map: its fields' locations and its own metadata.
 #[derive(Debug, Default)]
 pub(crate) struct MapEntry {
@@ -147,7 +141,7 @@ pub(crate) struct MapEntry {
     pub expiry: u64,
     /// Location of the MapMeta record holding the expiry, if any.
     pub meta: Option<Loc>,
-    pub fields: FieldMap,
+    pub fields: Fields,
 }
 
 /// A data file as readers see it: its handle and, when the file system maps
@@ -345,7 +339,7 @@ impl Index {
     /// Drops the map of `key` (not its keydir entry), fixing accounting.
     fn drop_map(&mut self, key: &[u8]) {
         if let Some(m) = self.maps.remove(key) {
-            for (_, loc) in m.fields {
+            for loc in m.fields.values() {
                 self.sub_live(loc);
             }
             if let Some(meta) = m.meta {
@@ -376,10 +370,7 @@ impl Index {
     pub fn memory_bytes(&self) -> usize {
         let mut n = self.keys.memory_bytes();
         for (k, m) in &self.maps {
-            // Entries (hash, name, location) plus the index table, plus
-            // the heap bytes of names too long to be stored inline.
-            n += k.len() + 96 + m.fields.capacity() * (8 + 24 + 24 + 8 + 1);
-            n += m.fields.keys().map(|f| f.heap_bytes()).sum::<usize>();
+            n += k.len() + 96 + m.fields.memory_bytes();
         }
         n += self.expires.capacity() * (16 + 8 + 1);
         n += self
@@ -1364,7 +1355,7 @@ impl Db {
             }
             let m = idx.maps.get_mut(key).expect("map key without a map");
             m.version = seq;
-            let old = m.fields.insert(field.into(), loc);
+            let old = m.fields.insert(field, loc);
             if let Some(old) = old {
                 idx.sub_live(old);
             }
@@ -1384,7 +1375,7 @@ impl Db {
             let Some(m) = Self::live_map(inner, &idx, key)? else {
                 return Ok(None);
             };
-            let Some(&loc) = m.fields.get(field) else {
+            let Some(loc) = m.fields.get(field) else {
                 return Ok(None);
             };
             (idx.files[&loc.file].handle.clone(), loc)
@@ -1418,7 +1409,7 @@ impl Db {
                 return Ok(None);
             };
             for (i, field) in fields.iter().enumerate() {
-                let Some(&loc) = m.fields.get(field.as_ref()) else {
+                let Some(loc) = m.fields.get(field.as_ref()) else {
                     continue;
                 };
                 let fi = match files.iter().position(|(id, _)| *id == loc.file) {
@@ -1491,7 +1482,7 @@ impl Db {
             let Some(m) = Self::live_map(inner, &idx, key)? else {
                 return Ok(None);
             };
-            let Some((pos, _, &loc)) = m.fields.get_full(field) else {
+            let Some((pos, loc)) = m.fields.get_full(field) else {
                 return Ok(None);
             };
             let file = read.then(|| idx.files[&loc.file].handle.clone());
@@ -1528,8 +1519,8 @@ impl Db {
             idx.note_append(loc, Kind::DeleteField);
             let m = idx.maps.get_mut(key).expect("map key without a map");
             m.version = seq;
-            debug_assert_eq!(m.fields.get_index(pos).map(|(f, _)| &f[..]), Some(field));
-            if let Some((_, old)) = m.fields.swap_remove_index(pos) {
+            debug_assert_eq!(m.fields.name_at(pos).as_deref(), Some(field));
+            if let Some(old) = m.fields.swap_remove_index(pos) {
                 idx.sub_live(old);
             }
         }
@@ -1542,7 +1533,7 @@ impl Db {
         let inner = &*self.inner;
         let idx = inner.shard(key).index.read();
         Ok(Self::live_map(inner, &idx, key)?
-            .map(|m| m.fields.keys().map(|f| f.to_vec()).collect())
+            .map(|m| m.fields.iter().map(|(f, _)| f.to_vec()).collect())
             .unwrap_or_default())
     }
 
@@ -1577,7 +1568,7 @@ impl Db {
         if n == 0 || count == 0 {
             return Ok(Vec::new());
         }
-        let name = |i: usize| m.fields.get_index(i).expect("index below len").0.to_vec();
+        let name = |i: usize| m.fields.name_at(i).expect("index below len").to_vec();
         let mut rng = SplitMix(seed);
         if !distinct {
             return Ok((0..count).map(|_| name(rng.below(n))).collect());
@@ -1610,7 +1601,7 @@ impl Db {
                 Some(m) => m
                     .fields
                     .values()
-                    .map(|l| (idx.files[&l.file].handle.clone(), *l))
+                    .map(|l| (idx.files[&l.file].handle.clone(), l))
                     .collect(),
             }
         };

@@ -33,7 +33,7 @@ use std::collections::VecDeque;
 use std::hash::BuildHasher;
 
 /// Where a record lives, and its sequence number.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Loc {
     /// Data file id, or [`MAP_FILE`] when the key holds a map.
     pub file: u32,

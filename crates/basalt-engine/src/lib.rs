@@ -48,6 +48,7 @@ mod compaction;
 mod db;
 mod error;
 mod field;
+mod fields;
 pub mod format;
 mod keydir;
 mod options;

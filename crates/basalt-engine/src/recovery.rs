@@ -283,7 +283,7 @@ impl Loader {
                     Some(l) if l.seq >= seq => {}
                     Some(l) => *l = it.loc,
                     None => {
-                        m.fields.insert(fk.1.into(), it.loc);
+                        m.fields.insert(&fk.1, it.loc);
                     }
                 }
             }
@@ -319,6 +319,7 @@ impl Loader {
     /// into the key index and computes live bytes per file.
     fn finish(mut self) -> (Index, u64) {
         for m in self.idx.maps.values_mut() {
+            m.fields.shrink_to_run();
             m.version = m.fields.values().map(|l| l.seq).max().unwrap_or(0);
         }
         for (key, (loc, expiry)) in std::mem::take(&mut self.metas) {
@@ -362,7 +363,7 @@ impl Loader {
             }
         });
         for m in idx.maps.values() {
-            live.extend(m.fields.values().copied());
+            live.extend(m.fields.values());
             live.extend(m.meta);
         }
         for l in live {
