@@ -181,7 +181,7 @@ pub fn remove_fields(
             }
             if n > 0 {
                 ctx.notify(class, event, key);
-                if !db.exists(key) {
+                if ctx.shared.pubsub.notifies(GENERIC) && !db.exists(key) {
                     ctx.notify(GENERIC, "del", key);
                 }
             }

@@ -905,7 +905,8 @@ fn stored_events(ctx: &Ctx<'_>, dst: &[u8], event: &str, stored: usize, existed:
 /// Keyspace events after [`pop`] took members from `key`.
 fn popped_events(ctx: &Ctx<'_>, z: &ZDb<'_>, key: &[u8], max: bool) {
     ctx.notify(ZSET, if max { "zpopmax" } else { "zpopmin" }, key);
-    if !z.db.exists(key) {
+    // The existence probe only when `del` events are wanted.
+    if ctx.shared.pubsub.notifies(GENERIC) && !z.db.exists(key) {
         ctx.notify(GENERIC, "del", key);
     }
 }
