@@ -137,6 +137,11 @@ fn start_inner(
         None => None,
     };
     let http_addr = http.as_ref().map(|h| h.addr());
+    // CONFIG GET http-port answers the bound port (an ephemeral one too).
+    let mut config = config;
+    if let Some(a) = http_addr {
+        config.http_port = Some(a.port());
+    }
     if let Some(hook) = hook {
         hook.call(http_addr);
     }

@@ -1337,3 +1337,48 @@ fn protected_mode_answers_403_denied_to_http_clients_from_other_addresses() {
         h.rt.block_on(async { h.client.get(&local).send().await.unwrap().status() });
     assert_eq!(s, StatusCode::NOT_FOUND);
 }
+
+#[test]
+fn config_get_reports_the_bound_http_port_and_zero_when_http_is_off() {
+    let h = Http::start();
+    let port = h
+        .server
+        .handle
+        .as_ref()
+        .unwrap()
+        .http_addr()
+        .unwrap()
+        .port();
+    let mut c = h.server.client();
+    let got: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("http-port")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(got, vec!["http-port".to_string(), port.to_string()]);
+    assert_ne!(port, 0);
+    let set: redis::RedisResult<String> = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("http-port")
+        .arg("1234")
+        .query(&mut c);
+    assert!(set.is_err(), "http-port is read-only: {set:?}");
+
+    let off = TestServer::start();
+    let mut c = off.client();
+    let got: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("http-port")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(got, vec!["http-port".to_string(), "0".to_string()]);
+    let size: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("data-file-size")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(
+        size,
+        vec!["data-file-size".to_string(), (32u64 << 20).to_string()]
+    );
+}

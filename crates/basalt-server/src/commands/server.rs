@@ -903,6 +903,8 @@ const PARAMS: &[(&str, Kind, &str)] = &[
     ("port", Kind::Immutable, ""),
     ("bind", Kind::Immutable, ""),
     ("dir", Kind::Immutable, ""),
+    ("http-port", Kind::Immutable, ""),
+    ("data-file-size", Kind::Immutable, ""),
     ("databases", Kind::Immutable, ""),
     ("loglevel", Kind::Immutable, ""),
     ("appendfsync", Kind::Appendfsync, ""),
@@ -958,6 +960,9 @@ fn param_value(ctx: &Ctx<'_>, name: &'static str, kind: Kind, default: &str) -> 
             .display()
             .to_string(),
         "databases" => c.databases.to_string(),
+        // The bound port (0 = the HTTP API is off).
+        "http-port" => c.http_port.unwrap_or(0).to_string(),
+        "data-file-size" => c.data_file_size.to_string(),
         "loglevel" => c.loglevel.clone(),
         "appendfsync" => ctx.shared.settings.appendfsync().as_str().to_string(),
         "notify-keyspace-events" => crate::notify::render(ctx.shared.pubsub.events()),
