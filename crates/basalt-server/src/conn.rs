@@ -152,7 +152,7 @@ pub(crate) async fn resume(
     here: Here,
 ) -> bool {
     let info = m.conn.info.clone();
-    match run(&mut stream, &shared, &mut m.conn, &mut m.buf).await {
+    match run(&mut stream, &shared, &mut m.conn, &mut m.buf, &here).await {
         Ok(Ended::Closed) => {}
         Ok(Ended::Move(to)) => match stream.into_std() {
             Ok(std_stream) => {
@@ -250,6 +250,7 @@ async fn run(
     shared: &Shared,
     conn: &mut Conn,
     buf: &mut Vec<u8>,
+    here: &Here,
 ) -> std::io::Result<Ended> {
     let mut shutdown = shared.shutdown_rx();
     let mut parser = RequestParser::new(Limits::default());
@@ -259,8 +260,11 @@ async fn run(
     let mut rival = usize::MAX;
     let mut streak = 0u32;
     loop {
-        if streak >= MOVE_AFTER && !shared.shutting_down() {
-            return Ok(Ended::Move(rival));
+        if streak >= MOVE_AFTER {
+            if !shared.shutting_down() && here.routes.may_move(here.index, rival) {
+                return Ok(Ended::Move(rival));
+            }
+            streak = 0;
         }
         if buf.capacity() - buf.len() < READ_CHUNK / 4 {
             // Doubling growth, so a big argument costs O(log n) reallocations.

@@ -12,7 +12,8 @@
 //! scheduler. Here a stripe remembers which worker took it last; a lock
 //! that finds the stripe held notes the holder's worker; a connection whose
 //! batches found the same other worker holding their stripes
-//! [`MOVE_AFTER`] times in a row moves to it (its socket leaves this
+//! [`MOVE_AFTER`] times in a row moves to it, if that worker serves at
+//! least as many connections as this one (its socket leaves this
 //! runtime's reactor, its state travels through the target's queue, and it
 //! carries on there between two batches). So the connections of a hot key
 //! gather on one thread, which then runs them one after another as Redis
@@ -105,6 +106,19 @@ impl Routes {
     /// Number of workers.
     pub(crate) fn len(&self) -> usize {
         self.queues.len()
+    }
+
+    /// Whether a connection on worker `from` may move to worker `to`: only
+    /// towards a worker serving at least as many connections. Without this,
+    /// while a hot key's connections are split across two workers, each
+    /// side's connections wait for the other side and both move, and they
+    /// swap places again and again (measured: ~6 moves per connection in a
+    /// 2-second ZADD run); with it they flow one way, to the larger group,
+    /// and settle.
+    pub(crate) fn may_move(&self, from: usize, to: usize) -> bool {
+        to != from
+            && to < self.open.len()
+            && self.open[to].load(Ordering::Relaxed) >= self.open[from].load(Ordering::Relaxed)
     }
 
     /// Sends a connection, between two of its batches, to worker `to`.
