@@ -156,12 +156,12 @@ pub(crate) async fn resume(
         Ok(Ended::Closed) => {}
         Ok(Ended::Move(to)) => match stream.into_std() {
             Ok(std_stream) => {
-                let sent = here
+                // Not sent: the target has stopped (shutdown) and the
+                // socket is closed; the connection ends here.
+                if here
                     .routes
-                    .send_moved(here.index, to, std_stream, Box::new(m));
-                // On `Err` the target has stopped (shutdown): the socket was
-                // dropped with the message, which closed it.
-                if sent.is_ok() {
+                    .send_moved(here.index, to, std_stream, Box::new(m))
+                {
                     shared.stats.client_moves.fetch_add(1, Ordering::Relaxed);
                     tracing::debug!(id = info.id, from = here.index, to, "client moved");
                     return true;

@@ -203,7 +203,10 @@ fn start_inner(
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
-    let workers = workers::Workers::start(threads, &shared, SHUTDOWN_GRACE)?;
+    let workers = workers::Workers::start(threads, &shared, SHUTDOWN_GRACE).inspect_err(|_| {
+        // Workers already started end on the shutdown signal.
+        shared.request_shutdown();
+    })?;
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     let acceptor = shared.clone();
     runtime.spawn(async move {

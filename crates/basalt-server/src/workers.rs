@@ -122,27 +122,22 @@ impl Routes {
     }
 
     /// Sends a connection, between two of its batches, to worker `to`.
-    /// `Err` gives it back if that worker has stopped (shutdown).
+    /// `false` if that worker has stopped (shutdown): the socket was dropped
+    /// with the message, which closed it.
     pub(crate) fn send_moved(
         &self,
         from: usize,
         to: usize,
         stream: std::net::TcpStream,
         moving: Box<Moving>,
-    ) -> Result<(), Box<Moving>> {
+    ) -> bool {
         self.open[to].fetch_add(1, Ordering::Relaxed);
-        match self.queues[to].send(Handoff::Moved(stream, moving)) {
-            Ok(()) => {
-                self.open[from].fetch_sub(1, Ordering::Relaxed);
-                Ok(())
-            }
-            Err(mpsc::error::SendError(h)) => {
-                self.open[to].fetch_sub(1, Ordering::Relaxed);
-                match h {
-                    Handoff::Moved(_, m) => Err(m),
-                    Handoff::New(..) => unreachable!("sent a Moved handoff"),
-                }
-            }
+        if self.queues[to].send(Handoff::Moved(stream, moving)).is_ok() {
+            self.open[from].fetch_sub(1, Ordering::Relaxed);
+            true
+        } else {
+            self.open[to].fetch_sub(1, Ordering::Relaxed);
+            false
         }
     }
 }
@@ -168,7 +163,11 @@ impl Workers {
     /// `shared`. Once shutdown is requested each stops taking connections
     /// and gives its own `grace` to finish their batch in flight.
     pub(crate) fn start(n: usize, shared: &Arc<Shared>, grace: Duration) -> anyhow::Result<Self> {
-        let n = n.clamp(1, NOT_A_WORKER as usize - 1);
+        let max = NOT_A_WORKER as usize - 1;
+        if n > max {
+            tracing::warn!("{n} connection worker threads asked for; using {max}");
+        }
+        let n = n.clamp(1, max);
         let (queues, receivers): (Vec<_>, Vec<_>) =
             (0..n).map(|_| mpsc::unbounded_channel()).unzip();
         let routes = Arc::new(Routes {
