@@ -189,6 +189,20 @@ impl Drop for Admitted<'_> {
     }
 }
 
+impl Admitted<'_> {
+    /// Keeps the connection counted past this guard's scope: a connection
+    /// that may move between workers (`crate::workers`) is released by
+    /// [`release`] when it ends, wherever that is.
+    pub fn keep(self) {
+        std::mem::forget(self);
+    }
+}
+
+/// Ends the admission of a connection whose guard was [`Admitted::keep`]t.
+pub fn release(security: &Security) {
+    security.connected.fetch_sub(1, Ordering::Relaxed);
+}
+
 /// Admission of a new connection, in Redis's order: `maxclients` first,
 /// then protected mode. `Err` holds the line to write before closing.
 pub fn admit(security: &Security, peer: SocketAddr) -> Result<Admitted<'_>, &'static [u8]> {

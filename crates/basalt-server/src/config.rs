@@ -197,8 +197,9 @@ pub struct Config {
     pub appendfsync: Appendfsync,
     /// Number of databases. Default: 16.
     pub databases: u32,
-    /// Worker threads of the tokio runtime that serves connections; 0 = one
-    /// per CPU. Default: 0. On a machine where the clients share the CPUs
+    /// Connection worker threads, each with its own single-threaded tokio
+    /// runtime (`crate::workers`; the HTTP API's runtime gets as many); 0 =
+    /// one per CPU. Default: 0. On a machine where the clients share the CPUs
     /// with the server (a benchmark on the same box), fewer threads than
     /// CPUs can serve more: see `docs/benchmarks.md`.
     pub threads: usize,

@@ -39,6 +39,7 @@ use crate::config::Appendfsync;
 use crate::pubsub;
 use crate::state::{now_ms, now_ns, ClientInfo, Shared};
 use crate::tx;
+use crate::workers::{self, Here, MOVE_AFTER};
 
 /// Replies buffered before they are written in the middle of a batch.
 pub const OUTPUT_FLUSH: usize = 64 << 20;
@@ -90,39 +91,107 @@ const CLOCK_EVERY: u64 = 16;
 /// Smallest free space offered to a read.
 const READ_CHUNK: usize = 16 << 10;
 
-pub(crate) async fn serve(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
+/// What a connection carries when it moves to another worker between two
+/// batches (`crate::workers`); its socket travels beside it, off any
+/// reactor.
+#[derive(Debug)]
+pub(crate) struct Moving {
+    /// Selected database, protocol, MULTI state, registry entry.
+    pub(crate) conn: Conn,
+    /// Input read but not yet run (an incomplete command).
+    buf: Vec<u8>,
+}
+
+/// Serves a new connection until it ends (`false`) or moves to another
+/// worker (`true`).
+pub(crate) async fn serve(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    shared: Arc<Shared>,
+    here: Here,
+) -> bool {
     let _ = stream.set_nodelay(true);
     // maxclients and protected mode (crate::auth): refused with one line.
-    let _admitted = match crate::auth::admit(&shared.security, peer) {
+    let admitted = match crate::auth::admit(&shared.security, peer) {
         Ok(a) => a,
         Err(line) => {
             let _ = stream.write_all(line).await;
             let _ = stream.shutdown().await;
-            return;
+            return false;
         }
     };
+    // From here on `release` ends the admission, on whichever worker the
+    // connection ends.
+    admitted.keep();
     let laddr = stream.local_addr().unwrap_or(shared.addr);
     let info = shared.clients.register(peer, laddr, stream.as_raw_fd());
     crate::auth::set_default_auth(&shared, &info);
     shared.stats.connections.fetch_add(1, Ordering::Relaxed);
     tracing::debug!(id = info.id, %peer, "client connected");
-    let mut conn = Conn {
+    let conn = Conn {
         db: 0,
         protocol: Protocol::Resp2,
-        info: info.clone(),
+        info,
         tx: Default::default(),
         batch_clock: 0,
         tick: 0,
     };
-    if let Err(e) = run(&mut stream, &shared, &mut conn).await {
-        tracing::debug!(id = info.id, error = %e, "connection ended with an error");
+    let moving = Moving {
+        conn,
+        buf: Vec::with_capacity(READ_CHUNK),
+    };
+    resume(stream, moving, shared, here).await
+}
+
+/// Serves a connection (new, or moved here) until it ends (`false`) or
+/// moves on (`true`).
+pub(crate) async fn resume(
+    mut stream: TcpStream,
+    mut m: Moving,
+    shared: Arc<Shared>,
+    here: Here,
+) -> bool {
+    let info = m.conn.info.clone();
+    match run(&mut stream, &shared, &mut m.conn, &mut m.buf, &here).await {
+        Ok(Ended::Closed) => {}
+        Ok(Ended::Move(to)) => match stream.into_std() {
+            Ok(std_stream) => {
+                // Not sent: the target has stopped (shutdown) and the
+                // socket is closed; the connection ends here.
+                if here
+                    .routes
+                    .send_moved(here.index, to, std_stream, Box::new(m))
+                {
+                    shared.stats.client_moves.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(id = info.id, from = here.index, to, "client moved");
+                    return true;
+                }
+            }
+            Err(e) => tracing::debug!(id = info.id, error = %e, "cannot move a client"),
+        },
+        Err(e) => tracing::debug!(id = info.id, error = %e, "connection ended with an error"),
     }
-    // A client that was blocked leaves the queues; its wakeup, if it had
-    // one, passes to the next waiter.
+    release(&shared, &info);
+    false
+}
+
+/// Forgets an ended connection: a client that was blocked leaves the
+/// queues (its wakeup, if it had one, passes to the next waiter), its
+/// subscriptions go, it leaves CLIENT LIST and the maxclients count.
+pub(crate) fn release(shared: &Shared, info: &ClientInfo) {
     shared.blocking.finish(info.id);
-    shared.pubsub.drop_client(&info);
+    shared.pubsub.drop_client(info);
     shared.clients.unregister(info.id);
+    crate::auth::release(&shared.security);
     tracing::debug!(id = info.id, "client disconnected");
+}
+
+/// Why [`run`] returned.
+enum Ended {
+    /// The client went away, quit, was killed, or the server is stopping.
+    Closed,
+    /// The connection should carry on on worker `.0` (`crate::workers`).
+    Move(usize),
 }
 
 /// Writes the batch's replies, after the group-commit fsync if one is due.
@@ -176,38 +245,52 @@ fn sync_all(shared: &Shared) -> basalt_engine::Result<()> {
     Ok(())
 }
 
-async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::io::Result<()> {
+async fn run(
+    stream: &mut TcpStream,
+    shared: &Shared,
+    conn: &mut Conn,
+    buf: &mut Vec<u8>,
+    here: &Here,
+) -> std::io::Result<Ended> {
     let mut shutdown = shared.shutdown_rx();
     let mut parser = RequestParser::new(Limits::default());
-    let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut out: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let info = conn.info.clone();
+    // Batches in a row that waited for a stripe held by worker `rival`.
+    let mut rival = usize::MAX;
+    let mut streak = 0u32;
     loop {
+        if streak >= MOVE_AFTER {
+            if !shared.shutting_down() && here.routes.may_move(here.index, rival) {
+                return Ok(Ended::Move(rival));
+            }
+            streak = 0;
+        }
         if buf.capacity() - buf.len() < READ_CHUNK / 4 {
             // Doubling growth, so a big argument costs O(log n) reallocations.
             buf.reserve(buf.len().clamp(READ_CHUNK, 64 << 20));
         }
         let n = tokio::select! {
             biased;
-            _ = info.kill.notified() => return Ok(()),
-            _ = Shared::wait_shutdown(&mut shutdown) => return Ok(()),
-            r = stream.read_buf(&mut buf) => r?,
+            _ = info.kill.notified() => return Ok(Ended::Closed),
+            _ = Shared::wait_shutdown(&mut shutdown) => return Ok(Ended::Closed),
+            r = stream.read_buf(buf) => r?,
             // After the read: a client that keeps sending gets its messages
             // appended to each batch's output instead.
             _ = info.pubsub.ready() => {
                 if !pubsub::deliver(stream, &info, &shared.pubsub, conn.protocol, &shared.stats).await? {
-                    return Ok(());
+                    return Ok(Ended::Closed);
                 }
                 continue;
             }
         };
         if n == 0 {
-            return Ok(());
+            return Ok(Ended::Closed);
         }
         if info.killed.load(Ordering::SeqCst)
-            || crate::auth::query_buffer_exceeded(shared, &info, &buf)
+            || crate::auth::query_buffer_exceeded(shared, &info, buf)
         {
-            return Ok(());
+            return Ok(Ended::Closed);
         }
         shared
             .stats
@@ -223,12 +306,14 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
         let mut last: Option<&'static str> = None;
         // Held while commands run, released before every await (crate::tx).
         let mut gate = shared.gate.enter();
+        // Contention noted on this thread before the batch is not its own.
+        let _ = workers::take_contention();
         // One clock read for the batch; anything that waits below resets it.
         conn.tick = now_ns();
         conn.batch_clock = conn.tick / 1_000_000;
         crate::auth::sync_bulk_limit(shared, &mut parser);
         if buf.len() > PREFETCH_MIN_BYTES && info.authenticated.load(Ordering::Relaxed) {
-            prefetch_gets(shared, conn, &buf);
+            prefetch_gets(shared, conn, buf);
         }
         loop {
             let cmd_start = pos;
@@ -294,15 +379,8 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
                 Some(After::Block) => {
                     gate.release();
                     flush(stream, shared, &info, &mut out, &mut wrote).await?;
-                    let parked = park(
-                        stream,
-                        shared,
-                        &info,
-                        conn.protocol,
-                        &mut buf,
-                        &mut shutdown,
-                    )
-                    .await?;
+                    let parked =
+                        park(stream, shared, &info, conn.protocol, buf, &mut shutdown).await?;
                     gate.hold();
                     conn.batch_clock = 0;
                     conn.tick = now_ns();
@@ -324,7 +402,7 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
                             Encoder::new(&mut out, conn.protocol)
                                 .error(b"UNBLOCKED client unblocked via CLIENT UNBLOCK");
                         }
-                        Parked::Closed => return Ok(()),
+                        Parked::Closed => return Ok(Ended::Closed),
                     }
                 }
             }
@@ -352,6 +430,16 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
             }
         }
         drop(gate);
+        // Read before the first await below lets another connection of this
+        // worker run and note its own contention.
+        match workers::take_contention() {
+            Some(w) if w == rival => streak += 1,
+            Some(w) => {
+                rival = w;
+                streak = 1;
+            }
+            None => streak = 0,
+        }
         let batch_started = std::mem::take(&mut conn.batch_clock);
         shared.stats.commands.fetch_add(count, Ordering::Relaxed);
         if writes > 0 {
@@ -373,10 +461,10 @@ async fn run(stream: &mut TcpStream, shared: &Shared, conn: &mut Conn) -> std::i
         }
         if close {
             let _ = stream.shutdown().await;
-            return Ok(());
+            return Ok(Ended::Closed);
         }
         if buf.is_empty() && buf.capacity() > 1 << 20 {
-            buf = Vec::with_capacity(READ_CHUNK);
+            *buf = Vec::with_capacity(READ_CHUNK);
         }
     }
 }

@@ -32,7 +32,7 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use basalt_engine::{Db, KeyKind, KeyMeta, Options, SyncPolicy};
@@ -180,12 +180,37 @@ pub struct DbFigures {
     pub index_bytes: u64,
 }
 
+/// One key stripe: the lock, and which connection worker took it last, so
+/// a worker that has to wait for it can tell whom it waited for (a hot key
+/// then gets one owner thread, see `crate::workers`).
+#[derive(Debug, Default)]
+struct Stripe {
+    lock: Mutex<()>,
+    holder: AtomicU8,
+}
+
+impl Stripe {
+    #[inline]
+    fn take(&self) -> MutexGuard<'_, ()> {
+        let guard = match self.lock.try_lock() {
+            Some(g) => g,
+            None => {
+                crate::workers::note_contention(self.holder.load(Ordering::Relaxed));
+                self.lock.lock()
+            }
+        };
+        self.holder
+            .store(crate::workers::current(), Ordering::Relaxed);
+        guard
+    }
+}
+
 /// All databases and the key stripes.
 #[derive(Debug)]
 pub struct Keyspace {
     root: PathBuf,
     slots: Box<[RwLock<Slot>]>,
-    stripes: Box<[Mutex<()>]>,
+    stripes: Box<[Stripe]>,
     sync: SyncPolicy,
     /// Largest data file of each shard (`data-file-size`).
     file_size: u64,
@@ -279,7 +304,7 @@ impl Keyspace {
         Ok(Keyspace {
             root: root.to_path_buf(),
             slots: slots.into_boxed_slice(),
-            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            stripes: (0..STRIPES).map(|_| Stripe::default()).collect(),
             sync,
             file_size,
             names: Mutex::new(names),
@@ -376,7 +401,7 @@ impl Keyspace {
 
     /// Locks the stripe of one key.
     pub fn lock(&self, db: usize, key: &[u8]) -> MutexGuard<'_, ()> {
-        self.stripes[Self::stripe_of(db, key)].lock()
+        self.stripes[Self::stripe_of(db, key)].take()
     }
 
     /// Locks the stripes of several (db, key) pairs, in sorted order without
@@ -391,7 +416,7 @@ impl Keyspace {
             .collect();
         idx.sort_unstable();
         idx.dedup();
-        idx.into_iter().map(|i| self.stripes[i].lock()).collect()
+        idx.into_iter().map(|i| self.stripes[i].take()).collect()
     }
 
     /// Key count and figures of database `n` (zeros if unopened).

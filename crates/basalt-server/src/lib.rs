@@ -3,7 +3,9 @@
 //! The Basalt server: the Redis protocol over the Basalt engine.
 //!
 //! ```text
-//! listener ──accept──> conn::serve (one tokio task per connection)
+//! listener ──accept──> workers (N threads, each a single-threaded runtime)
+//!                      ──> conn::serve (one task per connection; a hot
+//!                          key's connections move to one worker)
 //!                         │  read ─> parse every complete command (basalt-resp)
 //!                         │        ─> commands::execute (the command table)
 //!                         │        ─> one output buffer ─> one write
@@ -37,6 +39,7 @@ pub mod notify;
 pub mod pubsub;
 mod state;
 pub mod tx;
+mod workers;
 pub mod zindex;
 
 use std::net::SocketAddr;
@@ -45,7 +48,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use tokio::net::TcpListener;
-use tokio::task::JoinSet;
 
 pub use config::{Appendfsync, Config};
 pub use state::{ClientInfo, Clients, Shared, Stats};
@@ -197,10 +199,18 @@ fn start_inner(
             shared.request_shutdown();
         });
     }
+    let threads = match shared.config.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let workers = workers::Workers::start(threads, &shared, SHUTDOWN_GRACE).inspect_err(|_| {
+        // Workers already started end on the shutdown signal.
+        shared.request_shutdown();
+    })?;
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     let acceptor = shared.clone();
     runtime.spawn(async move {
-        let result = accept_loop(listener, acceptor, http).await;
+        let result = accept_loop(listener, acceptor, workers, http).await;
         let _ = done_tx.send(result);
     });
     Ok(ServerHandle {
@@ -214,36 +224,31 @@ fn start_inner(
 async fn accept_loop(
     listener: TcpListener,
     shared: Arc<Shared>,
+    workers: workers::Workers,
     http: Option<http::HttpServer>,
 ) -> anyhow::Result<()> {
     let mut shutdown = shared.shutdown_rx();
-    let mut conns = JoinSet::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    conns.spawn(conn::serve(stream, peer, shared.clone()));
-                }
+                Ok((stream, peer)) => workers.dispatch(stream, peer),
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
                     tracing::warn!(error = %e, "accept failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
             _ = Shared::wait_shutdown(&mut shutdown) => break,
         }
     }
     drop(listener);
-    tracing::info!("shutting down: {} connection(s) finishing", conns.len());
-    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
-        while conns.join_next().await.is_some() {}
-    })
-    .await;
-    if drained.is_err() {
-        tracing::warn!("connections did not finish in time; closing them");
-        conns.shutdown().await;
-    }
+    tracing::info!(
+        "shutting down: {} connection(s) finishing",
+        shared.clients.len()
+    );
+    tokio::task::spawn_blocking(move || workers.finish())
+        .await
+        .context("a connection worker panicked")?;
     if let Some(http) = http {
         // Requests in flight finish (event streams end at once) before the
         // databases close.

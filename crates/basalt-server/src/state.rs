@@ -48,6 +48,9 @@ pub struct Stats {
     pub rejected: AtomicU64,
     /// Write commands executed since the last SAVE (Redis's `dirty`).
     pub dirty: AtomicU64,
+    /// Connections moved to the worker thread that owns their hot key
+    /// (`crate::workers`).
+    pub client_moves: AtomicU64,
 }
 
 /// What CLIENT LIST shows about one connection, shared between the

@@ -65,8 +65,14 @@ fn read_reply(r: &mut impl BufRead) -> String {
             let mut body = vec![0u8; n() as usize + 2];
             r.read_exact(&mut body).unwrap();
         }
-        b'*' => {
+        b'*' | b'~' | b'>' => {
             for _ in 0..n().max(0) {
+                read_reply(r);
+            }
+        }
+        // RESP3 maps: a key and a value per entry.
+        b'%' => {
+            for _ in 0..2 * n().max(0) {
                 read_reply(r);
             }
         }
@@ -210,4 +216,94 @@ fn a_batch_mixing_one_key_runs_with_multi_exec_and_other_keys_replies_in_order()
         bulk("5"),
     ];
     assert_eq!(got, want);
+}
+
+/// `basalt_client_worker_moves` from INFO stats.
+fn worker_moves(c: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("stats").query(c).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("basalt_client_worker_moves:"))
+        .expect("INFO stats names basalt_client_worker_moves")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn connections_hammering_one_key_move_to_one_worker_and_keep_their_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::ephemeral(dir.path());
+    config.threads = 2;
+    let srv = TestServer::start_with(config, dir);
+    let addr = srv.addr();
+    let mut admin = srv.client();
+    let conns = 6;
+    let per_batch = 64;
+    let mut pipeline = Vec::new();
+    for _ in 0..per_batch {
+        pipeline.extend(resp(&["INCR", "hot"]));
+    }
+    // Each connection sets state a move must carry (protocol, database,
+    // name), then sends pipelines of INCR on one key until the server has
+    // moved a connection (bounded: 20 s, 5000 batches each).
+    let started = std::time::Instant::now();
+    let sent: Vec<usize> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..conns)
+            .map(|i| {
+                let pipeline = &pipeline;
+                s.spawn(move || {
+                    let sock = TcpStream::connect(addr).unwrap();
+                    sock.set_read_timeout(Some(Duration::from_secs(20)))
+                        .unwrap();
+                    let mut w = sock.try_clone().unwrap();
+                    let mut r = BufReader::new(sock);
+                    let name = format!("c{i}");
+                    let mut setup = resp(&["HELLO", "3"]);
+                    setup.extend(resp(&["SELECT", "5"]));
+                    setup.extend(resp(&["CLIENT", "SETNAME", &name]));
+                    w.write_all(&setup).unwrap();
+                    for _ in 0..3 {
+                        assert!(!read_reply(&mut r).starts_with('-'));
+                    }
+                    let mut batches = 0;
+                    let probe = redis::Client::open(format!("redis://{addr}/")).unwrap();
+                    let mut probe = probe.get_connection().unwrap();
+                    while batches < 5000 && started.elapsed() < Duration::from_secs(20) {
+                        for _ in 0..20 {
+                            w.write_all(pipeline).unwrap();
+                            for _ in 0..per_batch {
+                                let line = read_reply(&mut r);
+                                assert!(line.starts_with(':'), "INCR replied {line:?}");
+                            }
+                            batches += 1;
+                        }
+                        if worker_moves(&mut probe) > 0 && batches >= 100 {
+                            break;
+                        }
+                    }
+                    // Still this connection's state, wherever it runs now.
+                    w.write_all(&resp(&["CLIENT", "GETNAME"])).unwrap();
+                    let got = read_reply(&mut r);
+                    assert_eq!(got, format!("${}\r\n", name.len()));
+                    w.write_all(&resp(&["HGETALL", "nothing"])).unwrap();
+                    assert_eq!(read_reply(&mut r), "%0\r\n", "still RESP3");
+                    batches * per_batch
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let moves = worker_moves(&mut admin);
+    assert!(moves > 0, "no connection moved to the hot key's worker");
+    assert!(
+        moves <= 10 * conns as u64,
+        "{moves} moves for {conns} connections"
+    );
+    let total: usize = sent.iter().sum();
+    redis::cmd("SELECT").arg(5).exec(&mut admin).unwrap();
+    let hot: usize = redis::cmd("GET").arg("hot").query(&mut admin).unwrap();
+    assert_eq!(hot, total, "every INCR counted once, in database 5");
+    redis::cmd("SELECT").arg(0).exec(&mut admin).unwrap();
+    let in0: Option<String> = redis::cmd("GET").arg("hot").query(&mut admin).unwrap();
+    assert_eq!(in0, None);
 }

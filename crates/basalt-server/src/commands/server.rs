@@ -787,6 +787,11 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             "basalt_rejected_commands",
             st.rejected.load(Ordering::Relaxed)
         );
+        kv!(
+            out,
+            "basalt_client_worker_moves",
+            st.client_moves.load(Ordering::Relaxed)
+        );
         kv!(out, "evicted_keys", 0);
         kv!(out, "pubsub_channels", sh.pubsub.channel_count());
         kv!(out, "pubsub_patterns", sh.pubsub.pattern_count());
