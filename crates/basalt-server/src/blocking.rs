@@ -38,15 +38,27 @@
 //! RESP3 `_`), which is what every blocking list and sorted-set command of
 //! Redis 7.0 replies; the handler is not run again.
 //!
-//! # Why no wakeup is lost
+//! # Why no wakeup is lost, and why the order holds
 //! A waiter is registered under the stripe lock of the keys it checked, so
 //! a push that lands after the check finds it registered. [`Blocking::signal`]
 //! wakes the first waiter of the key's queue that has not been woken yet
-//! (FIFO: the order in which clients blocked) and marks it; the woken
-//! connection clears the mark before re-running, so a push during the
-//! re-run wakes it again. A waiter that is served, times out or
-//! disconnects leaves with [`Blocking::finish`], which signals its keys
-//! again: an element its wakeup was meant for goes to the next in line.
+//! (FIFO: the order in which clients blocked) and marks it. The mark stays
+//! while the woken client re-runs; the re-run clears it only when it blocks
+//! again ([`block_on`], under the keys' stripe locks, so a push after that
+//! check wakes it again), or leaves with [`Blocking::finish`] when served,
+//! timed out, unblocked or gone, which signals its keys again: an element
+//! its wakeup was meant for goes to the next in line.
+//!
+//! While a woken waiter has not re-run, nobody behind it in a key's queue
+//! may take from that key ([`Blocking::may_take`]; a client that is not
+//! blocked counts as behind everyone): a later waiter woken by a second
+//! push must not overtake it, however the threads are scheduled. The one
+//! behind blocks again and is woken when the one ahead finishes. A re-run
+//! that skips a key because it holds another type (a BZPOPMIN woken by an
+//! RPUSH) passes the wakeup on to the next waiter behind it
+//! ([`Blocking::pass_on`]), so a BLPOP further back is not left waiting
+//! while its list holds elements.
+//!
 //! Wakeups are therefore "at least once": a woken client that finds the
 //! key empty (another client took the element first) simply blocks again.
 
@@ -81,7 +93,9 @@ pub struct Waiter {
     db: usize,
     keys: Vec<Vec<u8>>,
     deadline: Option<Instant>,
-    /// Woken by a signal and not yet re-run.
+    /// Woken by a signal (or CLIENT UNBLOCK), and its re-run has neither
+    /// blocked again nor finished: signals skip it, and nobody behind it
+    /// may take from its keys.
     woken: AtomicBool,
     /// 0 = no, 1 = CLIENT UNBLOCK TIMEOUT, 2 = CLIENT UNBLOCK ERROR.
     unblock: AtomicU8,
@@ -100,11 +114,10 @@ impl Waiter {
         self.notify.notified().await
     }
 
-    /// Called by the connection after a wakeup, before re-running: clears
-    /// the "woken" mark so later signals wake this waiter again, and says
-    /// whether CLIENT UNBLOCK released it.
-    pub fn rearm(&self) -> Unblock {
-        self.woken.store(false, Ordering::SeqCst);
+    /// Read by the connection after a wakeup, before re-running: says
+    /// whether CLIENT UNBLOCK released it. (The "woken" mark stays until
+    /// the re-run blocks again or finishes.)
+    pub fn unblock_reason(&self) -> Unblock {
         match self.unblock.load(Ordering::SeqCst) {
             0 => Unblock::No,
             1 => Unblock::Timeout,
@@ -147,6 +160,8 @@ impl Blocking {
     ) -> Arc<Waiter> {
         let mut inner = self.inner.lock();
         if let Some(w) = inner.by_client.get(&client) {
+            // A re-run that blocks again: a signal from now on wakes it.
+            w.woken.store(false, Ordering::SeqCst);
             return w.clone();
         }
         let mut own: Vec<Vec<u8>> = Vec::with_capacity(keys.len());
@@ -187,6 +202,51 @@ impl Blocking {
     /// The waiter of `client`, if it is blocked.
     pub fn waiter(&self, client: u64) -> Option<Arc<Waiter>> {
         self.inner.lock().by_client.get(&client).cloned()
+    }
+
+    /// Whether `client` may take from `key` of `db` now: no waiter ahead of
+    /// it in the key's queue has been woken and not yet re-run. A client
+    /// that is not waiting for the key counts as behind every waiter. A
+    /// handler that may not take treats the key as empty (and blocks).
+    pub fn may_take(&self, client: u64, db: usize, key: &[u8]) -> bool {
+        if self.count.load(Ordering::SeqCst) == 0 {
+            return true;
+        }
+        let inner = self.inner.lock();
+        let Some(queue) = inner.by_key.get(&(db, key.to_vec())) else {
+            return true;
+        };
+        for w in queue {
+            if w.client == client {
+                return true;
+            }
+            if w.woken.load(Ordering::SeqCst) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// A re-run of `client` skipped `key` because it holds another type:
+    /// wakes the first waiter behind `client` in the key's queue not woken
+    /// yet, which may want that type. Call it under the key's stripe lock.
+    pub fn pass_on(&self, client: u64, db: usize, key: &[u8]) {
+        if self.count.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let inner = self.inner.lock();
+        let Some(queue) = inner.by_key.get(&(db, key.to_vec())) else {
+            return;
+        };
+        let behind = queue
+            .iter()
+            .skip_while(|w| w.client != client)
+            .skip(1)
+            .find(|w| !w.woken.load(Ordering::SeqCst));
+        if let Some(w) = behind {
+            w.woken.store(true, Ordering::SeqCst);
+            w.notify.notify_one();
+        }
     }
 
     /// A key of `db` may now serve a blocked client: wakes the first waiter
@@ -388,12 +448,64 @@ mod tests {
         // A second signal goes to the next waiter, not the already-woken one.
         b.signal(0, b"k");
         assert!(w2.woken.load(Ordering::SeqCst));
-        assert_eq!(w2.rearm(), Unblock::No);
+        assert_eq!(w2.unblock_reason(), Unblock::No);
+        // w2's re-run found nothing and blocked again: signals reach it.
+        b.register(2, 0, &[b"k", b"j"], None);
+        assert!(!w2.woken.load(Ordering::SeqCst));
         // w1 leaves without serving: its wakeup passes on to w2.
         b.finish(1);
         assert!(w2.woken.load(Ordering::SeqCst));
         b.finish(2);
         assert_eq!(b.blocked_clients(), 0);
         assert!(b.inner.lock().by_key.is_empty());
+    }
+
+    #[test]
+    fn a_woken_waiter_is_not_overtaken_by_one_behind_it() {
+        let b = Blocking::default();
+        let _w1 = b.register(1, 0, &[b"k"], None);
+        let w2 = b.register(2, 0, &[b"k"], None);
+        assert!(b.may_take(1, 0, b"k") && b.may_take(2, 0, b"k"));
+        // Two pushes wake both; w2's re-run comes first and must wait.
+        b.signal(0, b"k");
+        b.signal(0, b"k");
+        assert!(b.may_take(1, 0, b"k"));
+        assert!(!b.may_take(2, 0, b"k"), "w1 is ahead and woken");
+        assert!(!b.may_take(9, 0, b"k"), "a newcomer is behind everyone");
+        assert!(b.may_take(2, 0, b"other"), "other keys are not held up");
+        assert!(b.may_take(2, 1, b"k"), "nor the same key in another db");
+        // w2 blocks again; when w1 is served and leaves, w2 is woken.
+        b.register(2, 0, &[b"k"], None);
+        assert!(!w2.woken.load(Ordering::SeqCst));
+        b.finish(1);
+        assert!(w2.woken.load(Ordering::SeqCst));
+        assert!(b.may_take(2, 0, b"k"));
+    }
+
+    #[test]
+    fn a_rerun_that_skips_a_key_of_another_type_passes_the_wakeup_back() {
+        let b = Blocking::default();
+        let w1 = b.register(1, 0, &[b"k"], None);
+        let w2 = b.register(2, 0, &[b"k"], None);
+        let w3 = b.register(3, 0, &[b"k"], None);
+        b.signal(0, b"k");
+        assert!(w1.woken.load(Ordering::SeqCst));
+        // w1 wanted a sorted set and found a list: the next in line is woken.
+        b.pass_on(1, 0, b"k");
+        assert!(w2.woken.load(Ordering::SeqCst));
+        assert!(!w3.woken.load(Ordering::SeqCst));
+        b.register(1, 0, &[b"k"], None);
+        // The next signal goes to w1 again (first not woken), the one after
+        // to w3 (w2 has not re-run yet).
+        b.signal(0, b"k");
+        assert!(w1.woken.load(Ordering::SeqCst));
+        b.signal(0, b"k");
+        assert!(w3.woken.load(Ordering::SeqCst));
+        // Passing on never wakes anyone ahead: w3 is last, nobody follows.
+        b.register(1, 0, &[b"k"], None);
+        b.register(3, 0, &[b"k"], None);
+        b.pass_on(3, 0, b"k");
+        assert!(!w1.woken.load(Ordering::SeqCst));
+        assert!(!w3.woken.load(Ordering::SeqCst));
     }
 }

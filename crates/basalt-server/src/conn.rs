@@ -512,7 +512,7 @@ async fn park(
             _ = info.kill.notified() => return Ok(Parked::Closed),
             _ = Shared::wait_shutdown(shutdown) => return Ok(Parked::Closed),
             _ = waiter.woken() => {
-                return Ok(match waiter.rearm() {
+                return Ok(match waiter.unblock_reason() {
                     Unblock::No => Parked::Rerun,
                     Unblock::Timeout => Parked::TimedOut,
                     Unblock::Error => Parked::Unblocked,

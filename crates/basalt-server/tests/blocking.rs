@@ -279,6 +279,29 @@ fn a_key_that_changed_type_while_blocked_does_not_fail_the_waiter() {
 }
 
 #[test]
+fn a_push_skipped_by_a_sorted_set_waiter_reaches_a_list_waiter_behind_it() {
+    let s = TestServer::start();
+    let mut zwaiter = s.raw();
+    let mut lwaiter = s.raw();
+    let mut other = s.raw();
+    send(&mut zwaiter, &["BZPOPMIN", "k", "0"]);
+    wait_blocked(&s, 1);
+    send(&mut lwaiter, &["BLPOP", "k", "0"]);
+    wait_blocked(&s, 2);
+    // The push wakes the first in line, which wants a sorted set: it stays
+    // blocked and hands the wakeup on, as Redis serves the list waiter.
+    assert_eq!(other.cmd(&["RPUSH", "k", "a"]), int(1));
+    assert_eq!(lwaiter.read(), pair("k", "a"));
+    wait_blocked(&s, 1);
+    assert_eq!(other.cmd(&["ZADD", "k", "1", "m"]), int(1));
+    assert_eq!(
+        zwaiter.read(),
+        Frame::Array(vec![bulk("k"), bulk("m"), bulk("1")])
+    );
+    wait_blocked(&s, 0);
+}
+
+#[test]
 fn info_counts_blocked_clients() {
     let s = TestServer::start();
     let mut waiter = s.raw();

@@ -967,12 +967,18 @@ fn lmove_generic(
     let slot = ctx.slot();
     let n = ctx.conn.db;
     let guards = ctx.shared.keyspace.lock_many([(n, src), (n, dst)]);
-    let rerun = timeout.is_some() && ctx.shared.blocking.is_blocked(ctx.conn.info.id);
+    let id = ctx.conn.info.id;
+    let rerun = timeout.is_some() && ctx.shared.blocking.is_blocked(id);
     let v = match slot.db() {
         None => None,
+        // A woken client ahead in the source's queue is served first.
+        Some(_) if timeout.is_some() && !ctx.shared.blocking.may_take(id, n, src) => None,
         Some(db) => match move_one(ctx, db, slot.generation(), src, dst, from, to) {
             // Only the source can be of another type before anything moved.
-            Err(Error::WrongType) if rerun && !is_list_or_absent(db, src) => None,
+            Err(Error::WrongType) if rerun && !is_list_or_absent(db, src) => {
+                ctx.shared.blocking.pass_on(id, n, src);
+                None
+            }
             r => r?,
         },
     };
@@ -1037,11 +1043,19 @@ fn pop_first(
     // between the check and the registration of the waiter.
     let guards = ctx.shared.keyspace.lock_many(keys.iter().map(|k| (n, *k)));
     let mut served = None;
-    let rerun = timeout.is_some() && ctx.shared.blocking.is_blocked(ctx.conn.info.id);
+    let id = ctx.conn.info.id;
+    let rerun = timeout.is_some() && ctx.shared.blocking.is_blocked(id);
     if let Some(db) = slot.db() {
         for &key in keys {
+            // A woken client ahead in this key's queue is served first.
+            if timeout.is_some() && !ctx.shared.blocking.may_take(id, n, key) {
+                continue;
+            }
             let mut l = match List::load(db, slot.generation(), n, key) {
-                Err(Error::WrongType) if rerun => continue,
+                Err(Error::WrongType) if rerun => {
+                    ctx.shared.blocking.pass_on(id, n, key);
+                    continue;
+                }
                 r => r?,
             };
             if l.exists() {

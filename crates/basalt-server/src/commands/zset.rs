@@ -1100,10 +1100,15 @@ fn bpop_first(
     // Locked even when the database is unopened, so a ZADD cannot slip
     // between the check and the registration of the waiter.
     let guards = ctx.shared.keyspace.lock_many(keys.iter().map(|k| (n, *k)));
-    let rerun = ctx.shared.blocking.is_blocked(ctx.conn.info.id);
+    let id = ctx.conn.info.id;
+    let rerun = ctx.shared.blocking.is_blocked(id);
     let mut served = None;
     if let Some(z) = ZDb::of(&slot) {
         for &key in keys {
+            // A woken client ahead in this key's queue is served first.
+            if !ctx.shared.blocking.may_take(id, n, key) {
+                continue;
+            }
             match pop(&z, key, max, count) {
                 Ok(Some(items)) if !items.is_empty() => {
                     popped_events(ctx, &z, key, max);
@@ -1113,7 +1118,7 @@ fn bpop_first(
                 Ok(_) => {}
                 // A key that changed type while this client waited does not
                 // concern it (Redis keeps it blocked).
-                Err(Error::WrongType) if rerun => {}
+                Err(Error::WrongType) if rerun => ctx.shared.blocking.pass_on(id, n, key),
                 Err(e) => return Err(e),
             }
         }
