@@ -454,6 +454,11 @@ async fn run(
         if let Some(name) = last {
             *info.last_cmd.lock() = name;
         }
+        if !out.is_empty() {
+            // Written with the replies of the other connections that ran in
+            // this turn of the worker (crate::workers, `Turn`).
+            workers::end_of_turn().await;
+        }
         flush(stream, shared, &info, &mut out, &mut wrote).await?;
         buf.drain(..pos);
         if shutdown_after {

@@ -25,10 +25,12 @@
 //! runtime (HTTP API, accept loop, signals) is separate; HTTP requests that
 //! take stripes are not a worker and never cause a move.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Poll, Waker};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -55,6 +57,94 @@ thread_local! {
     /// The worker last found holding a stripe this thread waited for since
     /// [`take_contention`], or [`NOT_A_WORKER`].
     static CONTENDED: Cell<u8> = const { Cell::new(NOT_A_WORKER) };
+}
+
+/// End-of-turn writes: the replies of every batch a worker runs in one turn
+/// of its event loop leave together, after the last of them, as Redis
+/// writes its replies before it sleeps. A client driving many connections
+/// (redis-benchmark) then wakes once for many replies instead of once per
+/// connection.
+///
+/// A connection with replies to write awaits [`end_of_turn`]: it registers
+/// and wakes this worker's flusher task, which the runtime queues behind
+/// every task already ready (the other connections whose sockets became
+/// readable together); when the flusher runs, it releases them all, and
+/// they write one after another.
+#[derive(Default)]
+struct Turn {
+    /// Bumped by the flusher each time it releases the waiting connections.
+    generation: u64,
+    waiting: Vec<Waker>,
+    flusher: Option<Waker>,
+    /// The flusher has been woken and has not run yet.
+    scheduled: bool,
+}
+
+thread_local! {
+    static TURN: RefCell<Turn> = RefCell::default();
+}
+
+/// Resolves once every connection of this worker that was ready with this
+/// one has run its batch (see [`Turn`]). At once off a worker thread.
+pub(crate) fn end_of_turn() -> impl Future<Output = ()> {
+    let mut registered: Option<u64> = None;
+    std::future::poll_fn(move |cx| {
+        let wake = TURN.with(|t| {
+            let mut t = t.borrow_mut();
+            let Some(flusher) = t.flusher.clone() else {
+                return Err(());
+            };
+            match registered {
+                Some(g) if t.generation > g => Err(()),
+                // Polled by another waker (its socket became readable):
+                // still waiting for the flusher.
+                Some(_) => Ok(None),
+                None => {
+                    registered = Some(t.generation);
+                    t.waiting.push(cx.waker().clone());
+                    if t.scheduled {
+                        Ok(None)
+                    } else {
+                        t.scheduled = true;
+                        Ok(Some(flusher))
+                    }
+                }
+            }
+        });
+        match wake {
+            Err(()) => Poll::Ready(()),
+            Ok(flusher) => {
+                if let Some(f) = flusher {
+                    f.wake();
+                }
+                Poll::Pending
+            }
+        }
+    })
+}
+
+/// The flusher of this worker's turns (see [`Turn`]); runs until the
+/// worker's runtime is dropped.
+async fn flusher() {
+    std::future::poll_fn(|cx| {
+        let release = TURN.with(|t| {
+            let mut t = t.borrow_mut();
+            if !t.flusher.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                t.flusher = Some(cx.waker().clone());
+            }
+            if !t.scheduled {
+                return Vec::new();
+            }
+            t.scheduled = false;
+            t.generation += 1;
+            std::mem::take(&mut t.waiting)
+        });
+        for w in release {
+            w.wake();
+        }
+        Poll::<()>::Pending
+    })
+    .await
 }
 
 /// The worker index of the calling thread ([`NOT_A_WORKER`] off workers).
@@ -240,6 +330,7 @@ async fn run(
 ) {
     let mut shutdown = shared.shutdown_rx();
     let mut conns = JoinSet::new();
+    tokio::spawn(flusher());
     loop {
         tokio::select! {
             handoff = rx.recv() => match handoff {
@@ -303,4 +394,74 @@ fn start(conns: &mut JoinSet<()>, handoff: Handoff, shared: &Arc<Shared>, here: 
             routes.open[index].fetch_sub(1, Ordering::Relaxed);
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use std::rc::Rc;
+
+    use super::*;
+
+    /// Runs `f` on a fresh single-threaded runtime, as a worker runs.
+    fn on_worker_runtime<F: Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    #[test]
+    fn replies_of_one_turn_are_written_after_every_ready_batch_ran() {
+        on_worker_runtime(async {
+            tokio::spawn(flusher());
+            tokio::task::yield_now().await; // the flusher registers
+            let log = Rc::new(RefCell::new(Vec::new()));
+            let local = tokio::task::LocalSet::new();
+            local
+                .run_until(async {
+                    let mut tasks = Vec::new();
+                    for i in 0..3 {
+                        let log = log.clone();
+                        tasks.push(tokio::task::spawn_local(async move {
+                            log.borrow_mut().push(format!("ran {i}"));
+                            end_of_turn().await;
+                            log.borrow_mut().push(format!("wrote {i}"));
+                        }));
+                    }
+                    for t in tasks {
+                        t.await.unwrap();
+                    }
+                })
+                .await;
+            let log = log.borrow();
+            let first_write = log.iter().position(|e| e.starts_with("wrote")).unwrap();
+            assert_eq!(first_write, 3, "every batch ran before any write: {log:?}");
+            assert_eq!(log.len(), 6);
+        });
+    }
+
+    #[test]
+    fn a_lone_connection_is_released_in_the_same_turn() {
+        on_worker_runtime(async {
+            tokio::spawn(flusher());
+            tokio::task::yield_now().await;
+            // Twice: the flusher must come back for a second turn.
+            for _ in 0..2 {
+                tokio::time::timeout(Duration::from_secs(5), end_of_turn())
+                    .await
+                    .expect("released by the flusher");
+            }
+        });
+    }
+
+    #[test]
+    fn off_a_worker_end_of_turn_is_immediate() {
+        // No flusher on this thread: nothing to wait for.
+        on_worker_runtime(async {
+            tokio::time::timeout(Duration::from_secs(5), end_of_turn())
+                .await
+                .expect("immediate");
+        });
+    }
 }
