@@ -31,7 +31,13 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    // Colours only on a terminal: a log redirected to a file or a journal
+    // gets plain text, not escape codes.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .init();
     let result = basalt_server::start_with_signals(config).and_then(|h| h.wait());
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
