@@ -559,18 +559,29 @@ fn lrange(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         return Ok(());
     };
     // One engine pass over the whole range, each value encoded straight
-    // from the mapped file; the count goes first, so the elements are
-    // encoded aside (a list's positions are dense, but a missing one must
-    // not make the reply lie about its length).
+    // from the mapped file into the output, after the count a list's dense
+    // positions promise. A missing position (damage) must not make the
+    // reply lie about its length: the header is then rewritten; an error
+    // takes back everything written here.
     let names: Vec<[u8; 8]> = (a..=b).map(|i| pos_field(l.head + i)).collect();
-    let mut body = Vec::new();
-    let mut enc = Encoder::new(&mut body, ctx.conn.protocol);
-    let n = db
-        .fields_with(key, &names, |_, v| enc.bulk(v))?
-        .unwrap_or(0);
+    let start = ctx.out.len();
+    ctx.array(names.len());
+    let body_at = ctx.out.len();
+    let mut enc = Encoder::new(ctx.out, ctx.conn.protocol);
+    let n = match db.fields_with(key, &names, |_, v| enc.bulk(v)) {
+        Ok(n) => n.unwrap_or(0),
+        Err(e) => {
+            ctx.out.truncate(start);
+            return Err(e.into());
+        }
+    };
     drop(slot);
-    ctx.array(n);
-    ctx.out.extend_from_slice(&body);
+    if n != names.len() {
+        let body = ctx.out.split_off(body_at);
+        ctx.out.truncate(start);
+        ctx.array(n);
+        ctx.out.extend_from_slice(&body);
+    }
     Ok(())
 }
 
