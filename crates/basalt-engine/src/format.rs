@@ -189,6 +189,62 @@ impl RecordHeader {
     }
 }
 
+/// The CRC32C of three buffers at once, as [`crc32c::crc32c`] of each. The
+/// CRC instruction takes 3 cycles and can start one every cycle, so one
+/// checksum runs at a third of its speed; three interleaved chains keep it
+/// busy. Used where many records are checked in a row (a range read).
+pub fn crc32c_3(a: &[u8], b: &[u8], c: &[u8]) -> [u32; 3] {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("sse4.2") {
+        // SAFETY: the CPU has SSE4.2, checked just above.
+        return unsafe { crc32c_3_sse42(a, b, c) };
+    }
+    [crc32c::crc32c(a), crc32c::crc32c(b), crc32c::crc32c(c)]
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2")]
+fn crc32c_3_sse42(a: &[u8], b: &[u8], c: &[u8]) -> [u32; 3] {
+    use std::arch::x86_64::_mm_crc32_u64;
+    let common = a.len().min(b.len()).min(c.len()) & !7;
+    let word = |s: &[u8], i: usize| u64::from_le_bytes(s[i..i + 8].try_into().expect("8 bytes"));
+    // The raw register state: initial value all ones, no final inversion.
+    let (mut x, mut y, mut z) = (
+        u64::from(u32::MAX),
+        u64::from(u32::MAX),
+        u64::from(u32::MAX),
+    );
+    let mut i = 0;
+    while i < common {
+        x = _mm_crc32_u64(x, word(a, i));
+        y = _mm_crc32_u64(y, word(b, i));
+        z = _mm_crc32_u64(z, word(c, i));
+        i += 8;
+    }
+    [
+        crc32c_finish_sse42(x, &a[common..]),
+        crc32c_finish_sse42(y, &b[common..]),
+        crc32c_finish_sse42(z, &c[common..]),
+    ]
+}
+
+/// Runs the raw CRC state `crc` over `rest` (whole words, then bytes) and
+/// returns the finished checksum.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2")]
+fn crc32c_finish_sse42(mut crc: u64, rest: &[u8]) -> u32 {
+    use std::arch::x86_64::{_mm_crc32_u64, _mm_crc32_u8};
+    let mut words = rest.chunks_exact(8);
+    for w in &mut words {
+        crc = _mm_crc32_u64(crc, u64::from_le_bytes(w.try_into().expect("8 bytes")));
+    }
+    let mut c = crc as u32;
+    for &byte in words.remainder() {
+        c = _mm_crc32_u8(c, byte);
+    }
+    !c
+}
+
 /// A record to append; the value is already compressed if `flags` says so.
 #[derive(Debug, Clone, Copy)]
 pub struct RecordRef<'a> {
@@ -243,11 +299,21 @@ pub struct Record<'a> {
 impl<'a> Record<'a> {
     /// Checks and wraps the bytes of exactly one record.
     pub fn from_bytes(bytes: &'a [u8]) -> std::result::Result<Record<'a>, &'static str> {
+        let body_crc = crc32c::crc32c(bytes.get(4..).unwrap_or_default());
+        Self::from_bytes_with_crc(bytes, body_crc)
+    }
+
+    /// [`Record::from_bytes`] for a caller that has already computed the
+    /// CRC32C of `bytes[4..]` (empty if shorter), e.g. with [`crc32c_3`].
+    pub fn from_bytes_with_crc(
+        bytes: &'a [u8],
+        body_crc: u32,
+    ) -> std::result::Result<Record<'a>, &'static str> {
         let (crc, header) = RecordHeader::parse(bytes)?;
         if header.record_len() != bytes.len() as u64 {
             return Err("record length does not match its header");
         }
-        if crc != crc32c::crc32c(&bytes[4..]) {
+        if crc != body_crc {
             return Err("record checksum mismatch");
         }
         Ok(Record { header, bytes })
@@ -542,4 +608,28 @@ pub fn check_sizes(key: &[u8], field: &[u8], value_len: usize) -> Result<()> {
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod crc_tests {
+    use super::*;
+
+    #[test]
+    fn crc32c_3_matches_one_checksum_at_a_time_for_any_mix_of_lengths() {
+        let data: Vec<u8> = (0..400u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        for la in 0..70 {
+            for lb in [0, 1, 7, 8, 9, 63, 64, 130, 257] {
+                for lc in [0, 5, 16, 130, 300] {
+                    let (a, b, c) = (&data[..la], &data[3..3 + lb], &data[11..11 + lc]);
+                    assert_eq!(
+                        crc32c_3(a, b, c),
+                        [crc32c::crc32c(a), crc32c::crc32c(b), crc32c::crc32c(c)],
+                        "lengths {la} {lb} {lc}"
+                    );
+                }
+            }
+        }
+    }
 }
