@@ -170,6 +170,9 @@ fn a_failed_auth_inside_multi_is_one_error_in_the_exec_reply() {
 fn config_set_requirepass_applies_to_new_auths_and_keeps_clients_already_in() {
     let s = TestServer::start();
     let mut before = s.raw();
+    // A connection's login state is decided when the server takes it in,
+    // which can be after `connect` returns: one round trip makes sure.
+    assert_eq!(before.cmd(&["PING"]), pong());
     let mut admin = s.raw();
     assert_eq!(
         admin.cmd(&["CONFIG", "GET", "requirepass"]),
