@@ -213,11 +213,6 @@ impl DataFile {
     }
 }
 
-/// A record's bytes after its CRC field (what the CRC covers).
-fn body(record: &[u8]) -> &[u8] {
-    record.get(4..).unwrap_or_default()
-}
-
 /// How far ahead of the write position an active file's space is reserved
 /// (`fallocate`) for stores through its map. Small enough that an almost
 /// empty database does not hold a large file per shard (at most this much
@@ -1445,7 +1440,8 @@ impl Db {
             // SAFETY: as in `read_one`.
             let bytes = group.map(|(_, fi, loc)| unsafe { files[fi].1.mapped(loc) });
             if let [Some(x), Some(y), Some(z)] = bytes {
-                let crcs = format::crc32c_3(body(x), body(y), body(z));
+                let part = Record::checked_part;
+                let crcs = format::crc32c_3(part(x), part(y), part(z));
                 for (j, rec) in [x, y, z].into_iter().enumerate() {
                     let (i, fi, loc) = group[j];
                     match Record::from_bytes_with_crc(rec, crcs[j]).and_then(|r| r.value_ref()) {

@@ -299,12 +299,17 @@ pub struct Record<'a> {
 impl<'a> Record<'a> {
     /// Checks and wraps the bytes of exactly one record.
     pub fn from_bytes(bytes: &'a [u8]) -> std::result::Result<Record<'a>, &'static str> {
-        let body_crc = crc32c::crc32c(bytes.get(4..).unwrap_or_default());
-        Self::from_bytes_with_crc(bytes, body_crc)
+        Self::from_bytes_with_crc(bytes, crc32c::crc32c(Self::checked_part(bytes)))
+    }
+
+    /// The part of a record's bytes its CRC covers: all after the CRC field
+    /// (empty if the bytes are shorter).
+    pub fn checked_part(bytes: &[u8]) -> &[u8] {
+        bytes.get(4..).unwrap_or_default()
     }
 
     /// [`Record::from_bytes`] for a caller that has already computed the
-    /// CRC32C of `bytes[4..]` (empty if shorter), e.g. with [`crc32c_3`].
+    /// CRC32C of [`Record::checked_part`], e.g. with [`crc32c_3`].
     pub fn from_bytes_with_crc(
         bytes: &'a [u8],
         body_crc: u32,

@@ -158,9 +158,11 @@ fn buckets_for(n: usize) -> usize {
         .expect("8 * base >= need")
 }
 
-/// Asks the CPU to start loading the cache line of `p`.
+/// Asks the CPU to start loading the cache line of `p`: a hint, never a
+/// read the program sees, so any address is fine. Exported for the
+/// server's own in-memory indexes.
 #[inline(always)]
-pub(crate) fn prefetch_read<T>(p: *const T) {
+pub fn prefetch_read<T>(p: *const T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is a hint; it never faults, whatever the address,
     // and SSE (which provides it) is part of the x86_64 baseline.

@@ -213,7 +213,7 @@ impl Blocking {
             return true;
         }
         let inner = self.inner.lock();
-        let Some(queue) = inner.by_key.get(&(db, key.to_vec())) else {
+        let Some(queue) = Self::queue(&inner, db, key) else {
             return true;
         };
         for w in queue {
@@ -235,17 +235,8 @@ impl Blocking {
             return;
         }
         let inner = self.inner.lock();
-        let Some(queue) = inner.by_key.get(&(db, key.to_vec())) else {
-            return;
-        };
-        let behind = queue
-            .iter()
-            .skip_while(|w| w.client != client)
-            .skip(1)
-            .find(|w| !w.woken.load(Ordering::SeqCst));
-        if let Some(w) = behind {
-            w.woken.store(true, Ordering::SeqCst);
-            w.notify.notify_one();
+        if let Some(queue) = Self::queue(&inner, db, key) {
+            Self::wake_first(queue.iter().skip_while(|w| w.client != client).skip(1));
         }
     }
 
@@ -283,12 +274,21 @@ impl Blocking {
     }
 
     fn signal_locked(inner: &Inner, db: usize, key: &[u8]) {
+        if let Some(queue) = Self::queue(inner, db, key) {
+            Self::wake_first(queue.iter());
+        }
+    }
+
+    /// The waiters of `key` in `db`, in the order they blocked.
+    fn queue<'i>(inner: &'i Inner, db: usize, key: &[u8]) -> Option<&'i VecDeque<Arc<Waiter>>> {
         // The map is keyed by owned keys; a lookup by (db, &[u8]) would need
-        // a custom Borrow, and signals only get here with clients blocked.
-        let Some(queue) = inner.by_key.get(&(db, key.to_vec())) else {
-            return;
-        };
-        if let Some(w) = queue.iter().find(|w| !w.woken.load(Ordering::SeqCst)) {
+        // a custom Borrow, and lookups only get here with clients blocked.
+        inner.by_key.get(&(db, key.to_vec()))
+    }
+
+    /// Wakes and marks the first of `waiters` not woken yet.
+    fn wake_first<'w>(mut waiters: impl Iterator<Item = &'w Arc<Waiter>>) {
+        if let Some(w) = waiters.find(|w| !w.woken.load(Ordering::SeqCst)) {
             w.woken.store(true, Ordering::SeqCst);
             w.notify.notify_one();
         }

@@ -89,36 +89,36 @@ thread_local! {
 pub(crate) fn end_of_turn() -> impl Future<Output = ()> {
     let mut registered: Option<u64> = None;
     std::future::poll_fn(move |cx| {
-        let wake = TURN.with(|t| {
+        let mut wake_flusher = None;
+        let released = TURN.with(|t| {
             let mut t = t.borrow_mut();
-            let Some(flusher) = t.flusher.clone() else {
-                return Err(());
-            };
+            if t.flusher.is_none() {
+                return true; // no flusher: not a worker thread
+            }
             match registered {
-                Some(g) if t.generation > g => Err(()),
-                // Polled by another waker (its socket became readable):
-                // still waiting for the flusher.
-                Some(_) => Ok(None),
+                // A later poll: released once the flusher has run (a poll
+                // before that came from the socket's own waker).
+                Some(g) => t.generation > g,
                 None => {
                     registered = Some(t.generation);
                     t.waiting.push(cx.waker().clone());
-                    if t.scheduled {
-                        Ok(None)
-                    } else {
+                    if !t.scheduled {
                         t.scheduled = true;
-                        Ok(Some(flusher))
+                        wake_flusher = t.flusher.clone();
                     }
+                    false
                 }
             }
         });
-        match wake {
-            Err(()) => Poll::Ready(()),
-            Ok(flusher) => {
-                if let Some(f) = flusher {
-                    f.wake();
-                }
-                Poll::Pending
-            }
+        // Woken outside the borrow: waking never polls in place, but the
+        // flusher borrows `TURN` when it runs.
+        if let Some(f) = wake_flusher {
+            f.wake();
+        }
+        if released {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
         }
     })
 }

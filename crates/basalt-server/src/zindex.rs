@@ -162,21 +162,6 @@ fn record_words(level: usize, len: usize) -> usize {
     2 + level + usize::from(len as u64 >= LONG_LEN) + len.div_ceil(8)
 }
 
-/// Asks the CPU to start loading the cache line of `p`; a hint only.
-#[inline(always)]
-fn prefetch(p: &u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch never faults and reads nothing the program sees;
-    // `p` is a valid reference anyway. SSE is part of the x86_64 baseline.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-            p as *const u8 as *const i8,
-        )
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
-
 /// The byte arena holding every record (layout in the module doc).
 #[derive(Debug, Default)]
 struct Arena {
@@ -244,8 +229,8 @@ impl Arena {
             return;
         }
         let below = self.next_at(id, i - 1);
-        if let Some(b) = self.bytes.get(below as usize * 8) {
-            prefetch(b);
+        if below != NIL {
+            basalt_engine::prefetch_read(self.bytes.as_ptr().wrapping_add(below as usize * 8));
         }
     }
 
