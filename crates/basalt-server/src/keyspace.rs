@@ -323,6 +323,7 @@ impl Keyspace {
         number: &Arc<AtomicUsize>,
     ) -> Options {
         let opts = Options::default()
+            .clock(Arc::new(crate::clock::CommandClock))
             .sync(sync)
             .sequence(seq.clone())
             .max_file_size(file_size);

@@ -28,6 +28,7 @@
 pub mod auth;
 pub mod blocking;
 pub mod check;
+mod clock;
 pub mod cmdstats;
 pub mod commands;
 pub mod config;

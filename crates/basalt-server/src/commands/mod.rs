@@ -516,6 +516,8 @@ pub fn execute(
         t => t,
     };
     let reply_at = out.len();
+    // The engine decides expiry at the command's time (crate::clock).
+    let _pinned = crate::clock::pin(now_ms);
     let mut ctx = Ctx {
         shared,
         conn,
