@@ -93,7 +93,7 @@ fn maintenance_loop(inner: &Inner) {
         }
         if let Some(_g) = inner.compaction.try_lock() {
             for s in &inner.shards {
-                if let Err(e) = write_pending_hints(inner, s) {
+                if let Err(e) = write_pending_hints(inner, s, Some(inner.opts.hint_delay)) {
                     tracing::warn!(shard = s.id, error = %e, "writing hint files failed; the data files will be scanned on open");
                 }
             }
@@ -208,9 +208,27 @@ fn compaction_pass(inner: &Inner, throttle: bool) -> Result<CompactionReport> {
     Ok(total)
 }
 
-/// Writes hint files for sealed log files that have none yet.
-pub(crate) fn write_pending_hints(inner: &Inner, shard: &Shard) -> Result<()> {
-    let ids = std::mem::take(&mut *shard.pending_hints.lock());
+/// Writes hint files for sealed log files that have none yet: those sealed
+/// at least `min_age` ago, or all of them with `None`.
+pub(crate) fn write_pending_hints(
+    inner: &Inner,
+    shard: &Shard,
+    min_age: Option<Duration>,
+) -> Result<()> {
+    let ids: Vec<u32> = {
+        let mut pending = shard.pending_hints.lock();
+        let due = |sealed: &Option<Instant>| match (min_age, sealed) {
+            (Some(age), Some(at)) => at.elapsed() >= age,
+            _ => true,
+        };
+        let ids = pending
+            .iter()
+            .filter(|(_, at)| due(at))
+            .map(|&(id, _)| id)
+            .collect();
+        pending.retain(|(_, at)| !due(at));
+        ids
+    };
     for id in ids {
         let file = {
             let idx = shard.index.read();
@@ -657,7 +675,7 @@ impl Db {
             if !victims.is_empty() {
                 total.add(&compact_files(inner, s, &victims, false).map_err(|e| inner.poison(e))?);
             }
-            write_pending_hints(inner, s)?;
+            write_pending_hints(inner, s, None)?;
         }
         Ok(total)
     }
@@ -699,7 +717,7 @@ impl Db {
                     .cut_active_tail(s)
                     .and_then(|_| inner.sync_shard(s))
                     .and_then(|_| {
-                        write_pending_hints(inner, s)?;
+                        write_pending_hints(inner, s, None)?;
                         let (id, len, handle) = {
                             let w = s.writer.lock();
                             (w.file_id, w.len, w.file.clone())

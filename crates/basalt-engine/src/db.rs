@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use hashbrown::HashMap;
 use parking_lot::{Condvar, Mutex, RwLock};
@@ -443,7 +444,10 @@ pub(crate) struct Shard {
     pub appended: AtomicU64,
     pub next_file: AtomicU32,
     /// Sealed log files whose hint file is still to be written.
-    pub pending_hints: Mutex<Vec<u32>>,
+    /// Sealed log files without a hint file yet, with when each was sealed
+    /// (`None`: found without one at open, due at once); see
+    /// [`crate::Options::hint_delay`].
+    pub pending_hints: Mutex<Vec<(u32, Option<Instant>)>>,
 }
 
 impl fmt::Debug for Shard {
@@ -771,7 +775,7 @@ impl Inner {
         let buf = std::mem::take(&mut w.buf);
         *w = Writer::new(id, &data, format::FILE_HEADER_LEN as u64);
         w.buf = buf;
-        shard.pending_hints.lock().push(old);
+        shard.pending_hints.lock().push((old, Some(Instant::now())));
         Ok(())
     }
 
@@ -1712,7 +1716,7 @@ impl Db {
     pub fn flush(&self) -> Result<()> {
         self.inner.check_writable()?;
         for s in &self.inner.shards {
-            crate::compaction::write_pending_hints(&self.inner, s)?;
+            crate::compaction::write_pending_hints(&self.inner, s, None)?;
         }
         Ok(())
     }

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::vfs::{StdFs, Vfs};
 
@@ -96,6 +96,15 @@ pub struct Options {
     /// Run compaction in a background thread. When false, only
     /// [`crate::Db::compact`] compacts. Default: true.
     pub background_compaction: bool,
+    /// The background thread writes a sealed log file's hint file once the
+    /// file has been sealed this long ([`crate::Db::flush`], compaction of
+    /// everything and close write them at once). A file compacted away
+    /// before then never gets one: under churn (queues, overwrites) files
+    /// often die young, and their hint, about a third of the file's size
+    /// rewritten after a scan of the whole file, would be written for
+    /// nothing. The cost: an open after a crash scans the files sealed in
+    /// the last `hint_delay` instead of reading their hints. Default: 10 s.
+    pub hint_delay: Duration,
     /// Remove expired keys in the background (100 ms sweeps), writing a
     /// deletion to the log for each. When false, expired keys are still never
     /// returned, but they stay on disk until overwritten. Default: true.
@@ -128,6 +137,7 @@ impl Default for Options {
             compaction_threshold: 0.5,
             compaction_rate_mb: 64,
             background_compaction: true,
+            hint_delay: Duration::from_secs(10),
             active_expiry: true,
             compress_above: None,
             clock: Arc::new(SystemClock),
@@ -147,6 +157,7 @@ impl fmt::Debug for Options {
             .field("compaction_threshold", &self.compaction_threshold)
             .field("compaction_rate_mb", &self.compaction_rate_mb)
             .field("background_compaction", &self.background_compaction)
+            .field("hint_delay", &self.hint_delay)
             .field("active_expiry", &self.active_expiry)
             .field("compress_above", &self.compress_above)
             .field("clock", &self.clock)
@@ -185,6 +196,11 @@ impl Options {
     /// Sets [`Options::background_compaction`].
     pub fn background_compaction(mut self, on: bool) -> Self {
         self.background_compaction = on;
+        self
+    }
+    /// Sets [`Options::hint_delay`].
+    pub fn hint_delay(mut self, delay: Duration) -> Self {
+        self.hint_delay = delay;
         self
     }
     /// Sets [`Options::active_expiry`].

@@ -869,7 +869,9 @@ impl Db {
                 index: RwLock::new(l.index),
                 writer: Mutex::new(l.writer),
                 next_file: AtomicU32::new(l.next_file),
-                pending_hints: Mutex::new(l.pending_hints),
+                pending_hints: Mutex::new(
+                    l.pending_hints.into_iter().map(|id| (id, None)).collect(),
+                ),
             });
         }
         let seq = match &opts.sequence {
