@@ -813,6 +813,9 @@ struct Sample {
     server_children_cpu_s: f64,
     /// redis-benchmark's own CPU over the invocation.
     client_cpu_s: f64,
+    /// The same per request: where redis-benchmark saturates a core (P=1),
+    /// what a server costs its client decides the throughput.
+    client_cpu_us_per_op: f64,
     wall_s: f64,
 }
 
@@ -846,6 +849,8 @@ struct Summary {
     redis_cpu_us_per_op: f64,
     basalt_cpu_us_per_op: f64,
     cpu_ratio: f64,
+    /// redis-benchmark's CPU per request against Basalt / against Redis.
+    client_cpu_ratio: f64,
     redis_p50_ms: Option<f64>,
     redis_p99_ms: Option<f64>,
     basalt_p50_ms: Option<f64>,
@@ -1000,6 +1005,7 @@ impl Plan<'_> {
                 server_cpu_us_per_op: server_cpu_s * 1e6 / ops,
                 server_children_cpu_s,
                 client_cpu_s,
+                client_cpu_us_per_op: client_cpu_s * 1e6 / ops,
                 wall_s,
             })
             .collect())
@@ -1368,6 +1374,8 @@ fn summarize(samples: &[Sample]) -> Vec<Summary> {
                 redis_cpu_us_per_op: r_cpu,
                 basalt_cpu_us_per_op: b_cpu,
                 cpu_ratio: b_cpu / r_cpu,
+                client_cpu_ratio: med(&b, |s| s.client_cpu_us_per_op)
+                    / med(&r, |s| s.client_cpu_us_per_op),
                 redis_p50_ms: med_opt(&r, |s| s.p50_ms),
                 redis_p99_ms: med_opt(&r, |s| s.p99_ms),
                 basalt_p50_ms: med_opt(&b, |s| s.p50_ms),
@@ -1450,12 +1458,13 @@ fn report(
         let _ = writeln!(
             s,
             "median of {rounds} round(s); -n {} -r {} -d {} -c {}; ops/s and latency as \
-             redis-benchmark reports them; cpu = server user+system time per request from /proc (all threads; forked children apart, below)",
+             redis-benchmark reports them; cpu = server user+system time per request from /proc (all threads; forked children apart, below); \
+             client = redis-benchmark's CPU per request against basalt / against redis",
             args.requests, args.keyspace, args.data_size, args.clients
         );
         let _ = writeln!(
             s,
-            "{:<w$} {:>3} {:>12} {:>12} {:>7} {:>10} {:>10} {:>7} {:>15} {:>15}",
+            "{:<w$} {:>3} {:>12} {:>12} {:>7} {:>10} {:>10} {:>7} {:>7} {:>15} {:>15}",
             "test",
             "P",
             "redis ops/s",
@@ -1464,18 +1473,19 @@ fn report(
             "redis cpu",
             "basalt cpu",
             "b/r",
+            "client",
             "redis p50/p99",
             "basalt p50/p99"
         );
         let _ = writeln!(
             s,
-            "{:<w$} {:>3} {:>12} {:>12} {:>7} {:>10} {:>10} {:>7} {:>15} {:>15}",
-            "", "", "", "", "", "us/op", "us/op", "", "ms", "ms"
+            "{:<w$} {:>3} {:>12} {:>12} {:>7} {:>10} {:>10} {:>7} {:>7} {:>15} {:>15}",
+            "", "", "", "", "", "us/op", "us/op", "", "b/r", "ms", "ms"
         );
         for x in summary.iter().filter(|x| x.pinned == pinned) {
             let _ = writeln!(
                 s,
-                "{:<w$} {:>3} {:>12} {:>12} {:>6.2}x {:>10.2} {:>10.2} {:>6.2}x {:>15} {:>15}",
+                "{:<w$} {:>3} {:>12} {:>12} {:>6.2}x {:>10.2} {:>10.2} {:>6.2}x {:>6.2}x {:>15} {:>15}",
                 x.test,
                 x.pipeline,
                 group(x.redis_ops_per_sec),
@@ -1484,6 +1494,7 @@ fn report(
                 x.redis_cpu_us_per_op,
                 x.basalt_cpu_us_per_op,
                 x.cpu_ratio,
+                x.client_cpu_ratio,
                 latency_pair(x.redis_p50_ms, x.redis_p99_ms),
                 latency_pair(x.basalt_p50_ms, x.basalt_p99_ms),
             );
