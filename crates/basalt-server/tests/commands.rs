@@ -127,6 +127,24 @@ fn get_family() {
     );
     assert_eq!(r.cmd(&["GETEX", "k", "PXAT", "1"]), bulk("v"));
     assert_eq!(r.cmd(&["EXISTS", "k"]), int(0));
+    // As Redis, the time is checked only on a string that exists.
+    assert_eq!(r.cmd(&["GETEX", "nokey", "EX", "abc"]), Frame::NullBulk);
+    assert_eq!(r.cmd(&["GETEX", "nokey", "PX", "0"]), Frame::NullBulk);
+    r.cmd(&["RPUSH", "list", "x"]);
+    assert_eq!(
+        r.cmd(&["GETEX", "list", "EX", "-1"]),
+        err("WRONGTYPE Operation against a key holding the wrong kind of value")
+    );
+    r.cmd(&["SET", "k", "v"]);
+    assert_eq!(
+        r.cmd(&["GETEX", "k", "EX", "abc"]),
+        err("ERR value is not an integer or out of range")
+    );
+    assert_eq!(
+        r.cmd(&["TTL", "k"]),
+        int(-1),
+        "a failed GETEX changes nothing"
+    );
     assert_eq!(
         r.cmd(&["MSET", "a", "1", "b"]),
         err("ERR wrong number of arguments for 'mset' command")
@@ -206,6 +224,30 @@ fn counters() {
     assert_eq!(
         r.cmd(&["INCRBYFLOAT", "f", "inf"]),
         err("ERR increment would produce NaN or Infinity")
+    );
+    // Redis adds in a long double and prints 17 decimals, zeros trimmed
+    // (replies checked against redis-server 7.0.15).
+    r.cmd(&["SET", "f", "0.1"]);
+    assert_eq!(r.cmd(&["INCRBYFLOAT", "f", "0.2"]), bulk("0.3"));
+    assert_eq!(r.cmd(&["GET", "f"]), bulk("0.3"));
+    r.cmd(&["SET", "f", "9223372036854775807"]);
+    assert_eq!(
+        r.cmd(&["INCRBYFLOAT", "f", "1"]),
+        bulk("9223372036854775808")
+    );
+    r.cmd(&["SET", "f", "-0"]);
+    assert_eq!(r.cmd(&["INCRBYFLOAT", "f", "-0"]), bulk("0"));
+    assert_eq!(r.cmd(&["INCRBYFLOAT", "hex", "0x10"]), bulk("16"));
+    match r.cmd(&["INCRBYFLOAT", "huge", "1e400"]) {
+        Frame::Bulk(b) => {
+            assert_eq!(b.len(), 401);
+            assert!(b.starts_with(b"100000000000000000002818806839"));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        r.cmd(&["INCRBYFLOAT", "f", "1e99999"]),
+        err("ERR value is not a valid float")
     );
     r.cmd(&["SET", "t", "1", "EX", "100"]);
     r.cmd(&["INCR", "t"]);

@@ -223,6 +223,18 @@ fn hash_errors_match_redis() {
         err("ERR value is NaN or Infinity")
     );
     assert_eq!(r.cmd(&["HGET", "h", "n"]), bulk("5001.5"));
+    // In a long double, as Redis (replies from redis-server 7.0.15).
+    assert_eq!(r.cmd(&["HINCRBYFLOAT", "h", "d", "1.1"]), bulk("1.1"));
+    assert_eq!(r.cmd(&["HINCRBYFLOAT", "h", "d", "2.2"]), bulk("3.3"));
+    r.cmd(&["HSET", "h", "sp", " 3"]);
+    assert_eq!(
+        r.cmd(&["HINCRBYFLOAT", "h", "sp", "1e400"]),
+        err("ERR hash value is not a float")
+    );
+    match r.cmd(&["HINCRBYFLOAT", "h", "big", "1e400"]) {
+        Frame::Bulk(b) => assert_eq!(b.len(), 401),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]

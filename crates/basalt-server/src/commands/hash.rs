@@ -11,6 +11,7 @@
 use basalt_engine::{Db, KeyKind};
 use basalt_resp::Args;
 
+use super::cnum::LongDouble;
 use super::flags::*;
 use super::{def, int_arg, is, parse_i64, CommandDef, Ctx, Error, Group, Result, Rng};
 use crate::glob;
@@ -288,19 +289,9 @@ fn hincrby(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     Ok(())
 }
 
-/// A number as Redis's `string2ld` reads it: no leading space, not NaN,
-/// shorter than 5 KiB.
-fn parse_ld(s: &[u8]) -> Option<f64> {
-    if s.is_empty() || s.len() >= 5 * 1024 || s[0].is_ascii_whitespace() {
-        return None;
-    }
-    let v: f64 = std::str::from_utf8(s).ok()?.parse().ok()?;
-    (!v.is_nan()).then_some(v)
-}
-
 fn hincrbyfloat(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let (key, field) = (&args[1], &args[2]);
-    let incr = parse_ld(&args[3]).ok_or(Error::NotFloat)?;
+    let incr = LongDouble::parse(&args[3]).ok_or(Error::NotFloat)?;
     if !incr.is_finite() {
         return Err(Error::err("value is NaN or Infinity"));
     }
@@ -308,16 +299,15 @@ fn hincrbyfloat(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let _g = ctx.lock(key);
     let created = collection_len(Some(&db), key, TAG_HASH)?.is_none();
     let old = match db.get_field(key, field)? {
-        Some(v) => parse_ld(&v).ok_or_else(|| Error::err("hash value is not a float"))?,
-        None => 0.0,
+        Some(v) => LongDouble::parse(&v).ok_or_else(|| Error::err("hash value is not a float"))?,
+        None => LongDouble::zero(),
     };
-    let new = old + incr;
+    // As INCRBYFLOAT: 80-bit arithmetic printed `%.17Lf`, as Redis.
+    let new = old.plus(incr);
     if !new.is_finite() {
         return Err(Error::err("increment would produce NaN or Infinity"));
     }
-    // As INCRBYFLOAT: the shortest round-trip decimal, never an exponent
-    // (Redis prints a long double with `%.17Lf` and trims zeros).
-    let text = format!("{new}");
+    let text = new.to_human();
     db.put_field_tagged(key, TAG_HASH, field, text.as_bytes())?;
     drop(db);
     if created {

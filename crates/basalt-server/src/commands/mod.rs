@@ -8,6 +8,7 @@
 //! with the `Ctx` helpers, or returns an [`Error`] that [`execute`] turns
 //! into the error reply.
 
+pub mod cnum;
 pub mod connection;
 pub mod expiry;
 pub mod hash;
@@ -635,14 +636,10 @@ pub fn int_arg(s: &[u8]) -> Result<i64> {
     parse_i64(s).ok_or(Error::NotInteger)
 }
 
-/// A float as Redis's `strtold`-based parsing accepts it: finite, no
-/// surrounding spaces.
+/// A float as Redis's `strtod`-based parsing accepts it (hex included):
+/// finite, no surrounding spaces.
 pub fn parse_f64(s: &[u8]) -> Option<f64> {
-    if s.is_empty() || s[0].is_ascii_whitespace() || s[s.len() - 1].is_ascii_whitespace() {
-        return None;
-    }
-    let text = std::str::from_utf8(s).ok()?;
-    let v: f64 = text.parse().ok()?;
+    let (v, _) = cnum::strtod(s)?;
     v.is_finite().then_some(v)
 }
 

@@ -8,6 +8,7 @@
 use basalt_engine::Db;
 use basalt_resp::{Args, Encoder};
 
+use super::cnum::LongDouble;
 use super::flags::*;
 use super::{def, int_arg, is, parse_i64, CommandDef, Ctx, Error, Group, Result};
 use crate::notify::{GENERIC, NEW, STRING};
@@ -289,10 +290,6 @@ fn getdel(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 fn getex(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let key = &args[1];
     let o = parse_opts(&args, 2, false)?;
-    let at = match o.expire {
-        Some((unit, arg)) => Some(expire_ms(ctx, unit, arg)?),
-        None => None,
-    };
     let slot = ctx.slot();
     let Some(db) = slot.db() else {
         ctx.keymiss(key);
@@ -304,6 +301,12 @@ fn getex(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         ctx.keymiss(key);
         ctx.null();
         return Ok(());
+    };
+    // As Redis: the time is checked only once the key is found to be a
+    // string (a missing key answers nil whatever the time says).
+    let at = match o.expire {
+        Some((unit, arg)) => Some(expire_ms(ctx, unit, arg)?),
+        None => None,
     };
     if let Some(at) = at {
         // A time already past deletes the key (engine: expire <= now).
@@ -544,33 +547,21 @@ fn decrby(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     incr_by(ctx, &args[1], -n)
 }
 
-/// What Redis's `string2ld` accepts: `strtold` syntax including `inf`, no
-/// surrounding space, not NaN.
-fn parse_ld(s: &[u8]) -> Option<f64> {
-    if s.is_empty() || s.len() >= 5 * 1024 || s[0].is_ascii_whitespace() {
-        return None;
-    }
-    let v: f64 = std::str::from_utf8(s).ok()?.parse().ok()?;
-    (!v.is_nan()).then_some(v)
-}
-
 fn incrbyfloat(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let key = &args[1];
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
     let (old, at, created) = match read_with_ttl(&db, key)? {
-        Some((v, at)) => (parse_ld(&v).ok_or(Error::NotFloat)?, at, false),
-        None => (0.0, None, true),
+        Some((v, at)) => (LongDouble::parse(&v).ok_or(Error::NotFloat)?, at, false),
+        None => (LongDouble::zero(), None, true),
     };
-    let incr = parse_ld(&args[2]).ok_or(Error::NotFloat)?;
-    let new = old + incr;
+    let incr = LongDouble::parse(&args[2]).ok_or(Error::NotFloat)?;
+    // In 80 bits and printed `%.17Lf` as Redis does (0.1 + 0.2 = "0.3").
+    let new = old.plus(incr);
     if !new.is_finite() {
         return Err(Error::err("increment would produce NaN or Infinity"));
     }
-    // Redis prints `%.17Lf` of a long double and trims zeros; the shortest
-    // round-trip decimal of the f64 gives the same text for the values
-    // people use (10.5 + 0.1 = "10.6"), never an exponent.
-    let text = format!("{new}");
+    let text = new.to_human();
     db.put_with_expiry(key, text.as_bytes(), at)?;
     if created {
         ctx.notify(NEW, "new", key);

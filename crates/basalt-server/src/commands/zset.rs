@@ -22,7 +22,7 @@ use basalt_resp::{Args, Protocol};
 use parking_lot::RwLockReadGuard;
 
 use super::flags::*;
-use super::{def, int_arg, is, parse_i64, CommandDef, Ctx, Error, Group, Result, Rng};
+use super::{cnum, def, int_arg, is, parse_i64, CommandDef, Ctx, Error, Group, Result, Rng};
 use crate::blocking::{block_on, parse_timeout};
 use crate::glob;
 use crate::keyspace::{RedisType, Slot, TAG_SET, TAG_ZSET};
@@ -140,8 +140,13 @@ impl<'a> ZDb<'a> {
         ZCache::global().checkin(self.generation, key, version, ix);
     }
 
-    /// Sets one member's score in the engine and the index.
+    /// Sets one member's score in the engine and the index. A -0 is stored
+    /// as 0, as Redis stores it in a small sorted set (its listpack prints
+    /// whole scores as integers), which is where most sets live: a score
+    /// read back says "0", while a reply of a computed score (ZINCRBY's,
+    /// ZUNION's) still says "-0" in both.
     fn set(&self, key: &[u8], ix: &mut ZIndex, member: &[u8], score: f64) -> Result {
+        let score = score + 0.0;
         self.db
             .put_field_tagged(key, TAG_ZSET, member, &encode_score(score))?;
         ix.insert(member, score);
@@ -191,27 +196,13 @@ fn slot_w<'a>(ctx: &Ctx<'a>) -> Result<RwLockReadGuard<'a, Slot>> {
 /// A score as ZADD and ZINCRBY accept it (Redis's `getDoubleFromObject`:
 /// `strtod` syntax, no surrounding space, no overflow, not NaN).
 pub fn parse_score(s: &[u8]) -> Option<f64> {
-    if s.is_empty() || s.len() > 5 * 1024 || s[0].is_ascii_whitespace() {
+    if s.len() > 5 * 1024 {
         return None;
     }
-    let text = std::str::from_utf8(s).ok()?;
-    let v: f64 = text.parse().ok()?;
-    if v.is_nan() {
-        return None;
+    match cnum::strtod(s)? {
+        (_, true) => None, // overflow or underflow to zero (ERANGE)
+        (v, false) => Some(v),
     }
-    let lower = text.to_ascii_lowercase();
-    let digits = lower.trim_start_matches(['+', '-']);
-    if v.is_infinite() && !(digits == "inf" || digits == "infinity") {
-        return None; // overflow (ERANGE)
-    }
-    if v == 0.0 {
-        // Underflow to zero (ERANGE) has a non-zero digit in the mantissa.
-        let mantissa = digits.split('e').next().unwrap_or("");
-        if mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b)) {
-            return None;
-        }
-    }
-    Some(v)
 }
 
 fn score_arg(s: &[u8]) -> Result<f64> {
@@ -226,13 +217,18 @@ fn parse_range_end(s: &[u8]) -> Option<(f64, bool)> {
         Some(b'(') => (true, &s[1..]),
         _ => (false, s),
     };
-    if rest.is_empty() {
-        // strtod("") consumes nothing and leaves the end at the terminator.
-        return if ex { Some((0.0, true)) } else { None };
+    // strtod skips leading space; and it reads "" as 0 with the end at the
+    // terminator, which `zslParseRange` accepts.
+    let start = rest
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(rest.len());
+    if start == rest.len() {
+        return Some((0.0, ex));
     }
-    let text = std::str::from_utf8(rest).ok()?.trim_start();
-    let v: f64 = text.parse().ok()?;
-    (!v.is_nan()).then_some((v, ex))
+    // Overflow is fine here: 1e400 is +inf.
+    let (v, _) = cnum::strtod(&rest[start..])?;
+    Some((v, ex))
 }
 
 fn score_range(min: &[u8], max: &[u8]) -> Result<ScoreRange> {
@@ -404,6 +400,11 @@ fn zadd_generic(ctx: &mut Ctx<'_>, args: &Args<'_>, mut f: AddFlags, from: usize
         }
         j += 1;
     }
+    // Redis's order: the pairs' count, then conflicting options.
+    let elements = args.len() - j;
+    if elements == 0 || elements % 2 == 1 {
+        return Err(Error::Syntax);
+    }
     if f.nx && f.xx {
         return Err(Error::err(
             "XX and NX options at the same time are not compatible",
@@ -413,10 +414,6 @@ fn zadd_generic(ctx: &mut Ctx<'_>, args: &Args<'_>, mut f: AddFlags, from: usize
         return Err(Error::err(
             "GT, LT, and/or NX options at the same time are not compatible",
         ));
-    }
-    let elements = args.len() - j;
-    if elements == 0 || elements % 2 == 1 {
-        return Err(Error::Syntax);
     }
     if f.incr && elements > 2 {
         return Err(Error::err(
@@ -687,7 +684,6 @@ fn parse_range_query(
     store: bool,
 ) -> Result<RangeQuery> {
     let mut withscores = false;
-    let mut limit_given = false;
     let (mut offset, mut limit) = (0i64, -1i64);
     let mut j = min_idx + 2;
     while j < args.len() {
@@ -698,7 +694,6 @@ fn parse_range_query(
         } else if is(a, "limit") && left >= 2 {
             offset = int_arg(&args[j + 1])?;
             limit = int_arg(&args[j + 2])?;
-            limit_given = true;
             j += 2;
         } else if direction == Direction::Auto && is(a, "rev") {
             direction = Direction::Reverse;
@@ -717,7 +712,9 @@ fn parse_range_query(
     if rangetype == RangeType::Auto {
         rangetype = RangeType::Rank;
     }
-    if limit_given && rangetype == RangeType::Rank {
+    // Redis refuses LIMIT by rank only when it limits (a count of -1, "no
+    // limit", passes, and its offset is then ignored).
+    if limit != -1 && rangetype == RangeType::Rank {
         return Err(Error::err(
             "syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX",
         ));
@@ -1398,8 +1395,22 @@ impl Aggregate {
                     s
                 }
             }
-            Aggregate::Min => acc.min(v),
-            Aggregate::Max => acc.max(v),
+            // C's `val < target ? val : target`: a NaN value keeps the
+            // target, and of two equal zeros the first stays.
+            Aggregate::Min => {
+                if v < acc {
+                    v
+                } else {
+                    acc
+                }
+            }
+            Aggregate::Max => {
+                if v > acc {
+                    v
+                } else {
+                    acc
+                }
+            }
         }
     }
 }
@@ -1431,6 +1442,17 @@ fn input_members(z: &ZDb<'_>, key: &[u8]) -> Result<Vec<(Vec<u8>, f64)>> {
         },
         _ => Err(Error::WrongType),
     }
+}
+
+/// WRONGTYPE if any of `keys` exists as neither a sorted set nor a set.
+fn check_input_types(ctx: &Ctx<'_>, args: &Args<'_>, keys: std::ops::Range<usize>) -> Result {
+    let slot = ctx.slot();
+    for i in keys {
+        if super::type_of(slot.db(), &args[i]).is_some_and(|t| !zset_input(t)) {
+            return Err(Error::WrongType);
+        }
+    }
+    Ok(())
 }
 
 /// Computes a union, intersection or difference; the result is sorted by
@@ -1466,26 +1488,25 @@ fn combine(
             if inputs.iter().any(Vec::is_empty) {
                 return Vec::new();
             }
+            // As Redis: inputs in order of size (a stable sort, as glibc's
+            // qsort), the smallest walked; only its weighted score has a
+            // NaN (inf * 0) made 0, the others' go into the aggregate as
+            // they are (a SUM that turns NaN is then made 0).
+            let mut order: Vec<usize> = (0..inputs.len()).collect();
+            order.sort_by_key(|&i| inputs[i].len());
             let maps: Vec<HashMap<&[u8], f64>> = inputs
                 .iter()
                 .map(|inp| inp.iter().map(|(m, s)| (m.as_slice(), *s)).collect())
                 .collect();
-            let smallest = (0..inputs.len())
-                .min_by_key(|&i| inputs[i].len())
-                .expect("at least one input");
-            'members: for (m, _) in &inputs[smallest] {
-                let mut total: Option<f64> = None;
-                for (i, map) in maps.iter().enumerate() {
-                    let Some(&s) = map.get(m.as_slice()) else {
+            'members: for (m, s) in &inputs[order[0]] {
+                let mut total = weighted(*s, weights[order[0]]);
+                for &i in &order[1..] {
+                    let Some(&s) = maps[i].get(m.as_slice()) else {
                         continue 'members;
                     };
-                    let v = weighted(s, weights[i]);
-                    total = Some(match total {
-                        None => v,
-                        Some(a) => agg.apply(a, v),
-                    });
+                    total = agg.apply(total, s * weights[i]);
                 }
-                acc.insert(m.clone(), total.expect("at least one input"));
+                acc.insert(m.clone(), total);
             }
         }
         SetOp::Diff => {
@@ -1526,6 +1547,8 @@ fn setop_generic(ctx: &mut Ctx<'_>, args: Args<'_>, op: SetOp, store: bool) -> R
         return Err(Error::Syntax);
     }
     let numkeys = numkeys as usize;
+    // Redis looks the inputs up (WRONGTYPE) before it reads the options.
+    check_input_types(ctx, &args, first..first + numkeys)?;
     let mut weights = vec![1.0; numkeys];
     let mut agg = Aggregate::Sum;
     let mut withscores = false;
@@ -1643,11 +1666,14 @@ fn zintercard(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         return Err(Error::Syntax);
     }
     let numkeys = numkeys as usize;
+    check_input_types(ctx, &args, 2..2 + numkeys)?;
     let mut limit = 0usize;
     let mut j = 2 + numkeys;
     while j < args.len() {
         if is(&args[j], "limit") && j + 1 < args.len() {
-            let l = int_arg(&args[j + 1])?;
+            // Redis's getPositiveLongFromObjectOrReply: one message for
+            // "not a number" and "negative".
+            let l = parse_i64(&args[j + 1]).unwrap_or(-1);
             if l < 0 {
                 return Err(Error::err("LIMIT can't be negative"));
             }
