@@ -292,6 +292,7 @@ mod tests {
         assert_eq!(incr("-0", "-0"), "0");
         assert_eq!(incr("3", "-3"), "0");
         assert_eq!(incr("0x10", "1"), "17");
+        assert_eq!(incr("0X1P-3", "-0xA.8"), "-10.375");
         assert_eq!(incr("1e-30", "0"), "0");
         assert_eq!(incr("-1e-30", "0"), "0");
         assert_eq!(incr("-2.5", "0"), "-2.5");
@@ -348,6 +349,8 @@ mod tests {
         assert_eq!(strtod(b"0x10"), Some((16.0, false)));
         assert_eq!(strtod(b"-0x1.8p3"), Some((-12.0, false)));
         assert_eq!(strtod(b"0x.8"), Some((0.5, false)));
+        assert_eq!(strtod(b"0X1P-3"), Some((0.125, false)));
+        assert_eq!(strtod(b"+0xA.8"), Some((10.5, false)));
         assert_eq!(strtod(b"1.5"), Some((1.5, false)));
         assert_eq!(strtod(b"-INF"), Some((f64::NEG_INFINITY, false)));
         assert_eq!(strtod(b"1e400"), Some((f64::INFINITY, true)));
