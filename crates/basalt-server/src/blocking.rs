@@ -381,14 +381,12 @@ pub fn client_unblock(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 /// (block forever).
 pub fn parse_timeout(arg: &[u8], now_ms: u64) -> Result<Option<Duration>> {
     let bad = || Error::err("timeout is not a float or out of range");
-    if arg.is_empty() || arg[0].is_ascii_whitespace() || arg[arg.len() - 1].is_ascii_whitespace() {
+    // What `string2ld` accepts (hex floats included); the value itself in
+    // an f64, whose range already covers every timeout Redis can keep.
+    if crate::commands::cnum::LongDouble::parse(arg).is_none() {
         return Err(bad());
     }
-    let text = std::str::from_utf8(arg).map_err(|_| bad())?;
-    let secs: f64 = text.parse().map_err(|_| bad())?;
-    if secs.is_nan() {
-        return Err(bad());
-    }
+    let (secs, _) = crate::commands::cnum::strtod(arg).ok_or_else(bad)?;
     let ms = (secs * 1000.0).ceil();
     // Redis converts to a long long; values that do not fit come out as
     // LLONG_MIN on the platforms it runs on, hence "negative".

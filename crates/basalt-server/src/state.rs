@@ -263,6 +263,8 @@ pub struct Shared {
     pub pubsub: Arc<crate::pubsub::Hub>,
     /// Held shared by every batch, exclusively by EXEC (`crate::tx`).
     pub gate: crate::tx::Gate,
+    /// Keys watched while absent, marked when created (`crate::tx`).
+    pub absent_watches: Arc<crate::tx::AbsentWatches>,
     /// Per-command calls and time (INFO commandstats, /metrics).
     pub cmdstats: crate::cmdstats::CommandStats,
     /// Password, protected mode, client and request limits (`crate::auth`).
@@ -301,6 +303,7 @@ impl Shared {
             blocking: Default::default(),
             pubsub,
             gate: Default::default(),
+            absent_watches: Default::default(),
             cmdstats: crate::cmdstats::CommandStats::new(crate::commands::all().count()),
             shutdown: watch::channel(false).0,
         }

@@ -19,8 +19,12 @@
 //! write, 0 when absent or expired); EXEC fails (null array) if any differs.
 //! Versions come from one counter shared by every database (see
 //! `Keyspace`), so a key deleted and re-created, FLUSHDB, SWAPDB or an
-//! expiry all show as a different number, while a key that did not exist
-//! before and does not exist now (0 = 0) is untouched, as in Redis.
+//! expiry all show as a different number. A key absent at WATCH and absent
+//! again at EXEC reads 0 both times, yet Redis fails the EXEC if the key was
+//! created in between (a SET then a DEL, a push then a pop): versions cannot
+//! tell, so such keys are also registered in [`AbsentWatches`], and every
+//! key creation (the places that publish the `new` keyspace event) marks
+//! the connections watching it.
 //!
 //! Lock order: exec gate, then database slot locks, then key stripes, then
 //! the blocking registry and engine locks. Nothing takes the gate while
@@ -30,7 +34,10 @@
 //! again by EXEC, so queuing costs one copy and no allocation per argument.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 
 use basalt_resp::{Args, Encoder, Limits, Parsed, RequestParser};
 use parking_lot::lock_api::RawRwLock as _;
@@ -117,6 +124,113 @@ impl Drop for Entered<'_> {
     }
 }
 
+/// One database's absent watched keys and their watchers' flags.
+type WatchersByKey = HashMap<Vec<u8>, Vec<Arc<AtomicBool>>>;
+
+/// Keys that some connection watches while they do not exist: (db, key)
+/// -> the flags of the connections watching it. A creation of such a key
+/// sets their flags, and their EXEC fails. Empty almost always, so a
+/// creation costs one atomic load.
+#[derive(Debug, Default)]
+pub struct AbsentWatches {
+    /// Registered (db, key) pairs.
+    count: AtomicUsize,
+    by_db: Mutex<HashMap<usize, WatchersByKey>>,
+}
+
+impl AbsentWatches {
+    /// Whether any absent key is watched.
+    #[inline]
+    pub fn any(&self) -> bool {
+        self.count.load(Ordering::Relaxed) > 0
+    }
+
+    /// `key` of database `db` was just created: marks its watchers.
+    #[inline]
+    pub fn created(&self, db: usize, key: &[u8]) {
+        if self.count.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        if let Some(flags) = self.by_db.lock().get(&db).and_then(|m| m.get(key)) {
+            for f in flags {
+                f.store(true, Ordering::Release);
+            }
+        }
+    }
+
+    /// Marks the watchers of every key of `db` for which `exists` holds
+    /// (after SWAPDB, which brings keys in without creating them).
+    pub fn created_where(&self, db: usize, exists: impl Fn(&[u8]) -> bool) {
+        if self.count.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        if let Some(keys) = self.by_db.lock().get(&db) {
+            for (key, flags) in keys {
+                if exists(key) {
+                    for f in flags {
+                        f.store(true, Ordering::Release);
+                    }
+                }
+            }
+        }
+    }
+
+    fn register(&self, db: usize, key: &[u8], flag: &Arc<AtomicBool>) {
+        let mut by_db = self.by_db.lock();
+        let flags = by_db
+            .entry(db)
+            .or_default()
+            .entry(key.to_vec())
+            .or_default();
+        if flags.is_empty() {
+            self.count.fetch_add(1, Ordering::Release);
+        }
+        flags.push(flag.clone());
+    }
+
+    fn unregister(&self, db: usize, key: &[u8], flag: &Arc<AtomicBool>) {
+        let mut by_db = self.by_db.lock();
+        let Some(keys) = by_db.get_mut(&db) else {
+            return;
+        };
+        let Some(flags) = keys.get_mut(key) else {
+            return;
+        };
+        flags.retain(|f| !Arc::ptr_eq(f, flag));
+        if flags.is_empty() {
+            keys.remove(key);
+            self.count.fetch_sub(1, Ordering::Release);
+            if keys.is_empty() {
+                by_db.remove(&db);
+            }
+        }
+    }
+}
+
+/// This connection's watches of absent keys (see [`AbsentWatches`]).
+#[derive(Debug)]
+struct Absent {
+    registry: Arc<AbsentWatches>,
+    /// Set when one of `keys` is created.
+    touched: Arc<AtomicBool>,
+    keys: Vec<(usize, Vec<u8>)>,
+}
+
+impl Absent {
+    fn clear(&mut self) {
+        for (db, key) in self.keys.drain(..) {
+            self.registry.unregister(db, &key, &self.touched);
+        }
+        self.touched.store(false, Ordering::Release);
+    }
+}
+
+impl Drop for Absent {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
 /// The commands queued since MULTI.
 #[derive(Debug, Default)]
 struct Queue {
@@ -133,6 +247,9 @@ pub struct TxState {
     multi: Option<Queue>,
     /// (db, key) -> the version the key had when WATCH ran.
     watched: HashMap<(usize, Vec<u8>), u64>,
+    /// The watched keys that were absent (version 0), registered to see a
+    /// creation.
+    absent: Option<Absent>,
 }
 
 impl TxState {
@@ -150,19 +267,35 @@ impl TxState {
     /// DISCARD, EXEC and RESET: forgets the queue and the watched keys.
     pub fn clear(&mut self, info: &ClientInfo) {
         self.multi = None;
-        self.watched.clear();
+        self.unwatch();
         info.multi.store(-1, Ordering::Relaxed);
     }
 
     /// UNWATCH.
     pub fn unwatch(&mut self) {
         self.watched.clear();
+        if let Some(a) = &mut self.absent {
+            a.clear();
+        }
     }
 
     /// WATCH of one key: remembers its version, unless it is already watched
-    /// (the first version stays, so a change since then is still seen).
-    pub fn watch(&mut self, db: usize, key: &[u8], version: u64) {
-        self.watched.entry((db, key.to_vec())).or_insert(version);
+    /// (the first version stays, so a change since then is still seen); an
+    /// absent key (version 0) is also registered in `registry`.
+    pub fn watch(&mut self, registry: &Arc<AbsentWatches>, db: usize, key: &[u8], version: u64) {
+        if self.watched.contains_key(&(db, key.to_vec())) {
+            return;
+        }
+        self.watched.insert((db, key.to_vec()), version);
+        if version == 0 {
+            let a = self.absent.get_or_insert_with(|| Absent {
+                registry: registry.clone(),
+                touched: Arc::new(AtomicBool::new(false)),
+                keys: Vec::new(),
+            });
+            a.registry.register(db, key, &a.touched);
+            a.keys.push((db, key.to_vec()));
+        }
     }
 
     fn flag(&mut self) {
@@ -186,6 +319,18 @@ pub fn run(
     args: Args<'_>,
     gate: &mut Entered<'_>,
 ) -> Ran {
+    if args.len() > 1 && args[0].eq_ignore_ascii_case(b"exec") {
+        // Redis rejects a malformed EXEC by aborting the transaction (and
+        // says so in the same words outside one).
+        conn.tx.clear(&conn.info);
+        Encoder::new(out, conn.protocol).error(
+            b"EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command",
+        );
+        if let Some((_, idx)) = commands::lookup_indexed(b"exec") {
+            shared.cmdstats.reject(idx);
+        }
+        return (None, None, 0);
+    }
     if !conn.tx.in_multi() {
         let (found, after) = commands::execute(shared, conn, out, args);
         let writes = found.is_some_and(|c| c.is_write()) as u64;
@@ -235,6 +380,10 @@ fn exec(shared: &Shared, conn: &mut Conn, out: &mut Vec<u8>, gate: &mut Entered<
     let me = commands::lookup(b"exec");
     let queue = conn.tx.multi.take().expect("in MULTI");
     let watched = std::mem::take(&mut conn.tx.watched);
+    // Creations happen in batches, and every batch ends before EXEC holds
+    // the gate alone: read under the gate below, the flag is final. Its
+    // registrations stay until `absent` is dropped, after the gate.
+    let absent = conn.tx.absent.take();
     conn.tx.clear(&conn.info);
     if queue.dirty {
         Encoder::new(out, conn.protocol)
@@ -244,10 +393,13 @@ fn exec(shared: &Shared, conn: &mut Conn, out: &mut Vec<u8>, gate: &mut Entered<
     gate.exclusive(|| {
         // The wait for the gate is nobody's command time.
         conn.tick = crate::state::now_ns();
-        let changed = watched.iter().any(|((db, key), &version)| {
-            let slot = shared.keyspace.read(*db);
-            slot.db().map_or(0, |d| d.version(key)) != version
-        });
+        let changed = absent
+            .as_ref()
+            .is_some_and(|a| a.touched.load(Ordering::Acquire))
+            || watched.iter().any(|((db, key), &version)| {
+                let slot = shared.keyspace.read(*db);
+                slot.db().map_or(0, |d| d.version(key)) != version
+            });
         if changed {
             Encoder::new(out, conn.protocol).null_array();
             return (me, None, 0);
@@ -294,4 +446,35 @@ fn exec(shared: &Shared, conn: &mut Conn, out: &mut Vec<u8>, gate: &mut Entered<
         }
         (me, after, writes)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absent_watches_mark_their_watchers_and_unregister_when_dropped() {
+        let registry = Arc::new(AbsentWatches::default());
+        let mut a = TxState::default();
+        let mut b = TxState::default();
+        a.watch(&registry, 0, b"k", 0);
+        a.watch(&registry, 0, b"present", 7); // not absent: not registered
+        b.watch(&registry, 0, b"k", 0);
+        b.watch(&registry, 1, b"k", 0);
+        assert!(registry.any());
+        registry.created(1, b"k");
+        let touched = |t: &TxState| t.absent.as_ref().unwrap().touched.load(Ordering::Acquire);
+        assert!(!touched(&a), "another database's key");
+        assert!(touched(&b));
+        registry.created(0, b"present");
+        assert!(!touched(&a));
+        registry.created(0, b"k");
+        assert!(touched(&a));
+        a.unwatch();
+        assert!(!touched(&a), "UNWATCH resets the flag");
+        registry.created(0, b"k");
+        assert!(!touched(&a), "and unregisters");
+        drop(b);
+        assert!(!registry.any(), "a dropped connection leaves nothing behind");
+    }
 }

@@ -628,3 +628,85 @@ fn exec_under_appendfsync_always_survives_restart() {
     assert_eq!(r.cmd(&["GET", "a"]), bulk("1"));
     assert_eq!(r.cmd(&["LLEN", "l"]), int(1));
 }
+
+/// Redis fails the EXEC when a key watched while absent was created in
+/// between, even if it is gone again by EXEC (its version reads "absent"
+/// at both ends). Found by a differential test against redis-server 7.0.15.
+#[test]
+fn a_key_watched_while_absent_that_comes_and_goes_fails_the_exec() {
+    let s = TestServer::start();
+    let cases: &[&[&[&str]]] = &[
+        &[&["SET", "k", "a"], &["DEL", "k"]],
+        &[&["LPUSH", "k", "x"], &["LPOP", "k"]],
+        &[&["SET", "k", "a"], &["EXPIRE", "k", "0"]],
+        &[&["SET", "k", "a"], &["GETDEL", "k"]],
+        &[&["SET", "k", "a"], &["RENAME", "k", "j"]],
+        &[&["SET", "k", "a"], &["MOVE", "k", "1"]],
+        &[&["SET", "k", "a"], &["FLUSHALL"]],
+        &[&["HSET", "k", "f", "v"], &["HDEL", "k", "f"]],
+        &[&["SET", "src", "a"], &["COPY", "src", "k"], &["DEL", "k"]],
+    ];
+    for change in cases {
+        assert_eq!(exec_after(&s, "k", change), Frame::NullArray, "{change:?}");
+    }
+    // Swapped in from another database and swapped out again.
+    let mut setup = s.raw();
+    setup.cmd(&["FLUSHALL"]);
+    setup.cmd(&["SELECT", "1"]);
+    setup.cmd(&["SET", "k", "in db 1"]);
+    assert_eq!(
+        exec_after(&s, "k", &[&["SWAPDB", "0", "1"], &["SWAPDB", "0", "1"]]),
+        Frame::NullArray
+    );
+    // The watcher's own create-and-delete counts too.
+    let mut r = s.raw();
+    assert_eq!(r.cmd(&["WATCH", "mine"]), ok());
+    r.cmd(&["SET", "mine", "1"]);
+    r.cmd(&["DEL", "mine"]);
+    assert_eq!(r.cmd(&["MULTI"]), ok());
+    assert_eq!(r.cmd(&["PING"]), queued());
+    assert_eq!(r.cmd(&["EXEC"]), Frame::NullArray);
+}
+
+#[test]
+fn a_key_watched_while_absent_that_stays_absent_lets_the_exec_run() {
+    let s = TestServer::start();
+    // Other keys created, the key itself never.
+    assert_eq!(
+        exec_after(&s, "k", &[&["SET", "other", "1"], &["DEL", "other"]]),
+        pong()
+    );
+    // UNWATCH and DISCARD forget the registration: a later creation does
+    // not fail a later transaction that does not watch the key.
+    let mut r = s.raw();
+    let mut other = s.raw();
+    assert_eq!(r.cmd(&["WATCH", "k"]), ok());
+    assert_eq!(r.cmd(&["UNWATCH"]), ok());
+    other.cmd(&["SET", "k", "1"]);
+    other.cmd(&["DEL", "k"]);
+    assert_eq!(r.cmd(&["MULTI"]), ok());
+    assert_eq!(r.cmd(&["PING"]), queued());
+    assert_eq!(r.cmd(&["EXEC"]), pong());
+    assert_eq!(r.cmd(&["WATCH", "k"]), ok());
+    assert_eq!(r.cmd(&["MULTI"]), ok());
+    assert_eq!(r.cmd(&["DISCARD"]), ok());
+    other.cmd(&["SET", "k", "1"]);
+    other.cmd(&["DEL", "k"]);
+    assert_eq!(r.cmd(&["MULTI"]), ok());
+    assert_eq!(r.cmd(&["EXEC"]), arr(vec![]));
+}
+
+#[test]
+fn exec_with_arguments_aborts_the_transaction_as_redis_does() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    let abort =
+        "EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command";
+    assert_eq!(r.cmd(&["MULTI"]), ok());
+    assert_eq!(r.cmd(&["SET", "k", "1"]), queued());
+    assert_eq!(r.cmd(&["EXEC", "x"]), err(abort));
+    // Out of MULTI: the next command runs.
+    assert_eq!(r.cmd(&["GET", "k"]), Frame::NullBulk);
+    assert_eq!(r.cmd(&["EXEC", "x"]), err(abort));
+    assert_eq!(r.cmd(&["EXEC"]), err("ERR EXEC without MULTI"));
+}

@@ -220,9 +220,13 @@ fn ttl_generic(ctx: &mut Ctx<'_>, key: &[u8], ms: bool, absolute: bool) -> Resul
                 let at = at as i64;
                 match (absolute, ms) {
                     (true, true) => at,
-                    (true, false) => (at + 500) / 1000,
+                    // Rounded to the nearest second without overflowing
+                    // near i64::MAX (Redis answers the true quotient).
+                    (true, false) => ((at as i128 + 500) / 1000) as i64,
                     (false, true) => (at - ctx.now_ms as i64).max(0),
-                    (false, false) => ((at - ctx.now_ms as i64).max(0) + 500) / 1000,
+                    (false, false) => {
+                        (((at - ctx.now_ms as i64).max(0) as i128 + 500) / 1000) as i64
+                    }
                 }
             }
         },

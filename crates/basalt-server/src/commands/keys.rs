@@ -453,13 +453,15 @@ fn swapdb(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         return Err(Error::DbRange);
     }
     ctx.shared.keyspace.swap(a as usize, b as usize)?;
-    // Clients blocked in either database may now find their keys.
+    // Clients blocked in either database may now find their keys; a key
+    // watched while absent that now exists fails that EXEC (as Redis's
+    // touchAllWatchedKeysInDb), even if a second swap takes it away again.
     for d in [a as usize, b as usize] {
         let slot = ctx.shared.keyspace.read(d);
         let db = slot.db();
-        ctx.shared
-            .blocking
-            .signal_db(d, |k| db.is_some_and(|db| db.exists(k)));
+        let exists = |k: &[u8]| db.is_some_and(|db| db.exists(k));
+        ctx.shared.blocking.signal_db(d, exists);
+        ctx.shared.absent_watches.created_where(d, exists);
     }
     ctx.ok();
     Ok(())

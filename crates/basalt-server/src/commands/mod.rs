@@ -425,7 +425,7 @@ impl<'a> Ctx<'a> {
     /// `notify-keyspace-events` enables `class` (one relaxed load if not).
     #[inline]
     pub fn notify(&self, class: u32, event: &str, key: &[u8]) {
-        self.shared.pubsub.notify(class, event, key, self.conn.db);
+        self.notify_db(class, event, key, self.conn.db);
     }
 
     /// Publishes `keymiss` for `key` (Redis does on a read lookup that
@@ -456,17 +456,30 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// Whether `key` is absent from `db`, asked only when `new` events are
-    /// on (otherwise false after one relaxed load). A write that finds it
+    /// Whether `key` is absent from `db`, asked only when someone wants to
+    /// hear of creations: `new` events, or a WATCH of an absent key
+    /// (otherwise false after two relaxed loads). A write that finds it
     /// absent publishes `new` once it has created the key.
     #[inline]
     pub fn absent_for_new(&self, db: &Db, key: &[u8]) -> bool {
-        self.shared.pubsub.notifies(crate::notify::NEW) && !db.exists(key)
+        self.wants_new() && !db.exists(key)
+    }
+
+    /// Whether key creations must be reported ([`Ctx::notify`] with `NEW`):
+    /// `new` keyspace events are on, or a connection watches an absent key
+    /// (`crate::tx::AbsentWatches`).
+    #[inline]
+    pub fn wants_new(&self) -> bool {
+        self.shared.pubsub.notifies(crate::notify::NEW) || self.shared.absent_watches.any()
     }
 
     /// [`Ctx::notify`] for a key of database `db` (MOVE, COPY ... DB).
     #[inline]
     pub fn notify_db(&self, class: u32, event: &str, key: &[u8], db: usize) {
+        if class == crate::notify::NEW {
+            // A creation fails the EXEC of whoever watched the key absent.
+            self.shared.absent_watches.created(db, key);
+        }
         self.shared.pubsub.notify(class, event, key, db);
     }
 

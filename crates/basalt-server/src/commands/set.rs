@@ -192,7 +192,13 @@ fn spop(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                     ctx.notify(GENERIC, "del", key);
                 }
             }
+        } else if count.is_none() {
+            // Redis 7.0 reads the key for a bare SPOP (keymiss), and looks
+            // it up for writing (no event) with a count.
+            ctx.keymiss(key);
         }
+    } else if count.is_none() {
+        ctx.keymiss(key);
     }
     drop(slot);
     match count {

@@ -201,8 +201,8 @@ fn set_generic(
     }
     let at = if o.keepttl { db.expires_at(key) } else { at };
     let created = match &old {
-        Some(v) => v.is_none() && ctx.shared.pubsub.notifies(NEW),
-        None if o.nx || o.xx => !found && ctx.shared.pubsub.notifies(NEW),
+        Some(v) => v.is_none() && ctx.wants_new(),
+        None if o.nx || o.xx => !found && ctx.wants_new(),
         None => ctx.absent_for_new(&db, key),
     };
     db.put_with_expiry(key, value, at)?;

@@ -95,7 +95,9 @@ fn watch(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let slot = ctx.slot();
     for key in args.iter().skip(1) {
         let version = slot.db().map_or(0, |d| d.version(key));
-        ctx.conn.tx.watch(db, key, version);
+        ctx.conn
+            .tx
+            .watch(&ctx.shared.absent_watches, db, key, version);
     }
     drop(slot);
     ctx.ok();

@@ -1444,9 +1444,12 @@ fn input_members(z: &ZDb<'_>, key: &[u8]) -> Result<Vec<(Vec<u8>, f64)>> {
     }
 }
 
-/// WRONGTYPE if any of `keys` exists as neither a sorted set nor a set.
+/// The input lookups of ZUNION and friends, done first as in Redis:
+/// `keymiss` for each absent input in order, and WRONGTYPE at the first
+/// that is neither a sorted set nor a set.
 fn check_input_types(ctx: &Ctx<'_>, args: &Args<'_>, keys: std::ops::Range<usize>) -> Result {
     let slot = ctx.slot();
+    ctx.keymiss_each(slot.db(), keys.clone().map(|i| &args[i][..]), zset_input);
     for i in keys {
         if super::type_of(slot.db(), &args[i]).is_some_and(|t| !zset_input(t)) {
             return Err(Error::WrongType);
@@ -1591,7 +1594,6 @@ fn setop_generic(ctx: &mut Ctx<'_>, args: Args<'_>, op: SetOp, store: bool) -> R
             .shared
             .keyspace
             .lock_many(keys.iter().map(|k| (n, *k)).chain([(n, dst)]));
-        ctx.keymiss_each(Some(z.db), keys.iter().copied(), zset_input);
         let inputs = keys
             .iter()
             .map(|k| input_members(&z, k))
@@ -1613,7 +1615,6 @@ fn setop_generic(ctx: &mut Ctx<'_>, args: Args<'_>, op: SetOp, store: bool) -> R
         ctx.int(stored as i64);
     } else {
         let slot = ctx.slot();
-        ctx.keymiss_each(slot.db(), keys.iter().copied(), zset_input);
         let result = match ZDb::of(&slot) {
             None => Vec::new(),
             Some(z) => {
@@ -1686,7 +1687,6 @@ fn zintercard(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let keys: Vec<&[u8]> = (2..2 + numkeys).map(|i| &args[i]).collect();
     let n = ctx.conn.db;
     let slot = ctx.slot();
-    ctx.keymiss_each(slot.db(), keys.iter().copied(), zset_input);
     let card = match ZDb::of(&slot) {
         None => 0,
         Some(z) => {

@@ -114,6 +114,7 @@ pub(crate) async fn put(req: Req) -> ApiResult {
         preconditions(&req, current)?;
         let version = db.put_with_expiry(key, &req.body, at)?;
         if current == 0 {
+            sh.absent_watches.created(req.db, key);
             sh.pubsub.notify(NEW, "new", key, req.db);
         }
         sh.pubsub.notify(STRING, "set", key, req.db);
