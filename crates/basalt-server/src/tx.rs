@@ -475,6 +475,9 @@ mod tests {
         registry.created(0, b"k");
         assert!(!touched(&a), "and unregisters");
         drop(b);
-        assert!(!registry.any(), "a dropped connection leaves nothing behind");
+        assert!(
+            !registry.any(),
+            "a dropped connection leaves nothing behind"
+        );
     }
 }
