@@ -524,7 +524,7 @@ impl fmt::Debug for Db {
 }
 
 pub(crate) fn shard_of(key: &[u8], n: usize) -> usize {
-    crc32c::crc32c(key) as usize & (n - 1)
+    crate::format::crc32c(key) as usize & (n - 1)
 }
 
 fn pack(file: u32, off: u64) -> u64 {

@@ -62,5 +62,6 @@ pub use check::{
 pub use compaction::CompactionReport;
 pub use db::{Db, FileStats, KeyKind, KeyMeta, Stats, Versioned};
 pub use error::{Error, Result};
+pub use format::{crc32c, crc32c_append};
 pub use keydir::prefetch_read;
 pub use options::{Clock, ExpiryListener, ManualClock, Options, SyncPolicy, SystemClock};

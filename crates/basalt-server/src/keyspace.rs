@@ -396,7 +396,7 @@ impl Keyspace {
     }
 
     fn stripe_of(db: usize, key: &[u8]) -> usize {
-        let h = crc32c::crc32c_append(db as u32, key);
+        let h = basalt_engine::crc32c_append(db as u32, key);
         (h.wrapping_mul(0x9E37_79B1) >> 22) as usize % STRIPES
     }
 

@@ -100,7 +100,7 @@ fn cache_shard(key: &[u8]) -> &'static Mutex<CacheMap> {
             .map(|_| Mutex::new(HashMap::new()))
             .collect()
     });
-    &shards[crc32c::crc32c(key) as usize % CACHE_SHARDS]
+    &shards[basalt_engine::crc32c(key) as usize % CACHE_SHARDS]
 }
 
 // ----------------------------------------------------------------- list
