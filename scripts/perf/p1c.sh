@@ -1,17 +1,11 @@
 #!/usr/bin/env bash
 # usage: p1c.sh redis|basalt[:flags] test P n -> rps, server cpu/op, client cpu/op, client epoll_wait/op
 set -e
+source "$(dirname "$0")/lib.sh"
 kind=$1; t=$2; P=$3; n=$4; bin=${BIN:-target/release/basalt}
-port=$((20000 + RANDOM % 20000)); dir=$(mktemp -d /tmp/basalt-perf.XXXX)
-name=${kind%%:*}; flags=""; [[ $kind == *:* ]] && flags=${kind#*:}
-if [[ $name == redis ]]; then
-  redis-server --port $port --dir $dir --appendonly yes --appendfsync everysec --save '' --daemonize no >/dev/null 2>&1 &
-else
-  $bin --port $port --dir $dir --http-port 0 $flags >/dev/null 2>&1 &
-fi
-pid=$!
-for i in $(seq 50); do redis-cli -p $port ping >/dev/null 2>&1 && break; sleep 0.1; done
-redis-cli -p $port ping >/dev/null 2>&1 || { echo "$0: server on port $port did not answer" >&2; kill $pid 2>/dev/null; exit 1; }
+name=${kind%%:*}; FLAGS=""; [[ $kind == *:* ]] && FLAGS=${kind#*:}
+[[ $name == redis ]] && b=redis || b=$bin
+start_server "$b"
 if [[ $t == get ]]; then timeout 600 redis-benchmark -p $port -t set -n 1000000 -r 1000000 -d 100 -c 50 -P 16 -q >/dev/null; fi
 cpu() { awk '{print $14, $15}' /proc/$pid/stat; }
 read u0 s0 < <(cpu)
@@ -21,4 +15,4 @@ rps=$(cat /tmp/basalt-perf-rps.$$)
 ep=$(grep epoll_wait /tmp/basalt-perf-pstat.$$ | cut -d, -f1); tc=$(grep task-clock /tmp/basalt-perf-pstat.$$ | cut -d, -f1)
 tck=$(getconf CLK_TCK)
 python3 -c "u=($u1-$u0)/$tck; s=($s1-$s0)/$tck; print('%-22s %s P%s %9s rps  srv %.2f us/op  cli %.2f us/op  cli_epoll %.3f/op' % ('$kind','$t','$P','$rps',(u+s)/$n*1e6, $tc*1e3/$n, $ep/$n))"
-kill $pid; wait $pid 2>/dev/null || true; rm -rf $dir /tmp/basalt-perf-pstat.$$ /tmp/basalt-perf-rps.$$
+stop_server; rm -f /tmp/basalt-perf-pstat.$$ /tmp/basalt-perf-rps.$$

@@ -1,12 +1,9 @@
 #!/usr/bin/env bash
 # thr.sh <bin> <prefill-test> <test> <n> [P]: per-thread server CPU during the test (unpinned)
 set -e
+source "$(dirname "$0")/lib.sh"
 b=$1; pre=$2; t=$3; n=$4; P=${5:-16}
-port=$((20000 + RANDOM % 20000)); dir=$(mktemp -d /tmp/basalt-perf.XXXX)
-$b --port $port --dir $dir --http-port 0 $FLAGS >/dev/null 2>&1 &
-pid=$!
-for i in $(seq 50); do redis-cli -p $port ping >/dev/null 2>&1 && break; sleep 0.1; done
-redis-cli -p $port ping >/dev/null 2>&1 || { echo "$0: server on port $port did not answer" >&2; kill $pid 2>/dev/null; exit 1; }
+start_server "$b"
 [[ -n $pre ]] && timeout 600 redis-benchmark -p $port -t $pre -n $n -r 1000000 -d 100 -c 50 -P 16 -q >/dev/null 2>&1
 snap() { for f in /proc/$pid/task/*; do echo "$(cat $f/comm | tr ' ' _) $(awk '{print $14+$15}' $f/stat)"; done | sort; }
 snap > /tmp/basalt-perf-thr0.$$
@@ -27,4 +24,4 @@ for k in sorted(b):
     if dv: print('  %-22s %.2f us/op' % (k, dv/100/n*1e6))
 print('  %-22s %.2f us/op' % ('total', tot/100/n*1e6))
 PY
-kill $pid; wait $pid 2>/dev/null || true; rm -rf $dir /tmp/basalt-perf-thr0.$$ /tmp/basalt-perf-thr1.$$
+stop_server; rm -f /tmp/basalt-perf-thr0.$$ /tmp/basalt-perf-thr1.$$

@@ -381,12 +381,11 @@ pub fn client_unblock(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 /// (block forever).
 pub fn parse_timeout(arg: &[u8], now_ms: u64) -> Result<Option<Duration>> {
     let bad = || Error::err("timeout is not a float or out of range");
-    // What `string2ld` accepts (hex floats included); the value itself in
-    // an f64, whose range already covers every timeout Redis can keep.
-    if crate::commands::cnum::LongDouble::parse(arg).is_none() {
-        return Err(bad());
-    }
-    let (secs, _) = crate::commands::cnum::strtod(arg).ok_or_else(bad)?;
+    // What `string2ld` accepts (hex floats included), then in an f64, whose
+    // range covers every timeout Redis can keep (past it: infinite).
+    let secs = crate::commands::cnum::LongDouble::parse(arg)
+        .ok_or_else(bad)?
+        .to_f64();
     let ms = (secs * 1000.0).ceil();
     // Redis converts to a long long; values that do not fit come out as
     // LLONG_MIN on the platforms it runs on, hence "negative".

@@ -283,10 +283,10 @@ impl TxState {
     /// (the first version stays, so a change since then is still seen); an
     /// absent key (version 0) is also registered in `registry`.
     pub fn watch(&mut self, registry: &Arc<AbsentWatches>, db: usize, key: &[u8], version: u64) {
-        if self.watched.contains_key(&(db, key.to_vec())) {
-            return;
-        }
-        self.watched.insert((db, key.to_vec()), version);
+        match self.watched.entry((db, key.to_vec())) {
+            std::collections::hash_map::Entry::Occupied(_) => return,
+            std::collections::hash_map::Entry::Vacant(v) => v.insert(version),
+        };
         if version == 0 {
             let a = self.absent.get_or_insert_with(|| Absent {
                 registry: registry.clone(),

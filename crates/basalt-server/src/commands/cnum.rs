@@ -15,7 +15,7 @@
 //! `printf` does.
 
 use rustc_apfloat::ieee::{Double, X87DoubleExtended};
-use rustc_apfloat::{Float, Round, Status};
+use rustc_apfloat::{Float, FloatConvert, Round, Status};
 
 /// Redis's `MAX_LONG_DOUBLE_CHARS`: longer inputs are not numbers.
 const MAX_LONG_DOUBLE_CHARS: usize = 5 * 1024;
@@ -170,6 +170,12 @@ impl LongDouble {
     /// The rounded sum.
     pub fn plus(self, other: LongDouble) -> Self {
         LongDouble(self.0.add_r(other.0, Round::NearestTiesToEven).value)
+    }
+
+    /// The nearest f64 (infinite past f64's range).
+    pub fn to_f64(&self) -> f64 {
+        let d: Double = self.0.convert_r(Round::NearestTiesToEven, &mut false).value;
+        f64::from_bits(d.to_bits() as u64)
     }
 
     /// Neither infinite nor NaN.
@@ -342,6 +348,10 @@ mod tests {
             assert!(LongDouble::parse(good.as_bytes()).is_some(), "{good:?}");
         }
         assert!(!LongDouble::parse(b"inf").unwrap().is_finite());
+        let f = |s: &str| LongDouble::parse(s.as_bytes()).unwrap().to_f64();
+        assert_eq!(f("0x1p-5"), 0.03125);
+        assert_eq!(f("0.1"), 0.1);
+        assert_eq!(f("1e400"), f64::INFINITY);
     }
 
     #[test]
