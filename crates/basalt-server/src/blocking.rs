@@ -61,6 +61,23 @@
 //!
 //! Wakeups are therefore "at least once": a woken client that finds the
 //! key empty (another client took the element first) simply blocks again.
+//!
+//! # Why keys are served in the order they became ready
+//! Redis serves blocked clients after each command (or EXEC), key by key in
+//! the order the keys became ready, and a served BLMOVE that pushes onto
+//! another waited key makes that key ready last. Here woken clients re-run
+//! on their own connections, possibly on two threads at once, so the
+//! registry keeps woken waiters in a *line*: a signal puts the waiter it
+//! wakes at the back, and only the first of the line holds the *turn* and
+//! re-runs; the others wait parked. The turn passes on when the holder
+//! blocks again or finishes. When it finishes (served, say), the wakeups
+//! passed on to the next waiters of its keys take its place at the front,
+//! so a key keeps serving its queue before the next ready key is looked at,
+//! as in Redis; a wakeup passed on by [`Blocking::pass_on`] goes right
+//! behind the holder. A holder that does not re-run within
+//! [`TURN_PATIENCE`] (its connection stuck writing to a client that does
+//! not read, say) is stepped over, so one slow client cannot hold up
+//! everyone else's blocked commands; it re-runs whenever it gets to it.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
@@ -68,6 +85,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+
+/// How long the first woken waiter may hold the turn without re-running
+/// before the next in line is let through (see the module docs).
+pub const TURN_PATIENCE: Duration = Duration::from_millis(50);
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -97,6 +118,9 @@ pub struct Waiter {
     /// blocked again nor finished: signals skip it, and nobody behind it
     /// may take from its keys.
     woken: AtomicBool,
+    /// Holds the turn: first in the line of woken waiters (or stepped over
+    /// while holding it), so its re-run may go ahead.
+    turn: AtomicBool,
     /// 0 = no, 1 = CLIENT UNBLOCK TIMEOUT, 2 = CLIENT UNBLOCK ERROR.
     unblock: AtomicU8,
     notify: Notify,
@@ -108,10 +132,21 @@ impl Waiter {
         self.deadline
     }
 
-    /// Resolves at the next signal (or at once if one came since the last
-    /// call). Cancel-safe.
+    /// Resolves at the next wakeup or grant of the turn (or at once if one
+    /// came since the last call). Cancel-safe. Then check [`Self::has_turn`]
+    /// and [`Self::unblock_reason`].
     pub async fn woken(&self) {
         self.notify.notified().await
+    }
+
+    /// Whether its re-run may go ahead: it holds the turn.
+    pub fn has_turn(&self) -> bool {
+        self.turn.load(Ordering::SeqCst)
+    }
+
+    /// Whether it was woken and waits in line for the turn.
+    pub fn in_line(&self) -> bool {
+        self.woken.load(Ordering::SeqCst) && !self.has_turn()
     }
 
     /// Read by the connection after a wakeup, before re-running: says
@@ -132,6 +167,11 @@ struct Inner {
     by_key: HashMap<(usize, Vec<u8>), VecDeque<Arc<Waiter>>>,
     /// client id -> its waiter (a client waits for one command at a time).
     by_client: HashMap<u64, Arc<Waiter>>,
+    /// Woken waiters in the order their keys became ready; the first holds
+    /// the turn (module docs).
+    line: VecDeque<Arc<Waiter>>,
+    /// When the first of `line` was given the turn.
+    turn_since: Option<Instant>,
 }
 
 /// The registry of blocked clients, one per server (in [`crate::Shared`]).
@@ -159,10 +199,13 @@ impl Blocking {
         deadline: Option<Instant>,
     ) -> Arc<Waiter> {
         let mut inner = self.inner.lock();
-        if let Some(w) = inner.by_client.get(&client) {
-            // A re-run that blocks again: a signal from now on wakes it.
+        if let Some(w) = inner.by_client.get(&client).cloned() {
+            // A re-run that blocks again: a signal from now on wakes it, and
+            // the next in line gets the turn.
             w.woken.store(false, Ordering::SeqCst);
-            return w.clone();
+            Self::leave_line(&mut inner, &w);
+            Self::grant(&mut inner);
+            return w;
         }
         let mut own: Vec<Vec<u8>> = Vec::with_capacity(keys.len());
         for k in keys {
@@ -176,6 +219,7 @@ impl Blocking {
             keys: own,
             deadline,
             woken: AtomicBool::new(false),
+            turn: AtomicBool::new(false),
             unblock: AtomicU8::new(0),
             notify: Notify::new(),
         });
@@ -234,10 +278,23 @@ impl Blocking {
         if self.count.load(Ordering::SeqCst) == 0 {
             return;
         }
-        let inner = self.inner.lock();
-        if let Some(queue) = Self::queue(&inner, db, key) {
-            Self::wake_first(queue.iter().skip_while(|w| w.client != client).skip(1));
+        let mut inner = self.inner.lock();
+        // Right behind the passer in the line: Redis goes on down the key's
+        // queue before it looks at the next ready key.
+        let mut at = inner
+            .line
+            .iter()
+            .position(|w| w.client == client)
+            .map(|i| i + 1);
+        let Inner { by_key, line, .. } = &mut *inner;
+        if let Some(queue) = by_key.get(&(db, key.to_vec())) {
+            Self::wake_first(
+                line,
+                queue.iter().skip_while(|w| w.client != client).skip(1),
+                &mut at,
+            );
         }
+        Self::grant(&mut inner);
     }
 
     /// A key of `db` may now serve a blocked client: wakes the first waiter
@@ -246,8 +303,9 @@ impl Blocking {
         if self.count.load(Ordering::SeqCst) == 0 {
             return;
         }
-        let inner = self.inner.lock();
-        Self::signal_locked(&inner, db, key);
+        let mut inner = self.inner.lock();
+        Self::signal_locked(&mut inner, db, key, &mut None);
+        Self::grant(&mut inner);
     }
 
     /// The contents of database `db` were replaced wholesale (SWAPDB):
@@ -273,9 +331,12 @@ impl Blocking {
         }
     }
 
-    fn signal_locked(inner: &Inner, db: usize, key: &[u8]) {
-        if let Some(queue) = Self::queue(inner, db, key) {
-            Self::wake_first(queue.iter());
+    /// Wakes the first waiter of `key` not woken yet and puts it in line at
+    /// `*at` (then advanced), or at the back for `None`.
+    fn signal_locked(inner: &mut Inner, db: usize, key: &[u8], at: &mut Option<usize>) {
+        let Inner { by_key, line, .. } = inner;
+        if let Some(queue) = by_key.get(&(db, key.to_vec())) {
+            Self::wake_first(line, queue.iter(), at);
         }
     }
 
@@ -286,11 +347,59 @@ impl Blocking {
         inner.by_key.get(&(db, key.to_vec()))
     }
 
-    /// Wakes and marks the first of `waiters` not woken yet.
-    fn wake_first<'w>(mut waiters: impl Iterator<Item = &'w Arc<Waiter>>) {
+    /// Wakes and marks the first of `waiters` not woken yet, and puts it in
+    /// `line` at `*at` (then advanced) or, for `None`, at the back. Its
+    /// connection is notified so that it can watch for a stalled turn.
+    fn wake_first<'w>(
+        line: &mut VecDeque<Arc<Waiter>>,
+        mut waiters: impl Iterator<Item = &'w Arc<Waiter>>,
+        at: &mut Option<usize>,
+    ) {
         if let Some(w) = waiters.find(|w| !w.woken.load(Ordering::SeqCst)) {
             w.woken.store(true, Ordering::SeqCst);
+            match at {
+                Some(i) => {
+                    line.insert((*i).min(line.len()), w.clone());
+                    *i += 1;
+                }
+                None => line.push_back(w.clone()),
+            }
             w.notify.notify_one();
+        }
+    }
+
+    /// Gives the turn to the first of the line if it does not hold it yet.
+    fn grant(inner: &mut Inner) {
+        if let Some(first) = inner.line.front() {
+            if !first.turn.swap(true, Ordering::SeqCst) {
+                inner.turn_since = Some(Instant::now());
+                first.notify.notify_one();
+            }
+        }
+    }
+
+    /// Takes `w` out of the line (and the turn from it); returns where it
+    /// stood.
+    fn leave_line(inner: &mut Inner, w: &Arc<Waiter>) -> Option<usize> {
+        w.turn.store(false, Ordering::SeqCst);
+        let i = inner.line.iter().position(|o| Arc::ptr_eq(o, w))?;
+        inner.line.remove(i);
+        Some(i)
+    }
+
+    /// Called by a connection that has waited in line for the turn: if the
+    /// holder has kept it for [`TURN_PATIENCE`] without re-running, steps
+    /// over it (it keeps its turn and re-runs when it can) and gives the
+    /// turn to the next in line.
+    pub fn step_over_stalled(&self) {
+        let mut inner = self.inner.lock();
+        let stalled = inner.line.front().is_some_and(|f| f.has_turn())
+            && inner
+                .turn_since
+                .is_some_and(|t| t.elapsed() >= TURN_PATIENCE);
+        if stalled {
+            inner.line.pop_front();
+            Self::grant(&mut inner);
         }
     }
 
@@ -306,6 +415,8 @@ impl Blocking {
             return;
         };
         self.count.fetch_sub(1, Ordering::SeqCst);
+        // The wakeups passed on below take its place in the line.
+        let mut at = Self::leave_line(&mut inner, &w);
         for k in &w.keys {
             let id = (w.db, k.clone());
             if let Some(q) = inner.by_key.get_mut(&id) {
@@ -316,8 +427,9 @@ impl Blocking {
             }
         }
         for k in &w.keys {
-            Self::signal_locked(&inner, w.db, k);
+            Self::signal_locked(&mut inner, w.db, k, &mut at);
         }
+        Self::grant(&mut inner);
     }
 
     /// CLIENT UNBLOCK: releases `client` if it is blocked. Returns whether
@@ -504,5 +616,68 @@ mod tests {
         b.pass_on(3, 0, b"k");
         assert!(!w1.woken.load(Ordering::SeqCst));
         assert!(!w3.woken.load(Ordering::SeqCst));
+    }
+
+    fn line(b: &Blocking) -> Vec<u64> {
+        b.inner.lock().line.iter().map(|w| w.client).collect()
+    }
+
+    #[test]
+    fn woken_waiters_take_turns_in_the_order_their_keys_became_ready() {
+        let b = Blocking::default();
+        let w1 = b.register(1, 0, &[b"q"], None);
+        let w2 = b.register(2, 0, &[b"r"], None);
+        b.signal(0, b"r");
+        b.signal(0, b"q");
+        assert_eq!(line(&b), [2, 1]);
+        assert!(w2.has_turn() && !w2.in_line());
+        assert!(!w1.has_turn() && w1.in_line());
+        // w2 is served and leaves: w1 gets the turn.
+        b.finish(2);
+        assert!(w1.has_turn());
+        assert_eq!(line(&b), [1]);
+        // w1's re-run blocks again: it leaves the line and the turn.
+        b.register(1, 0, &[b"q"], None);
+        assert!(!w1.has_turn() && !w1.in_line());
+        assert!(line(&b).is_empty());
+    }
+
+    #[test]
+    fn a_finished_holder_hands_its_place_to_the_next_waiter_of_its_key() {
+        let b = Blocking::default();
+        let _a1 = b.register(1, 0, &[b"a"], None);
+        let a2 = b.register(2, 0, &[b"a"], None);
+        let _m = b.register(3, 0, &[b"b"], None);
+        b.signal(0, b"a");
+        b.signal(0, b"b");
+        assert_eq!(line(&b), [1, 3]);
+        // a1 served: the next waiter of `a` goes first, before the mover.
+        b.finish(1);
+        assert_eq!(line(&b), [2, 3]);
+        assert!(a2.has_turn());
+        // A wakeup passed on by a holder goes right behind it.
+        let _z = b.register(4, 0, &[b"a"], None);
+        b.pass_on(2, 0, b"a");
+        assert_eq!(line(&b), [2, 4, 3]);
+    }
+
+    #[test]
+    fn a_holder_that_stalls_is_stepped_over_after_the_patience() {
+        let b = Blocking::default();
+        let w1 = b.register(1, 0, &[b"x"], None);
+        let w2 = b.register(2, 0, &[b"y"], None);
+        b.signal(0, b"x");
+        b.signal(0, b"y");
+        b.step_over_stalled();
+        assert!(w1.has_turn() && !w2.has_turn(), "not before the patience");
+        b.inner.lock().turn_since = Some(Instant::now() - TURN_PATIENCE);
+        b.step_over_stalled();
+        assert!(w2.has_turn(), "the next one goes ahead");
+        assert!(w1.has_turn(), "the stalled one may still re-run");
+        assert_eq!(line(&b), [2]);
+        // When the stalled one finally finishes, nothing is disturbed.
+        b.finish(1);
+        assert_eq!(line(&b), [2]);
+        assert!(w2.has_turn());
     }
 }

@@ -506,6 +506,9 @@ async fn park(
         // Nothing registered (a handler bug): do not hang, run it again.
         return Ok(Parked::Rerun);
     };
+    // Set while this client waits in line for the turn (crate::blocking):
+    // when to check whether the holder has stalled.
+    let mut patience: Option<tokio::time::Instant> = None;
     loop {
         let deadline = waiter.deadline();
         let read_more = buf.len() < PARKED_INPUT;
@@ -517,13 +520,19 @@ async fn park(
             _ = info.kill.notified() => return Ok(Parked::Closed),
             _ = Shared::wait_shutdown(shutdown) => return Ok(Parked::Closed),
             _ = waiter.woken() => {
-                return Ok(match waiter.unblock_reason() {
-                    Unblock::No => Parked::Rerun,
-                    Unblock::Timeout => Parked::TimedOut,
-                    Unblock::Error => Parked::Unblocked,
-                });
+                match waiter.unblock_reason() {
+                    Unblock::Timeout => return Ok(Parked::TimedOut),
+                    Unblock::Error => return Ok(Parked::Unblocked),
+                    Unblock::No if waiter.has_turn() => return Ok(Parked::Rerun),
+                    // Woken, but others are served first: wait for the turn.
+                    Unblock::No => {}
+                }
             }
             _ = sleep_until_opt(deadline) => return Ok(Parked::TimedOut),
+            _ = sleep_until_opt(patience) => {
+                shared.blocking.step_over_stalled();
+                patience = None;
+            }
             _ = info.pubsub.ready() => {
                 if !pubsub::deliver(stream, info, &shared.pubsub, protocol, &shared.stats).await? {
                     return Ok(Parked::Closed);
@@ -540,6 +549,11 @@ async fn park(
         }
         if info.killed.load(Ordering::SeqCst) {
             return Ok(Parked::Closed);
+        }
+        if !waiter.in_line() {
+            patience = None;
+        } else if patience.is_none() {
+            patience = Some(tokio::time::Instant::now() + crate::blocking::TURN_PATIENCE);
         }
     }
 }

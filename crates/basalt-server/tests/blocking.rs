@@ -597,3 +597,106 @@ fn copy_move_swapdb_and_zset_stores_wake_waiters() {
     assert_eq!(waiter.read(), pair("ls", "v"));
     wait_blocked(&s, 0);
 }
+
+#[test]
+fn keys_made_ready_by_one_exec_are_served_in_the_order_they_became_ready() {
+    // Redis serves the ready keys one after the other, in the order the
+    // transaction made them ready; a served BLMOVE's push comes after.
+    for (first, b_gets, r_left) in [("r", "x", "y"), ("q", "y", "x")] {
+        let s = TestServer::start();
+        let mut mover = s.raw();
+        let mut popper = s.raw();
+        let mut p = s.raw();
+        send(&mut mover, &["BLMOVE", "q", "r", "RIGHT", "LEFT", "0"]);
+        wait_blocked(&s, 1);
+        send(&mut popper, &["BLPOP", "r", "0"]);
+        wait_blocked(&s, 2);
+        assert_eq!(p.cmd(&["MULTI"]), common::ok());
+        let (k1, v1, k2, v2) = if first == "r" {
+            ("r", "x", "q", "y")
+        } else {
+            ("q", "y", "r", "x")
+        };
+        p.cmd(&["RPUSH", k1, v1]);
+        p.cmd(&["RPUSH", k2, v2]);
+        assert_eq!(p.cmd(&["EXEC"]), Frame::Array(vec![int(1), int(1)]));
+        assert_eq!(mover.read(), bulk("y"), "{first} ready first");
+        assert_eq!(popper.read(), pair("r", b_gets), "{first} ready first");
+        assert_eq!(
+            p.cmd(&["LRANGE", "r", "0", "-1"]),
+            Frame::Array(vec![bulk(r_left)]),
+            "{first} ready first"
+        );
+        wait_blocked(&s, 0);
+    }
+}
+
+#[test]
+fn a_key_keeps_serving_its_queue_before_the_next_ready_key() {
+    // EXEC makes `a` ready with two elements, then `b`. Redis serves both
+    // waiters of `a` before the BLMOVE on `b`, whose push onto `a` then
+    // finds nobody left waiting there.
+    let s = TestServer::start();
+    let mut a1 = s.raw();
+    let mut a2 = s.raw();
+    let mut mover = s.raw();
+    let mut p = s.raw();
+    send(&mut a1, &["BLPOP", "a", "0"]);
+    wait_blocked(&s, 1);
+    send(&mut a2, &["BLPOP", "a", "0"]);
+    wait_blocked(&s, 2);
+    send(&mut mover, &["BLMOVE", "b", "a", "LEFT", "LEFT", "0"]);
+    wait_blocked(&s, 3);
+    p.cmd(&["MULTI"]);
+    p.cmd(&["RPUSH", "a", "1", "2"]);
+    p.cmd(&["RPUSH", "b", "m"]);
+    assert_eq!(p.cmd(&["EXEC"]), Frame::Array(vec![int(2), int(1)]));
+    assert_eq!(a1.read(), pair("a", "1"));
+    assert_eq!(a2.read(), pair("a", "2"));
+    assert_eq!(mover.read(), bulk("m"));
+    assert_eq!(
+        p.cmd(&["LRANGE", "a", "0", "-1"]),
+        Frame::Array(vec![bulk("m")])
+    );
+    wait_blocked(&s, 0);
+}
+
+#[test]
+fn a_woken_client_that_does_not_read_its_replies_does_not_hold_up_others() {
+    // `stuck` pipelines a GET of a value far larger than the socket buffers
+    // and a BLPOP, and reads nothing: its connection cannot finish writing,
+    // so when its key is made ready first it cannot take its turn. The
+    // client woken next is served anyway, after a short patience.
+    let s = TestServer::start();
+    let mut p = s.raw();
+    let big = "v".repeat(16 << 20);
+    assert_eq!(p.cmd(&["SET", "big", &big]), common::ok());
+    drop(big);
+    let mut stuck = s.raw();
+    let mut other = s.raw();
+    let mut pipeline = Vec::new();
+    for args in [&["GET", "big"][..], &["BLPOP", "k1", "0"]] {
+        pipeline.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+        for a in args {
+            pipeline.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+        }
+    }
+    stuck.send(&pipeline);
+    wait_blocked(&s, 1);
+    send(&mut other, &["BLPOP", "k2", "0"]);
+    wait_blocked(&s, 2);
+    p.cmd(&["MULTI"]);
+    p.cmd(&["RPUSH", "k1", "a"]);
+    p.cmd(&["RPUSH", "k2", "b"]);
+    let started = Instant::now();
+    assert_eq!(p.cmd(&["EXEC"]), Frame::Array(vec![int(1), int(1)]));
+    assert_eq!(other.read(), pair("k2", "b"));
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // Once it reads, the stuck client gets its GET and then its element.
+    match stuck.read() {
+        Frame::Bulk(v) => assert_eq!(v.len(), 16 << 20),
+        f => panic!("expected the big value, got {f:?}"),
+    }
+    assert_eq!(stuck.read(), pair("k1", "a"));
+    wait_blocked(&s, 0);
+}
