@@ -60,6 +60,11 @@ pub enum KeyKind {
         tag: u8,
         /// Number of fields.
         len: usize,
+        /// `Some(base)` when the field names are exactly the 8-byte
+        /// big-endian numbers `base, base + 1, ..., base + len - 1` (a map
+        /// kept as a run, see `fields.rs`): the lowest name, with no need
+        /// to look at the fields. `None` for any other map.
+        run: Option<u64>,
     },
 }
 
@@ -1028,6 +1033,7 @@ impl Db {
                 kind: KeyKind::Map {
                     tag: m.tag,
                     len: m.fields.len(),
+                    run: m.fields.run_base(),
                 },
                 version: m.version,
                 expires_at,

@@ -72,6 +72,15 @@ fn number(name: &[u8]) -> Option<u64> {
 }
 
 impl Fields {
+    /// The first name of a non-empty run (`None` for a table or an empty
+    /// map).
+    pub fn run_base(&self) -> Option<u64> {
+        match self {
+            Fields::Run { base, locs } if !locs.is_empty() => Some(*base),
+            _ => None,
+        }
+    }
+
     pub fn len(&self) -> usize {
         match self {
             Fields::Run { locs, .. } => locs.len(),

@@ -107,3 +107,44 @@ fn a_queue_shaped_map_survives_pops_a_middle_removal_compaction_and_reopen() {
         assert!(model.contains_key(&u64::from_be_bytes(p[..].try_into().unwrap())));
     }
 }
+
+/// The `run` a map's metadata reports.
+fn run_of(db: &Db, key: &[u8]) -> Option<u64> {
+    match db.meta(key).unwrap().kind {
+        basalt_engine::KeyKind::Map { run, .. } => run,
+        k => panic!("not a map: {k:?}"),
+    }
+}
+
+#[test]
+fn map_metadata_names_the_first_field_of_a_run_until_the_run_breaks() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let db = Db::open(dir.path(), opts(&clock)).unwrap();
+    let mid = 1u64 << 63;
+    for i in 0..10 {
+        db.put_field(b"q", &name(mid + i), b"v").unwrap();
+    }
+    assert_eq!(run_of(&db, b"q"), Some(mid));
+    db.put_field(b"q", &name(mid - 1), b"front").unwrap();
+    assert_eq!(run_of(&db, b"q"), Some(mid - 1));
+    db.take_field(b"q", &name(mid - 1)).unwrap();
+    db.take_field(b"q", &name(mid)).unwrap();
+    assert_eq!(run_of(&db, b"q"), Some(mid + 1));
+    db.take_field(b"q", &name(mid + 9)).unwrap();
+    assert_eq!(run_of(&db, b"q"), Some(mid + 1));
+    // A map of other names is not a run.
+    db.put_field(b"h", b"name", b"v").unwrap();
+    assert_eq!(run_of(&db, b"h"), None);
+    // A removal from the middle breaks the run for good.
+    db.delete_field(b"q", &name(mid + 4)).unwrap();
+    assert_eq!(run_of(&db, b"q"), None);
+    db.put_field(b"q", &name(mid + 4), b"back").unwrap();
+    assert_eq!(run_of(&db, b"q"), None);
+    // Reopened from its files, a queue is a run again.
+    db.put_field(b"r", &name(7), b"a").unwrap();
+    db.put_field(b"r", &name(8), b"b").unwrap();
+    db.close().unwrap();
+    let db = Db::open(dir.path(), opts(&clock)).unwrap();
+    assert_eq!(run_of(&db, b"r"), Some(7));
+}

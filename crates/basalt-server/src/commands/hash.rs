@@ -53,7 +53,7 @@ pub fn collection_len(db: Option<&Db>, key: &[u8], tag: u8) -> Result<Option<usi
         return Ok(None);
     };
     match meta.kind {
-        KeyKind::Map { tag: t, len } if t == tag => Ok(Some(len)),
+        KeyKind::Map { tag: t, len, .. } if t == tag => Ok(Some(len)),
         _ => Err(Error::WrongType),
     }
 }

@@ -485,7 +485,7 @@ fn encoding(db: &Db, key: &[u8]) -> Result<Option<&'static str>> {
                 "raw"
             }
         }
-        KeyKind::Map { tag, len } => match tag {
+        KeyKind::Map { tag, len, .. } => match tag {
             TAG_HASH => super::hash::encoding(db, key, len)?,
             TAG_SET => super::set::encoding(db, key, len)?,
             TAG_ZSET if len <= 128 => "listpack",

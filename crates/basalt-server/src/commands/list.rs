@@ -158,6 +158,9 @@ struct List<'a> {
     /// First position and length (`len == 0`: no key).
     head: i64,
     len: i64,
+    /// The engine keeps the list's fields as a run and told us its first
+    /// name: the cache is neither needed nor updated.
+    run: bool,
 }
 
 impl<'a> List<'a> {
@@ -170,14 +173,29 @@ impl<'a> List<'a> {
             key,
             head: 0,
             len: 0,
+            run: false,
         };
         let Some(meta) = db.meta(key) else {
+            // A list created now starts as a run: pushes at the ends.
+            l.run = true;
             return Ok(l);
         };
-        let len = match meta.kind {
-            KeyKind::Map { tag: TAG_LIST, len } => len as i64,
+        let (len, run) = match meta.kind {
+            KeyKind::Map {
+                tag: TAG_LIST,
+                len,
+                run,
+            } => (len as i64, run),
             _ => return Err(Error::WrongType),
         };
+        // Positions only ever change at the ends (pushes, pops, trims) keep
+        // the engine's run form: its first name is the head.
+        if let Some(base) = run {
+            l.head = field_pos(&base.to_be_bytes()).unwrap_or_default();
+            l.len = len;
+            l.run = true;
+            return Ok(l);
+        }
         let cached = cache_shard(key)
             .lock()
             .get(&(gen, dbi))
@@ -231,8 +249,10 @@ impl<'a> List<'a> {
     }
 
     /// Records the bounds after a write (the caller still holds the stripe).
+    /// A list that was a run needs nothing: if this write broke the run
+    /// (an insertion or removal in the middle), the next load scans once.
     fn commit(&self) {
-        if self.len > 0 {
+        if self.len > 0 && !self.run {
             self.remember(self.db.version(self.key), self.head);
         }
     }
@@ -530,7 +550,9 @@ fn llen(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             0
         }
         Some(m) => match m.kind {
-            KeyKind::Map { tag: TAG_LIST, len } => len as i64,
+            KeyKind::Map {
+                tag: TAG_LIST, len, ..
+            } => len as i64,
             _ => return Err(Error::WrongType),
         },
     };
