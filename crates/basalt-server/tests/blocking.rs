@@ -700,3 +700,120 @@ fn a_woken_client_that_does_not_read_its_replies_does_not_hold_up_others() {
     assert_eq!(stuck.read(), pair("k1", "a"));
     wait_blocked(&s, 0);
 }
+
+#[test]
+fn many_blocked_clients_lose_and_duplicate_nothing_under_concurrent_pushes() {
+    // Consumers block with no timeout on three keys, movers shuttle
+    // elements from `c` to `a`, producers push from plain commands and from
+    // transactions touching two keys. A lost wakeup leaves an element in a
+    // list while every consumer sleeps; a double serve duplicates one.
+    use std::collections::HashSet;
+    use std::sync::{Arc, Mutex};
+    const PRODUCERS: usize = 3;
+    const PER_PRODUCER: usize = 400;
+    const TOTAL: usize = PRODUCERS * PER_PRODUCER;
+    const CONSUMERS: usize = 4;
+    let s = TestServer::start();
+    let consumed: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut threads = Vec::new();
+    for _ in 0..CONSUMERS {
+        let mut c = s.raw();
+        let consumed = consumed.clone();
+        threads.push(std::thread::spawn(move || loop {
+            match c.cmd(&["BLPOP", "a", "b", "c", "0"]) {
+                Frame::Array(kv) => match &kv[1] {
+                    Frame::Bulk(v) if v == b"stop" => return,
+                    Frame::Bulk(v) => consumed
+                        .lock()
+                        .unwrap()
+                        .push(String::from_utf8(v.clone()).unwrap()),
+                    f => panic!("unexpected element {f:?}"),
+                },
+                f => panic!("unexpected BLPOP reply {f:?}"),
+            }
+        }));
+    }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut mover_ids = Vec::new();
+    let mut movers = Vec::new();
+    for _ in 0..2 {
+        let mut m = s.raw();
+        let stop = stop.clone();
+        let Frame::Integer(id) = m.cmd(&["CLIENT", "ID"]) else {
+            panic!("CLIENT ID")
+        };
+        mover_ids.push(id.to_string());
+        movers.push(std::thread::spawn(move || loop {
+            match m.cmd(&["BLMOVE", "c", "a", "RIGHT", "LEFT", "0"]) {
+                Frame::Bulk(_) => {}
+                // Released by CLIENT UNBLOCK at the end.
+                Frame::NullArray | Frame::Null | Frame::NullBulk => {}
+                f => panic!("unexpected BLMOVE reply {f:?}"),
+            }
+            if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+        }));
+    }
+    let producers: Vec<_> = (0..PRODUCERS)
+        .map(|p| {
+            let mut c = s.raw();
+            std::thread::spawn(move || {
+                let keys = ["a", "b", "c"];
+                let mut j = 0;
+                while j < PER_PRODUCER {
+                    let v = format!("p{p}-{j}");
+                    if j % 3 == 2 && j + 1 < PER_PRODUCER {
+                        let w = format!("p{p}-{}", j + 1);
+                        c.cmd(&["MULTI"]);
+                        c.cmd(&["RPUSH", keys[j % 3], &v]);
+                        c.cmd(&["LPUSH", keys[(j + 1) % 3], &w]);
+                        assert!(matches!(c.cmd(&["EXEC"]), Frame::Array(_)));
+                        j += 2;
+                    } else {
+                        c.cmd(&["RPUSH", keys[(j + p) % 3], &v]);
+                        j += 1;
+                    }
+                }
+            })
+        })
+        .collect();
+    for p in producers {
+        p.join().unwrap();
+    }
+    let mut admin = s.raw();
+    let all_consumed = eventually(Duration::from_secs(20), || {
+        consumed.lock().unwrap().len() >= TOTAL
+    });
+    let left: Vec<Frame> = ["a", "b", "c"]
+        .iter()
+        .map(|k| admin.cmd(&["LLEN", k]))
+        .collect();
+    assert!(
+        all_consumed,
+        "consumed {} of {TOTAL}; left in a, b, c: {left:?}",
+        consumed.lock().unwrap().len()
+    );
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let movers_done = eventually(Duration::from_secs(5), || {
+        for id in &mover_ids {
+            admin.cmd(&["CLIENT", "UNBLOCK", id]);
+        }
+        movers.iter().all(|m| m.is_finished())
+    });
+    assert!(movers_done, "a mover did not stop");
+    for m in movers {
+        m.join().unwrap();
+    }
+    for _ in 0..CONSUMERS {
+        admin.cmd(&["RPUSH", "b", "stop"]);
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    let got = consumed.lock().unwrap();
+    let distinct: HashSet<&String> = got.iter().collect();
+    assert_eq!(got.len(), TOTAL, "an element was served twice");
+    assert_eq!(distinct.len(), TOTAL);
+    wait_blocked(&s, 0);
+}
