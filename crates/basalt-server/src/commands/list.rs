@@ -402,8 +402,30 @@ impl<'a> List<'a> {
 
 // ------------------------------------------------------------- helpers
 
+/// Every element of the list at `key`, head first (empty if there is
+/// none; WRONGTYPE for another type). The caller holds the key's stripe.
+pub(crate) fn elements(db: &Db, gen: u64, dbi: usize, key: &[u8]) -> Result<Vec<Vec<u8>>> {
+    let l = List::load(db, gen, dbi, key)?;
+    l.range(0, l.len)
+}
+
+/// Replaces whatever `key` holds (and its expiry) with a list of `items`,
+/// head first; `items` must not be empty. The caller holds the key's stripe.
+pub(crate) fn replace(db: &Db, gen: u64, dbi: usize, key: &[u8], items: &[Vec<u8>]) -> Result {
+    db.delete(key)?;
+    let mut l = List::load(db, gen, dbi, key)?;
+    for v in items {
+        if let Err(e) = l.push(End::Right, v) {
+            l.commit();
+            return Err(e);
+        }
+    }
+    l.commit();
+    Ok(())
+}
+
 /// The selected database, opened (for commands that may create a list).
-fn slot_w<'a>(ctx: &Ctx<'a>) -> Result<RwLockReadGuard<'a, Slot>> {
+pub(crate) fn slot_w<'a>(ctx: &Ctx<'a>) -> Result<RwLockReadGuard<'a, Slot>> {
     for _ in 0..8 {
         let slot = ctx.slot();
         if slot.db().is_some() {

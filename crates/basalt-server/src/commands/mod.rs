@@ -17,6 +17,7 @@ pub mod list;
 pub mod pubsub;
 pub mod server;
 pub mod set;
+pub mod sort;
 pub mod strings;
 pub mod transaction;
 pub mod version;
@@ -193,6 +194,7 @@ const FAMILIES: &[&[CommandDef]] = &[
     set::COMMANDS,
     zset::COMMANDS,
     list::COMMANDS,
+    sort::COMMANDS,
     pubsub::COMMANDS,
     transaction::COMMANDS,
     version::COMMANDS,

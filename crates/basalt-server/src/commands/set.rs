@@ -481,7 +481,7 @@ fn sintercard(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 
 /// Whether Redis 7.0 would hold these members as an intset: at most 512,
 /// all integers.
-fn is_intset(names: &[Vec<u8>]) -> bool {
+pub(crate) fn is_intset(names: &[Vec<u8>]) -> bool {
     names.len() <= INTSET_ENTRIES && names.iter().all(|m| parse_i64(m).is_some())
 }
 
