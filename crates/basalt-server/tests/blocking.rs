@@ -19,21 +19,11 @@ fn pair(key: &str, v: &str) -> Frame {
 }
 
 fn blocked(s: &TestServer) -> usize {
-    s.handle
-        .as_ref()
-        .unwrap()
-        .shared()
-        .blocking
-        .blocked_clients()
+    s.blocked_clients()
 }
 
-/// Waits until exactly `n` clients are blocked.
 fn wait_blocked(s: &TestServer, n: usize) {
-    assert!(
-        eventually(Duration::from_secs(5), || blocked(s) == n),
-        "expected {n} blocked clients, have {}",
-        blocked(s)
-    );
+    s.wait_blocked(n)
 }
 
 /// Sends a command without reading its reply.

@@ -174,18 +174,7 @@ fn store_wakes_a_client_blocked_on_the_destination() {
     let mut waiter = s.raw();
     let mut r = s.raw();
     waiter.send_cmd(&[b"BLPOP", b"dst", b"5"]);
-    assert!(common::eventually(
-        std::time::Duration::from_secs(5),
-        || {
-            s.handle
-                .as_ref()
-                .unwrap()
-                .shared()
-                .blocking
-                .blocked_clients()
-                == 1
-        }
-    ));
+    s.wait_blocked(1);
     cmd(&mut r, "RPUSH l 2 1");
     assert_eq!(cmd(&mut r, "SORT l STORE dst"), int(2));
     assert_eq!(waiter.read(), arr(&["dst", "1"]));

@@ -57,6 +57,25 @@ impl TestServer {
         Raw::connect(self.addr())
     }
 
+    /// How many clients are blocked (BLPOP and friends) right now.
+    pub fn blocked_clients(&self) -> usize {
+        self.handle
+            .as_ref()
+            .unwrap()
+            .shared()
+            .blocking
+            .blocked_clients()
+    }
+
+    /// Waits (up to 5 s) until exactly `n` clients are blocked.
+    pub fn wait_blocked(&self, n: usize) {
+        assert!(
+            eventually(Duration::from_secs(5), || self.blocked_clients() == n),
+            "expected {n} blocked clients, have {}",
+            self.blocked_clients()
+        );
+    }
+
     /// Shuts the server down and starts a new one on the same directory.
     pub fn restart(mut self) -> TestServer {
         self.handle.take().unwrap().shutdown().unwrap();
