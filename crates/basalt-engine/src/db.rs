@@ -376,16 +376,36 @@ impl Index {
     pub fn memory_bytes(&self) -> usize {
         let mut n = self.keys.memory_bytes();
         for (k, m) in &self.maps {
-            n += k.len() + 96 + m.fields.memory_bytes();
+            n += map_bytes(k, m);
         }
         n += self.expires.capacity() * (16 + 8 + 1);
-        n += self
-            .expires
-            .keys()
-            .map(|k| 2 * (k.len() + 8) + 48)
-            .sum::<usize>();
+        n += self.expires.keys().map(|k| expiry_bytes(k)).sum::<usize>();
         n
     }
+
+    /// What one key holds in this index, estimated as [`Index::memory_bytes`]
+    /// counts it: its keydir entry, its map, its expiry entry.
+    fn key_bytes(&self, key: &[u8], is_map: bool, has_ttl: bool) -> usize {
+        let mut n = crate::keydir::entry_bytes(key.len());
+        if is_map {
+            n += self.maps.get(key).map_or(0, |m| map_bytes(key, m));
+        }
+        if has_ttl {
+            // The expiry table's slot (at a typical load) and its entries.
+            n += expiry_bytes(key) + 32;
+        }
+        n
+    }
+}
+
+/// Memory of one map: its entry in the maps table and its field table.
+fn map_bytes(key: &[u8], m: &MapEntry) -> usize {
+    key.len() + 96 + m.fields.memory_bytes()
+}
+
+/// Memory of one expiry entry (the key twice: table and order).
+fn expiry_bytes(key: &[u8]) -> usize {
+    2 * (key.len() + 8) + 48
 }
 
 /// The shard's active file.
@@ -1047,6 +1067,20 @@ impl Db {
                 expires_at,
             })
         }
+    }
+
+    /// Estimated bytes of memory the index holds for `key`: its keydir
+    /// entry, the field table of a map, its expiry entry. Values and fields'
+    /// contents live in the data files and are not counted. `None` if the
+    /// key does not exist (or has expired).
+    pub fn key_memory(&self, key: &[u8]) -> Option<usize> {
+        let inner = &*self.inner;
+        let idx = inner.shard(key).index.read();
+        let e = idx.keys.get(key)?;
+        if idx.is_expired(key, e.has_ttl, inner.now()) {
+            return None;
+        }
+        Some(idx.key_bytes(key, e.loc.file == MAP_FILE, e.has_ttl))
     }
 
     /// The key's version: the sequence number of its last write, 0 if absent.

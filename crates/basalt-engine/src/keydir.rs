@@ -50,6 +50,12 @@ pub const MAP_FILE: u32 = u32::MAX;
 
 const PAGE_SIZE: usize = 1 << 20;
 const HDR: usize = 24;
+
+/// Bytes one key of `key_len` bytes takes in a keydir: its entry in a page
+/// and its table slot at a typical load (8 bytes at 60-80 % full).
+pub fn entry_bytes(key_len: usize) -> usize {
+    HDR + key_len + 12
+}
 /// Slot bit: occupied (an empty slot is 0).
 const OCC: u64 = 1 << 63;
 /// Slot bits 48..63: the low 15 bits of the key's hash (the high bits pick

@@ -14,6 +14,7 @@ pub mod expiry;
 pub mod hash;
 pub mod keys;
 pub mod list;
+pub mod memory;
 pub mod pubsub;
 pub mod server;
 pub mod set;
@@ -195,6 +196,7 @@ const FAMILIES: &[&[CommandDef]] = &[
     zset::COMMANDS,
     list::COMMANDS,
     sort::COMMANDS,
+    memory::COMMANDS,
     pubsub::COMMANDS,
     transaction::COMMANDS,
     version::COMMANDS,

@@ -1,0 +1,82 @@
+//! MEMORY USAGE counts what a key holds in RAM (its index entry, a map's
+//! field table, a sorted set's ordered index), not its bytes on disk; and
+//! MEMORY answers Redis's errors.
+
+mod common;
+
+use basalt_resp::Frame;
+use common::{err, TestServer};
+
+fn usage(r: &mut common::Raw, key: &str) -> Option<i64> {
+    match r.cmd(&["MEMORY", "USAGE", key]) {
+        Frame::Integer(n) => Some(n),
+        Frame::NullBulk | Frame::Null => None,
+        f => panic!("unexpected reply {f:?}"),
+    }
+}
+
+#[test]
+fn memory_usage_counts_the_index_not_the_values_on_disk() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    assert_eq!(usage(&mut r, "missing"), None);
+    r.cmd(&["SET", "small", "v"]);
+    r.cmd(&["SET", "big", &"x".repeat(100_000)]);
+    let small = usage(&mut r, "small").unwrap();
+    let big = usage(&mut r, "big").unwrap();
+    assert!(small > 0);
+    // The value is on disk: a 100 KB string costs RAM for its key only.
+    assert!(big < 1_000, "big string reports {big} bytes");
+    // A TTL adds its entry.
+    r.cmd(&["EXPIRE", "small", "100"]);
+    assert!(usage(&mut r, "small").unwrap() > small);
+    // Maps grow with their field tables; a sorted set adds its index.
+    for (n, key) in [(10, "h10"), (1000, "h1000")] {
+        let mut args = vec!["HSET".to_string(), key.to_string()];
+        for i in 0..n {
+            args.push(format!("field-{i}"));
+            args.push("v".into());
+        }
+        let args: Vec<&str> = args.iter().map(|a| a.as_str()).collect();
+        r.cmd(&args);
+    }
+    let h10 = usage(&mut r, "h10").unwrap();
+    let h1000 = usage(&mut r, "h1000").unwrap();
+    assert!(h1000 > 20 * h10, "h10 {h10}, h1000 {h1000}");
+    r.cmd(&["HSET", "h", "field-0", "v"]);
+    r.cmd(&["ZADD", "z", "1", "field-0"]);
+    assert!(usage(&mut r, "z").unwrap() > usage(&mut r, "h").unwrap());
+    // SAMPLES is accepted (nothing is sampled).
+    assert_eq!(
+        r.cmd(&["MEMORY", "USAGE", "big", "SAMPLES", "0"]),
+        Frame::Integer(big)
+    );
+}
+
+#[test]
+fn memory_errors_are_redis_errors() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    r.cmd(&["SET", "k", "v"]);
+    assert_eq!(
+        r.cmd(&["MEMORY", "USAGE", "k", "SAMPLES", "-1"]),
+        err("ERR syntax error")
+    );
+    assert_eq!(
+        r.cmd(&["MEMORY", "USAGE", "k", "SAMPLES", "x"]),
+        err("ERR value is not an integer or out of range")
+    );
+    assert_eq!(
+        r.cmd(&["MEMORY", "USAGE", "k", "bogus"]),
+        err("ERR syntax error")
+    );
+    assert_eq!(
+        r.cmd(&["MEMORY", "USAGE"]),
+        err("ERR wrong number of arguments for 'memory|usage' command")
+    );
+    assert_eq!(
+        r.cmd(&["MEMORY", "STATS"]),
+        err("ERR unknown subcommand 'STATS'. Try MEMORY HELP.")
+    );
+    assert!(matches!(r.cmd(&["MEMORY", "HELP"]), Frame::Array(l) if l.len() > 2));
+}
