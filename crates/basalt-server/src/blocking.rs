@@ -85,16 +85,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-
-/// How long the first woken waiter may hold the turn without re-running
-/// before the next in line is let through (see the module docs).
-pub const TURN_PATIENCE: Duration = Duration::from_millis(50);
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use basalt_resp::Args;
 
 use crate::commands::{int_arg, is, sub_arity, After, Ctx, Error, Result};
+
+/// How long the first woken waiter may hold the turn without re-running
+/// before the next in line is let through (see the module docs).
+pub const TURN_PATIENCE: Duration = Duration::from_millis(50);
 
 /// How a parked client was released by CLIENT UNBLOCK.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
