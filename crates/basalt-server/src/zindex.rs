@@ -717,12 +717,6 @@ impl ZIndex {
     }
 
     /// Back to the empty state, giving the memory back.
-    /// Bytes of memory held: the arena, the member table's slots and
-    /// control bytes, the free lists.
-    pub fn memory_bytes(&self) -> usize {
-        self.arena.bytes.capacity() + self.table.capacity() * 5 + self.free.capacity() * 4
-    }
-
     fn clear(&mut self) {
         self.arena = Arena::with_head(HEAD_WORDS);
         self.table = HashTable::new();

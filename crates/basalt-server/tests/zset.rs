@@ -776,6 +776,55 @@ fn zscan_returns_members_with_scores() {
 }
 
 #[test]
+fn zscan_returns_every_member_present_throughout_despite_removals() {
+    // SCAN's guarantee: a member in the set for the whole scan comes back
+    // at least once, whatever is removed or added in between. Removing
+    // members already returned must not make later ones be skipped.
+    let s = TestServer::start();
+    let mut r = s.raw();
+    let mut c = s.client();
+    let members: Vec<(i64, String)> = (0..1000).map(|i| (i, format!("m{i}"))).collect();
+    let _: i64 = c.zadd_multiple("z", &members).unwrap();
+    let mut seen = std::collections::HashSet::new();
+    let mut removed = std::collections::HashSet::new();
+    let mut cursor = "0".to_string();
+    for step in 0..10_000 {
+        let Frame::Array(reply) = r.cmd(&["ZSCAN", "z", &cursor, "COUNT", "10"]) else {
+            panic!()
+        };
+        let (Frame::Bulk(next), Frame::Array(items)) = (&reply[0], &reply[1]) else {
+            panic!()
+        };
+        let batch: Vec<String> = items
+            .chunks(2)
+            .map(|p| match &p[0] {
+                Frame::Bulk(m) => String::from_utf8(m.clone()).unwrap(),
+                f => panic!("{f:?}"),
+            })
+            .collect();
+        // Remove what this step returned, and add a newcomer.
+        for m in &batch {
+            r.cmd(&["ZREM", "z", m]);
+            removed.insert(m.clone());
+        }
+        r.cmd(&["ZADD", "z", "0.5", &format!("new{step}")]);
+        seen.extend(batch);
+        cursor = String::from_utf8(next.clone()).unwrap();
+        if cursor == "0" {
+            break;
+        }
+    }
+    assert_eq!(cursor, "0", "the scan did not finish");
+    let missed: Vec<&String> = members
+        .iter()
+        .map(|(_, m)| m)
+        .filter(|m| !seen.contains(*m))
+        .collect();
+    assert!(missed.is_empty(), "members never returned: {missed:?}");
+    assert!(removed.len() >= 1000);
+}
+
+#[test]
 fn wrong_type_and_arity() {
     let s = TestServer::start();
     let mut r = s.raw();

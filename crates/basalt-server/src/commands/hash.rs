@@ -481,23 +481,35 @@ pub fn scan_names(
     if all_at_once {
         return (names, 0);
     }
-    let mut rest: Vec<(u64, Vec<u8>)> = names
+    let (batch, next) = scan_step(names.into_iter().map(|n| (n, ())), cursor, count);
+    (batch.into_iter().map(|(n, ())| n).collect(), next)
+}
+
+/// The walk of [`scan_names`] over (name, payload) pairs: the step starting
+/// at `cursor` in the order of the names' fixed hash, and the next cursor
+/// (0 when done). ZSCAN walks a sorted set's (member, score) this way.
+pub fn scan_step<K: AsRef<[u8]>, T>(
+    items: impl IntoIterator<Item = (K, T)>,
+    cursor: u64,
+    count: usize,
+) -> (Vec<(K, T)>, u64) {
+    let mut rest: Vec<(u64, K, T)> = items
         .into_iter()
-        .map(|n| (scan_hash(&n), n))
-        .filter(|(h, _)| *h >= cursor)
+        .map(|(k, t)| (scan_hash(k.as_ref()), k, t))
+        .filter(|(h, ..)| *h >= cursor)
         .collect();
     let step = count.max(rest.len() / 128).max(1);
     if rest.len() <= step {
-        return (rest.into_iter().map(|(_, n)| n).collect(), 0);
+        return (rest.into_iter().map(|(_, k, t)| (k, t)).collect(), 0);
     }
-    rest.select_nth_unstable_by_key(step - 1, |(h, _)| *h);
+    rest.select_nth_unstable_by_key(step - 1, |(h, ..)| *h);
     let last = rest[step - 1].0;
     // Members sharing the last hash go in this batch too.
     let mut batch = Vec::with_capacity(step);
     let mut more = false;
-    for (h, n) in rest {
+    for (h, k, t) in rest {
         if h <= last {
-            batch.push(n);
+            batch.push((k, t));
         } else {
             more = true;
         }

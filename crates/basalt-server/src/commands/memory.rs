@@ -85,7 +85,7 @@ fn memory(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     if is_zset {
         let z = super::zset::ZDb::of(&slot).expect("opened");
         if let Some(ix) = z.load(key)? {
-            bytes += ix.memory_bytes();
+            bytes += ix.approx_bytes();
             z.put_back(key, ix);
         }
     }

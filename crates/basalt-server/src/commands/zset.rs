@@ -1335,18 +1335,16 @@ fn zscan(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             return (0, Vec::new());
         };
         let len = ix.len();
-        let (start, end) = if len <= SCAN_ALL_BELOW {
-            (0, len)
-        } else {
-            let start = (cursor as usize).min(len);
-            (start, start.saturating_add(count).min(len))
-        };
-        let items: Vec<(Vec<u8>, f64)> = if start < end {
-            ix.range_by_rank(start, end - 1, false)
-        } else {
-            Vec::new()
-        };
-        let next = if end >= len { 0 } else { end as u64 };
+        if len <= SCAN_ALL_BELOW {
+            // Redis's listpack: everything at once, cursor 0.
+            return (0, ix.range_by_rank(0, len.saturating_sub(1), false));
+        }
+        // In the order of a fixed hash of the members, as HSCAN: a member
+        // present for the whole scan is returned at least once, whatever
+        // is added or removed in between (a rank cursor skipped members
+        // when earlier ones were removed).
+        let (batch, next) = super::hash::scan_step(ix.iter(), cursor, count);
+        let items = batch.into_iter().map(|(m, s)| (m.to_vec(), s)).collect();
         (next, items)
     })?;
     let items: Vec<&(Vec<u8>, f64)> = items
