@@ -523,6 +523,39 @@ fn new_events_precede_the_event_of_the_write_that_created_the_key() {
 }
 
 #[test]
+fn sort_store_emits_new_sortstore_and_del_and_misses_a_missing_source() {
+    let s = TestServer::start();
+    let mut ev = Events::new(&s, "KEAmn");
+    let mut c = s.raw();
+    run(
+        &mut c,
+        &[
+            &["RPUSH", "l", "2", "1"],
+            &["SORT", "l", "STORE", "dst"],
+            &["SORT", "l", "DESC", "STORE", "dst"],
+            &["SORT", "l"],
+            &["SORT", "nothing", "STORE", "dst"],
+            &["SORT", "nothing", "STORE", "dst"],
+        ],
+    );
+    // As Redis 7.0.15 (compared): the source is looked up for reading even
+    // with STORE (keymiss), and an empty result deletes the destination.
+    assert_eq!(
+        ev.take(),
+        [
+            "new l",
+            "rpush l",
+            "new dst",
+            "sortstore dst",
+            "sortstore dst",
+            "keymiss nothing",
+            "del dst",
+            "keymiss nothing",
+        ]
+    );
+}
+
+#[test]
 fn keymiss_events_for_reads_that_find_no_key() {
     let s = TestServer::start();
     let mut ev = Events::new(&s, "Em");

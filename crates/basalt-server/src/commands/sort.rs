@@ -210,7 +210,8 @@ fn sort_generic(ctx: &mut Ctx<'_>, args: Args<'_>, readonly: bool) -> Result {
         None | Some(RedisType::List | RedisType::Set | RedisType::ZSet) => {}
         Some(_) => return Err(Error::WrongType),
     }
-    if kind.is_none() && o.store.is_none() {
+    if kind.is_none() {
+        // Redis looks the key up for reading even with STORE.
         ctx.keymiss(key);
     }
     // A set has no order of its own to keep: stored, it is sorted as strings.
