@@ -10,8 +10,8 @@ use basalt_resp::{Args, Encoder};
 use super::connection::{bad_client_name, valid_client_name, REDIS_VERSION};
 use super::flags::*;
 use super::{
-    def, is, lookup, parse_f64, sub_arity, unknown_subcommand, After, CommandDef, Ctx, Error,
-    Group, Result,
+    def, is, lookup, parse_f64, parse_i64, sub_arity, unknown_subcommand, After, CommandDef, Ctx,
+    Error, Group, Result,
 };
 use crate::config::Appendfsync;
 use crate::glob;
@@ -325,18 +325,27 @@ fn command(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                 "Invalid number of arguments specified for command",
             ));
         }
-        if c.first_key == 0 {
-            return Err(Error::err("The command has no key arguments"));
-        }
-        let first = c.first_key as usize;
-        let last = if c.last_key < 0 {
-            (argc as i64 + c.last_key as i64) as usize
+        let cmd: Vec<&[u8]> = args.iter().skip(2).map(|a| &a[..]).collect();
+        let keys: Vec<usize> = if c.flags & MOVABLE_KEYS != 0 {
+            let keys = movable_keys(c.name, &cmd);
+            if keys.is_empty() {
+                return Err(Error::err("Invalid arguments specified for command"));
+            }
+            keys
         } else {
-            c.last_key as usize
+            if c.first_key == 0 {
+                return Err(Error::err("The command has no key arguments"));
+            }
+            let first = c.first_key as usize;
+            let last = if c.last_key < 0 {
+                (argc as i64 + c.last_key as i64) as usize
+            } else {
+                c.last_key as usize
+            };
+            (first..=last.min(argc - 1))
+                .step_by(c.step.max(1) as usize)
+                .collect()
         };
-        let keys: Vec<usize> = (first..=last.min(argc - 1))
-            .step_by(c.step.max(1) as usize)
-            .collect();
         ctx.array(keys.len());
         for i in keys {
             ctx.bulk(&args[2 + i]);
@@ -1225,4 +1234,85 @@ fn shutdown(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     // and closes the engines, whatever SAVE / NOSAVE say.
     ctx.after = Some(After::Shutdown);
     Ok(())
+}
+
+/// C's `atoi`, which Redis's key extraction uses for numkeys: leading
+/// space, a sign, digits up to the first non-digit (0 if none).
+fn atoi(b: &[u8]) -> i64 {
+    let mut i = 0;
+    while i < b.len() && matches!(b[i], b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r') {
+        i += 1;
+    }
+    let neg = i < b.len() && b[i] == b'-';
+    if i < b.len() && (b[i] == b'-' || b[i] == b'+') {
+        i += 1;
+    }
+    let mut n: i64 = 0;
+    while i < b.len() && b[i].is_ascii_digit() {
+        n = n.saturating_mul(10).saturating_add(i64::from(b[i] - b'0'));
+        i += 1;
+    }
+    if neg {
+        -n
+    } else {
+        n
+    }
+}
+
+/// The key positions of a command whose keys move with its arguments
+/// (COMMAND GETKEYS), as Redis 7.0's key extraction finds them; empty
+/// when the arguments name no valid key set (numkeys out of range).
+/// `cmd[0]` is the command's name.
+fn movable_keys(name: &str, cmd: &[&[u8]]) -> Vec<usize> {
+    // `numkeys` at `at`, the keys right after it, and a destination at
+    // `store`. Redis reads numkeys through the command's key specs first
+    // (a strict integer; the destination comes first), and when that
+    // fails through its older extraction with `atoi` (destination last).
+    let numbered = |at: usize, store: Option<usize>| -> Vec<usize> {
+        let Some(arg) = cmd.get(at) else {
+            return Vec::new();
+        };
+        let first = at + 1;
+        let fits = |n: i64| n >= 1 && n <= (cmd.len() - first) as i64;
+        let (n, store_first) = match parse_i64(arg) {
+            Some(n) if fits(n) => (n, true),
+            _ => match atoi(arg) {
+                n if fits(n) => (n, false),
+                _ => return Vec::new(),
+            },
+        };
+        let keys = first..first + n as usize;
+        match (store, store_first) {
+            (Some(d), true) => std::iter::once(d).chain(keys).collect(),
+            (Some(d), false) => keys.chain(std::iter::once(d)).collect(),
+            (None, _) => keys.collect(),
+        }
+    };
+    match name {
+        "zunionstore" | "zinterstore" | "zdiffstore" => numbered(2, Some(1)),
+        "zunion" | "zinter" | "zdiff" | "zintercard" | "sintercard" | "lmpop" | "zmpop" => {
+            numbered(1, None)
+        }
+        "blmpop" | "bzmpop" => numbered(2, None),
+        "sort" | "sort_ro" => {
+            // The key, and the last STORE's destination (SORT skips the
+            // arguments of LIMIT, GET and BY while looking for it).
+            let mut keys = vec![1];
+            let mut store = None;
+            let mut i = 2;
+            while i < cmd.len() {
+                if is(cmd[i], "limit") {
+                    i += 2;
+                } else if is(cmd[i], "get") || is(cmd[i], "by") {
+                    i += 1;
+                } else if name == "sort" && is(cmd[i], "store") && i + 1 < cmd.len() {
+                    store = Some(i + 1);
+                }
+                i += 1;
+            }
+            keys.extend(store);
+            keys
+        }
+        _ => Vec::new(),
+    }
 }
