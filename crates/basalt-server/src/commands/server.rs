@@ -325,7 +325,7 @@ fn command(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                 "Invalid number of arguments specified for command",
             ));
         }
-        let cmd: Vec<&[u8]> = args.iter().skip(2).map(|a| &a[..]).collect();
+        let cmd: Vec<&[u8]> = args.iter().skip(2).collect();
         let keys: Vec<usize> = if c.flags & MOVABLE_KEYS != 0 {
             let keys = movable_keys(c.name, &cmd);
             if keys.is_empty() {
