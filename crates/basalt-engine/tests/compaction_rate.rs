@@ -42,7 +42,10 @@ fn background_compaction_reads_no_faster_than_its_rate() {
     }
     let elapsed = started.elapsed().as_secs_f64();
     let read = db.stats().compaction_bytes_read as f64;
-    assert!(read >= want as f64, "compaction read only {read} bytes in 60 s");
+    assert!(
+        read >= want as f64,
+        "compaction read only {read} bytes in 60 s"
+    );
     // Each pass may run ahead by one 256 KiB step plus 2 ms before the
     // limit makes it sleep; at most one pass starts per second.
     let rate = (rate_mb << 20) as f64;
