@@ -257,7 +257,7 @@ impl Blocking {
             return true;
         }
         let inner = self.inner.lock();
-        let Some(queue) = Self::queue(&inner, db, key) else {
+        let Some(queue) = Self::queue(&inner.by_key, db, key) else {
             return true;
         };
         for w in queue {
@@ -287,7 +287,7 @@ impl Blocking {
             .position(|w| w.client == client)
             .map(|i| i + 1);
         let Inner { by_key, line, .. } = &mut *inner;
-        if let Some(queue) = by_key.get(&(db, key.to_vec())) {
+        if let Some(queue) = Self::queue(by_key, db, key) {
             Self::wake_first(
                 line,
                 queue.iter().skip_while(|w| w.client != client).skip(1),
@@ -335,16 +335,20 @@ impl Blocking {
     /// `*at` (then advanced), or at the back for `None`.
     fn signal_locked(inner: &mut Inner, db: usize, key: &[u8], at: &mut Option<usize>) {
         let Inner { by_key, line, .. } = inner;
-        if let Some(queue) = by_key.get(&(db, key.to_vec())) {
+        if let Some(queue) = Self::queue(by_key, db, key) {
             Self::wake_first(line, queue.iter(), at);
         }
     }
 
     /// The waiters of `key` in `db`, in the order they blocked.
-    fn queue<'i>(inner: &'i Inner, db: usize, key: &[u8]) -> Option<&'i VecDeque<Arc<Waiter>>> {
+    fn queue<'i>(
+        by_key: &'i HashMap<(usize, Vec<u8>), VecDeque<Arc<Waiter>>>,
+        db: usize,
+        key: &[u8],
+    ) -> Option<&'i VecDeque<Arc<Waiter>>> {
         // The map is keyed by owned keys; a lookup by (db, &[u8]) would need
         // a custom Borrow, and lookups only get here with clients blocked.
-        inner.by_key.get(&(db, key.to_vec()))
+        by_key.get(&(db, key.to_vec()))
     }
 
     /// Wakes and marks the first of `waiters` not woken yet, and puts it in

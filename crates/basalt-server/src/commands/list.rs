@@ -287,6 +287,14 @@ impl<'a> List<'a> {
         Ok(())
     }
 
+    /// Pushes `items` one by one at `end` and records the bounds, also
+    /// after a failed push (those before it stay).
+    fn push_all<'v>(&mut self, end: End, items: impl IntoIterator<Item = &'v [u8]>) -> Result {
+        let r = items.into_iter().try_for_each(|v| self.push(end, v));
+        self.commit();
+        r
+    }
+
     /// Pops one element (the list must not be empty).
     fn pop(&mut self, end: End) -> Result<Vec<u8>> {
         let pos = match end {
@@ -414,14 +422,7 @@ pub(crate) fn elements(db: &Db, gen: u64, dbi: usize, key: &[u8]) -> Result<Vec<
 pub(crate) fn replace(db: &Db, gen: u64, dbi: usize, key: &[u8], items: &[Vec<u8>]) -> Result {
     db.delete(key)?;
     let mut l = List::load(db, gen, dbi, key)?;
-    for v in items {
-        if let Err(e) = l.push(End::Right, v) {
-            l.commit();
-            return Err(e);
-        }
-    }
-    l.commit();
-    Ok(())
+    l.push_all(End::Right, items.iter().map(|v| &v[..]))
 }
 
 /// The selected database, opened (for commands that may create a list).
@@ -485,13 +486,7 @@ fn push_generic(ctx: &mut Ctx<'_>, args: Args<'_>, end: End, only_existing: bool
         return Ok(());
     }
     let created = !l.exists();
-    for v in args.iter().skip(2) {
-        if let Err(e) = l.push(end, v) {
-            l.commit();
-            return Err(e);
-        }
-    }
-    l.commit();
+    l.push_all(end, args.iter().skip(2))?;
     if created {
         ctx.notify(NEW, "new", key);
     }

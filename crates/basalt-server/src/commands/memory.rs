@@ -33,20 +33,17 @@ fn memory(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let sub = &args[1];
     if is(sub, "help") {
         sub_arity("memory|help", 2, &args)?;
-        let lines: &[&str] = &[
-            "MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-            "USAGE <key> [SAMPLES <count>]",
-            "    Return memory in bytes used by <key> in RAM: its index entry, a hash's,",
-            "    set's or list's field table and a sorted set's ordered index. Values live",
-            "    on disk and are not counted. SAMPLES is accepted and ignored (nothing",
-            "    is sampled).",
-            "HELP",
-            "    Prints this help.",
-        ];
-        ctx.array(lines.len());
-        for l in lines {
-            ctx.simple(l.as_bytes());
-        }
+        super::server::help(
+            ctx,
+            "MEMORY",
+            &[
+                "USAGE <key> [SAMPLES <count>]",
+                "    Return memory in bytes used by <key> in RAM: its index entry, a hash's,",
+                "    set's or list's field table and a sorted set's ordered index. Values live",
+                "    on disk and are not counted. SAMPLES is accepted and ignored (nothing",
+                "    is sampled).",
+            ],
+        );
         return Ok(());
     }
     if !is(sub, "usage") {
