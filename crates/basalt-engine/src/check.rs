@@ -108,6 +108,10 @@ pub enum DamageKind {
     InterruptedCompaction,
     /// An unfinished `.tmp` file that open will delete.
     LeftoverTemp,
+    /// Members of a write batch whose commit record is not in the
+    /// directory: the process stopped before the batch committed, and open
+    /// ignores them (all of the batch, in every shard).
+    UncommittedBatch,
 }
 
 impl DamageKind {
@@ -120,7 +124,8 @@ impl DamageKind {
             | TornNewFile
             | MissingHint
             | InterruptedCompaction
-            | LeftoverTemp => Severity::Note,
+            | LeftoverTemp
+            | UncommittedBatch => Severity::Note,
             BadRecord | BadFileHeader | BadHint | HintMismatch | OrphanHint | BadMeta
             | BadVictims => Severity::Error,
         }
@@ -143,6 +148,7 @@ impl DamageKind {
             BadVictims => "bad victims marker",
             InterruptedCompaction => "interrupted compaction",
             LeftoverTemp => "leftover temp file",
+            UncommittedBatch => "uncommitted batch",
         }
     }
 }
@@ -292,6 +298,10 @@ struct ShardScan {
     bad_victims: Vec<PathBuf>,
     /// Bytes of each file the index would point at after open.
     live: BTreeMap<u32, u64>,
+    /// The shard's records replayed, until every shard's commits are known.
+    replay: Option<Replay>,
+    /// Batch members: (file path, offset, sequence number, key).
+    members: Vec<(PathBuf, u64, u64, Vec<u8>)>,
 }
 
 /// Checks the database directory `dir` without changing anything.
@@ -468,8 +478,35 @@ fn scan_dir(dir: &Path, opts: &CheckOptions) -> Result<(CheckReport, Vec<ShardSc
     };
     let mut files = Vec::new();
     let mut scans = Vec::with_capacity(shards);
-    for (shard, (sdir, names)) in listings.into_iter().enumerate() {
-        let scan = scan_shard(sdir, &names, &mut damage, &mut tick)?;
+    for (sdir, names) in listings {
+        scans.push(scan_shard(sdir, &names, &mut damage, &mut tick)?);
+    }
+    // A batch's commit may be in another shard than its members.
+    let mut commits: Vec<crate::format::CommitKey> = scans
+        .iter()
+        .flat_map(|s| s.replay.as_ref().map(|r| r.commits()).unwrap_or_default())
+        .collect();
+    commits.sort_unstable();
+    for scan in &mut scans {
+        if let Some(r) = scan.replay.take() {
+            scan.live = r.live_bytes(&commits);
+        }
+        for (path, offset, seq, key) in &scan.members {
+            if !crate::recovery::committed(&commits, *seq) {
+                damage.push(Damage {
+                    path: path.clone(),
+                    offset: *offset,
+                    len: 0,
+                    kind: DamageKind::UncommittedBatch,
+                    detail: format!(
+                        "record {seq} belongs to a write batch that never committed; open ignores it"
+                    ),
+                    key: Some(key.clone()),
+                });
+            }
+        }
+    }
+    for (shard, scan) in scans.iter().enumerate() {
         let live = &scan.live;
         for f in &scan.files {
             let l = live.get(&f.id).copied().unwrap_or(0);
@@ -485,7 +522,6 @@ fn scan_dir(dir: &Path, opts: &CheckOptions) -> Result<(CheckReport, Vec<ShardSc
                 hint_ok: f.hint == HintState::Ok,
             });
         }
-        scans.push(scan);
     }
     Ok((
         CheckReport {
@@ -641,6 +677,10 @@ fn scan_shard(
             let k0 = *off as usize + RECORD_HEADER_LEN;
             let k1 = k0 + h.key_len as usize;
             replay.apply(id, *off, h, &b[k0..k1], &b[k1..k1 + h.field_len as usize]);
+            if h.flags & crate::format::FLAG_BATCH != 0 {
+                scan.members
+                    .push((f.path.clone(), *off, h.seq, b[k0..k1].to_vec()));
+            }
         }
         for r in &f.bad {
             damage.push(Damage {
@@ -697,7 +737,7 @@ fn scan_shard(
         }
         scan.files.push(f);
     }
-    scan.live = replay.live_bytes();
+    scan.replay = Some(replay);
     Ok(scan)
 }
 

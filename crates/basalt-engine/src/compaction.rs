@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use crate::db::{sync_dir, DataFile, Db, FileInfo, Inner, Shard};
 use crate::format::{
-    self, FileHeader, HintEntry, Kind, Origin, FILE_HEADER_LEN, HINT_MAGIC, RECORD_HEADER_LEN,
+    self, CommitKey, FileHeader, HintEntry, Kind, Origin, FILE_HEADER_LEN, FLAG_BATCH, HINT_MAGIC,
+    RECORD_HEADER_LEN,
 };
 use crate::keydir::Loc;
 use crate::options::SyncPolicy;
@@ -403,6 +404,8 @@ impl Compactor<'_> {
                     }
                     _ => false,
                 },
+                // Not in the index, but accounted as live (see `batch.rs`).
+                Kind::Commit => true,
                 Kind::Delete | Kind::DeleteField => false,
             };
             if moved {
@@ -476,6 +479,40 @@ pub(crate) fn compact_files(
             .unwrap_or(u64::MAX);
         (inputs, oldest_other)
     };
+    // Write batches (see `batch.rs`). Members below `committed_below`
+    // belong to batches that were committed before this point (the open
+    // batch's first member is read before the counter), and the fsync of
+    // every shard below makes those commits durable: their copies may drop
+    // the flag. `flag_floor` is the lowest flagged record anywhere in the
+    // database; a commit record whose last member is below it commits
+    // nothing that is still flagged and can go.
+    let open_first = inner.open_first.load(Ordering::SeqCst);
+    let committed_below = open_first.min(inner.seq.load(Ordering::SeqCst));
+    let flag_floor = inner
+        .shards
+        .iter()
+        .map(|s| {
+            let idx = s.index.read();
+            idx.files
+                .values()
+                .map(|f| f.min_flagged)
+                .min()
+                .unwrap_or(u64::MAX)
+        })
+        .min()
+        .unwrap_or(u64::MAX);
+    let has_flagged = {
+        let idx = shard.index.read();
+        victims
+            .iter()
+            .any(|id| idx.files.get(id).is_some_and(|f| f.min_flagged != u64::MAX))
+    };
+    if has_flagged {
+        for s in &inner.shards {
+            inner.sync_shard(s)?;
+        }
+    }
+    let mut unflagged = Vec::new();
     let rate = if throttle {
         inner.opts.compaction_rate_mb << 20
     } else {
@@ -515,6 +552,12 @@ pub(crate) fn compact_files(
             let field = &bytes[k1..k1 + h.field_len as usize];
             let off32 = off as u32;
             let here = |l: &Loc| l.file == fid && l.offset == off32;
+            let flagged = h.flags & FLAG_BATCH != 0;
+            if flagged && inner.aborted.binary_search(&h.seq).is_ok() {
+                // A member of a batch that was never committed: it never
+                // took effect, tombstone or not.
+                return Ok(());
+            }
             let keep = {
                 let idx = shard.index.read();
                 match h.kind {
@@ -538,11 +581,23 @@ pub(crate) fn compact_files(
                         oldest_other < h.seq
                             || idx.maps.get(key).is_some_and(|m| m.version <= h.seq)
                     }
+                    Kind::Commit => CommitKey::decode(key).is_some_and(|c| c.last >= flag_floor),
                 }
             };
             if !keep {
                 return Ok(());
             }
+            // A committed, durable member is copied as a plain record.
+            let (bytes, flags, flagged) = if flagged && h.seq < committed_below {
+                unflagged.clear();
+                unflagged.extend_from_slice(bytes);
+                unflagged[21] &= !FLAG_BATCH;
+                let crc = crc32c::crc32c(&unflagged[4..]);
+                unflagged[0..4].copy_from_slice(&crc.to_le_bytes());
+                (&unflagged[..], h.flags & !FLAG_BATCH, false)
+            } else {
+                (bytes, h.flags, flagged)
+            };
             let o = c.output(bytes.len() as u64)?;
             let to = Loc {
                 file: o.id,
@@ -555,7 +610,7 @@ pub(crate) fn compact_files(
                 seq: h.seq,
                 expiry: h.expiry,
                 kind: h.kind,
-                flags: h.flags,
+                flags,
                 tag: h.tag,
                 offset: to.offset,
                 record_len: to.len,
@@ -569,6 +624,9 @@ pub(crate) fn compact_files(
                 let mut idx = shard.index.write();
                 if let Some(f) = idx.files.get_mut(&to.file) {
                     f.note_record(h.seq, h.kind, to.len as u64);
+                    if flagged {
+                        f.min_flagged = f.min_flagged.min(h.seq);
+                    }
                 }
             }
             c.moves.push(Move {
@@ -715,6 +773,12 @@ impl Db {
         }
         self.closed = true;
         let inner = &*self.inner;
+        // A batch this thread has open commits its part here first: its
+        // members must not lose their commit to a close (DEBUG RELOAD or
+        // FLUSHDB inside EXEC).
+        if let Err(e) = crate::batch::commit_early(inner) {
+            tracing::warn!(error = %e, "close: committing the open batch failed");
+        }
         *inner.stop.lock() = true;
         inner.wake.notify_all();
         for w in self.workers.drain(..) {

@@ -19,15 +19,18 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
 use hashbrown::HashMap;
 use parking_lot::{Condvar, Mutex, RwLock};
 
+use crate::batch::BatchGroup;
 use crate::fields::Fields;
-use crate::format::{self, FileHeader, Kind, Origin, Record, RecordRef, DATA_MAGIC, FLAG_LZ4};
+use crate::format::{
+    self, FileHeader, Kind, Origin, Record, RecordRef, DATA_MAGIC, FLAG_BATCH, FLAG_LZ4,
+};
 use crate::keydir::{Keydir, Loc, MAP_FILE};
 use crate::options::{Options, SyncPolicy};
 use crate::vfs::{FileMap, VFile};
@@ -254,6 +257,10 @@ pub(crate) struct FileInfo {
     pub tombstones: u64,
     pub min_seq: u64,
     pub max_seq: u64,
+    /// Lowest sequence number of a batch member ([`FLAG_BATCH`]) in the
+    /// file; `u64::MAX` if it holds none. Compaction keeps the commit
+    /// records a flagged record may still need (see `batch.rs`).
+    pub min_flagged: u64,
     pub active: bool,
 }
 
@@ -267,6 +274,7 @@ impl FileInfo {
             tombstones: 0,
             min_seq: u64::MAX,
             max_seq: 0,
+            min_flagged: u64::MAX,
             active: false,
         }
     }
@@ -522,6 +530,17 @@ pub(crate) struct Inner {
     /// One compaction at a time (background or on demand).
     pub compaction: Mutex<()>,
     pub lock_file: std::fs::File,
+    /// The batch group (see `batch.rs`): one open batch at a time.
+    pub group: Arc<BatchGroup>,
+    /// This `Inner`, for an open batch to commit into later.
+    pub me: Weak<Inner>,
+    /// Sequence number of the open batch's first member in this database,
+    /// `u64::MAX` when none is open: compaction treats flagged records from
+    /// here on as uncommitted.
+    pub open_first: AtomicU64,
+    /// Sequence numbers of batch members recovery found uncommitted (crash
+    /// remnants), sorted: compaction drops them.
+    pub aborted: Vec<u64>,
 }
 
 impl fmt::Debug for Inner {
@@ -597,7 +616,15 @@ impl Inner {
     /// rotates it, so that a failed rotation fails *this* write before it
     /// takes effect (rotating after the append would report an error for a
     /// write that is already in the log).
-    pub fn append(&self, shard: &Shard, w: &mut Writer, rec: RecordRef<'_>) -> Result<Loc> {
+    ///
+    /// On a thread with a batch of this database's group open, the record
+    /// is a batch member: flagged, and counted for the batch's commit.
+    pub fn append(&self, shard: &Shard, w: &mut Writer, mut rec: RecordRef<'_>) -> Result<Loc> {
+        let member = crate::batch::in_batch(self);
+        if member {
+            rec.flags |= FLAG_BATCH;
+            crate::batch::before_member(self, rec.seq);
+        }
         w.buf.clear();
         let len = rec.encode_into(&mut w.buf);
         if w.len > format::FILE_HEADER_LEN as u64 && w.len + len as u64 > self.opts.max_file_size {
@@ -620,6 +647,13 @@ impl Inner {
             .store(pack(w.file_id, w.len), Ordering::Release);
         if w.buf.capacity() > 4 << 20 {
             w.buf = Vec::new();
+        }
+        if member {
+            crate::batch::note_member(self, shard.id, rec.seq);
+            let mut idx = shard.index.write();
+            if let Some(f) = idx.files.get_mut(&loc.file) {
+                f.min_flagged = f.min_flagged.min(rec.seq);
+            }
         }
         Ok(loc)
     }
@@ -711,8 +745,9 @@ impl Inner {
 
     /// Called after every write, still holding the writer lock: (after the
     /// lock is dropped) fsyncs under `SyncPolicy::Always`.
+    /// Inside a batch the fsync waits for the batch's commit.
     fn finish_write(&self, shard: &Shard, w: parking_lot::MutexGuard<'_, Writer>) -> Result<()> {
-        if self.opts.sync == SyncPolicy::Always {
+        if self.opts.sync == SyncPolicy::Always && !crate::batch::in_batch(self) {
             let (id, end, file) = (w.file_id, w.len, w.file.clone());
             drop(w);
             self.sync_upto(shard, id, end, &file)?;

@@ -13,7 +13,11 @@ pub const HINT_MAGIC: [u8; 8] = *b"BSLTHINT";
 /// Magic that opens a hint file's footer.
 pub const HINT_FOOTER_MAGIC: [u8; 8] = *b"BSLTHEND";
 /// The on-disk format version written by this build.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest format version this build reads. Version 1 files are version 2
+/// files that hold no batch members and no commit records, so they are read
+/// as they are (and never rewritten just to change their version).
+pub const OLDEST_READABLE_VERSION: u32 = 1;
 
 /// Size of a data or hint file header.
 pub const FILE_HEADER_LEN: usize = 32;
@@ -29,6 +33,14 @@ pub const HINT_FOOTER_LEN: usize = 28;
 
 /// Record flag: the value is lz4-compressed (with its length prepended).
 pub const FLAG_LZ4: u8 = 1;
+/// Record flag: the record is a member of a write batch and takes effect
+/// only if the batch's [`Kind::Commit`] record exists (see `batch.rs`).
+pub const FLAG_BATCH: u8 = 2;
+/// Every flag bit a record may carry.
+pub const KNOWN_FLAGS: u8 = FLAG_LZ4 | FLAG_BATCH;
+/// Length of a commit record's key: first and last member sequence number
+/// (u64 LE each) and the number of members (u32 LE).
+pub const COMMIT_KEY_LEN: usize = 20;
 
 /// An LZ4 block expands at most about 255 times (a match of length L costs
 /// L/255 bytes); a size prefix claiming more than this is refused.
@@ -82,9 +94,9 @@ impl FileHeader {
             return Err("header checksum mismatch".into());
         }
         let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
-        if version != FORMAT_VERSION {
+        if !(OLDEST_READABLE_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(format!(
-                "format version {version}, this build reads version {FORMAT_VERSION}"
+                "format version {version}, this build reads versions {OLDEST_READABLE_VERSION} to {FORMAT_VERSION}"
             ));
         }
         let origin = match b[12] {
@@ -112,6 +124,46 @@ pub enum Kind {
     DeleteField = 4,
     /// Sets the expiry of the key's map.
     MapMeta = 5,
+    /// Commits a write batch: its key holds the batch's first and last
+    /// member sequence numbers and its member count ([`CommitKey`]).
+    Commit = 6,
+}
+
+/// What a [`Kind::Commit`] record's key says: the batch members (records
+/// flagged [`FLAG_BATCH`]) of this database with a sequence number in
+/// `first..=last` are committed; there are `count` of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct CommitKey {
+    /// Sequence number of the batch's first member.
+    pub first: u64,
+    /// Sequence number of the batch's last member.
+    pub last: u64,
+    /// Number of members.
+    pub count: u32,
+}
+
+impl CommitKey {
+    /// The key bytes of the commit record.
+    pub fn encode(&self) -> [u8; COMMIT_KEY_LEN] {
+        let mut b = [0u8; COMMIT_KEY_LEN];
+        b[0..8].copy_from_slice(&self.first.to_le_bytes());
+        b[8..16].copy_from_slice(&self.last.to_le_bytes());
+        b[16..20].copy_from_slice(&self.count.to_le_bytes());
+        b
+    }
+
+    /// Reads a commit record's key; `None` if it is not one.
+    pub fn decode(b: &[u8]) -> Option<CommitKey> {
+        if b.len() != COMMIT_KEY_LEN {
+            return None;
+        }
+        let k = CommitKey {
+            first: u64::from_le_bytes(b[0..8].try_into().unwrap()),
+            last: u64::from_le_bytes(b[8..16].try_into().unwrap()),
+            count: u32::from_le_bytes(b[16..20].try_into().unwrap()),
+        };
+        (k.first <= k.last && k.count > 0).then_some(k)
+    }
 }
 
 impl Kind {
@@ -122,10 +174,12 @@ impl Kind {
             3 => Kind::Field,
             4 => Kind::DeleteField,
             5 => Kind::MapMeta,
+            6 => Kind::Commit,
             _ => return None,
         })
     }
     /// Tombstones are kept only while an older record they shadow may exist.
+    /// (A commit record is not one: it is accounted as live, see `batch.rs`.)
     pub fn is_tombstone(self) -> bool {
         matches!(self, Kind::Delete | Kind::DeleteField)
     }
@@ -170,7 +224,7 @@ impl RecordHeader {
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
         let kind = Kind::from_u8(b[20]).ok_or("unknown record kind")?;
-        if b[23] != 0 || b[21] & !FLAG_LZ4 != 0 {
+        if b[23] != 0 || b[21] & !KNOWN_FLAGS != 0 {
             return Err("reserved header bits set");
         }
         Ok((

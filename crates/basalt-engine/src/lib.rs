@@ -38,11 +38,17 @@
 //!   returns an I/O error did not take effect, except under
 //!   [`SyncPolicy::Always`] when only its fsync failed: then its outcome is
 //!   unknown (it is visible, and may or may not survive a crash).
+//! - **Write batches.** [`Db::batch`] (or [`Db::write`] with a
+//!   [`WriteBatch`]) makes many writes, to any keys in any shards, one
+//!   crash-atomic unit: members are flagged records that count only once
+//!   the batch's commit record is in the log. A single write outside a batch
+//!   stays one record.
 //! - **Hint files** list every record of a sealed file without its value;
 //!   open reads them (shards in parallel) instead of the data files.
 //!
 //! The byte layouts are specified in `docs/file-format.md`.
 
+mod batch;
 mod check;
 mod compaction;
 mod db;
@@ -55,6 +61,7 @@ mod options;
 mod recovery;
 pub mod vfs;
 
+pub use batch::{Batch, BatchGroup, BatchOp, WriteBatch};
 pub use check::{
     check, repair, CheckOptions, CheckReport, Damage, DamageKind, Dropped, FileReport, Progress,
     RepairReport, Severity,

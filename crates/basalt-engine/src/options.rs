@@ -126,6 +126,12 @@ pub struct Options {
     /// survives a restart). Open raises the counter to at least the next
     /// number the directory needs. Default: none (a counter of its own).
     pub sequence: Option<Arc<AtomicU64>>,
+    /// A batch group shared with other databases: one write batch
+    /// ([`crate::BatchGroup::begin`]) then covers writes to every database of
+    /// the group made on the thread that began it, and batches of the group
+    /// run one at a time. Default: none (a group of its own, see
+    /// [`crate::Db::batch`]).
+    pub batch_group: Option<Arc<crate::BatchGroup>>,
 }
 
 impl Default for Options {
@@ -144,6 +150,7 @@ impl Default for Options {
             expiry_listener: None,
             vfs: Arc::new(StdFs),
             sequence: None,
+            batch_group: None,
         }
     }
 }
@@ -221,6 +228,11 @@ impl Options {
     /// Sets [`Options::expiry_listener`].
     pub fn expiry_listener(mut self, f: ExpiryListener) -> Self {
         self.expiry_listener = Some(f);
+        self
+    }
+    /// Sets [`Options::batch_group`].
+    pub fn batch_group(mut self, group: Arc<crate::BatchGroup>) -> Self {
+        self.batch_group = Some(group);
         self
     }
     /// Sets [`Options::sequence`].

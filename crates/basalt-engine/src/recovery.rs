@@ -25,7 +25,8 @@ use crate::db::{
     Shard, Writer,
 };
 use crate::format::{
-    self, FileHeader, Kind, Origin, RecordHeader, DATA_MAGIC, FILE_HEADER_LEN, RECORD_HEADER_LEN,
+    self, CommitKey, FileHeader, Kind, Origin, RecordHeader, DATA_MAGIC, FILE_HEADER_LEN,
+    FLAG_BATCH, RECORD_HEADER_LEN,
 };
 use crate::keydir::{Loc, MAP_FILE};
 use crate::options::Options;
@@ -186,6 +187,7 @@ fn classify_after_bad(file: &dyn VFile, from: u64, len: u64) -> io::Result<After
 /// One record as the loader sees it (from a hint entry or a scan).
 struct Item<'a> {
     kind: Kind,
+    flags: u8,
     tag: u8,
     expiry: u64,
     key: &'a [u8],
@@ -204,6 +206,26 @@ struct Loader {
     dead_fields: HashMap<FieldKey, u64>,
     metas: HashMap<Box<[u8]>, (Loc, u64)>,
     max_seq: u64,
+    /// Batch members met, applied once every shard's commits are known.
+    pending: Vec<Pending>,
+    /// Commit records met, and where they are.
+    commits: Vec<(CommitKey, Loc)>,
+}
+
+/// A batch member waiting for its batch's commit to be known.
+struct Pending {
+    kind: Kind,
+    tag: u8,
+    expiry: u64,
+    key: Box<[u8]>,
+    field: Box<[u8]>,
+    loc: Loc,
+}
+
+/// Whether a commit of `commits` (sorted) covers sequence number `seq`.
+pub(crate) fn committed(commits: &[CommitKey], seq: u64) -> bool {
+    let i = commits.partition_point(|c| c.first <= seq);
+    i > 0 && commits[i - 1].last >= seq
 }
 
 impl Loader {
@@ -212,7 +234,57 @@ impl Loader {
         self.max_seq = self.max_seq.max(seq);
         if let Some(f) = self.idx.files.get_mut(&it.loc.file) {
             f.note_record(seq, it.kind, it.loc.len as u64);
+            if it.flags & FLAG_BATCH != 0 {
+                f.min_flagged = f.min_flagged.min(seq);
+            }
         }
+        if it.kind == Kind::Commit {
+            // A commit record whose key does not parse commits nothing;
+            // `check` reports it.
+            if let Some(c) = CommitKey::decode(it.key) {
+                self.commits.push((c, it.loc));
+            }
+            return;
+        }
+        if it.flags & FLAG_BATCH != 0 {
+            self.pending.push(Pending {
+                kind: it.kind,
+                tag: it.tag,
+                expiry: it.expiry,
+                key: it.key.into(),
+                field: it.field.into(),
+                loc: it.loc,
+            });
+            return;
+        }
+        self.apply_state(it);
+    }
+
+    /// Applies the batch members whose batch `commits` (sorted, from every
+    /// shard) commits; returns the sequence numbers of the others.
+    fn resolve(&mut self, commits: &[CommitKey]) -> Vec<u64> {
+        let mut aborted = Vec::new();
+        for p in std::mem::take(&mut self.pending) {
+            if committed(commits, p.loc.seq) {
+                self.apply_state(Item {
+                    kind: p.kind,
+                    flags: 0,
+                    tag: p.tag,
+                    expiry: p.expiry,
+                    key: &p.key,
+                    field: &p.field,
+                    loc: p.loc,
+                });
+            } else {
+                aborted.push(p.loc.seq);
+            }
+        }
+        aborted
+    }
+
+    /// Applies one record's effect on the index (sequence numbers decide).
+    fn apply_state(&mut self, it: Item<'_>) {
+        let seq = it.loc.seq;
         // The empty checks skip hash probes in the common case: a directory
         // of plain values with few deletions.
         let key_dead_at = if self.dead_keys.is_empty() {
@@ -300,6 +372,7 @@ impl Loader {
                     }
                 }
             }
+            Kind::Commit => {}
             Kind::MapMeta => {
                 if key_dead_at >= seq {
                     return;
@@ -332,6 +405,9 @@ impl Loader {
                 m.version = m.version.max(loc.seq);
             }
         }
+        // Commit records are accounted as live: compaction decides when
+        // they may go, not the garbage threshold.
+        let commit_locs: Vec<Loc> = self.commits.iter().map(|&(_, l)| l).collect();
         for ((key, _), seq) in std::mem::take(&mut self.dead_fields) {
             let dead_at = self.dead_keys.get(&key).copied().unwrap_or(0);
             if let Some(m) = self.idx.maps.get_mut(&key) {
@@ -366,7 +442,7 @@ impl Loader {
             live.extend(m.fields.values());
             live.extend(m.meta);
         }
-        for l in live {
+        for l in live.into_iter().chain(commit_locs) {
             idx.add_live(l);
         }
         (idx, self.max_seq)
@@ -378,6 +454,12 @@ impl Loader {
 #[derive(Default)]
 pub(crate) struct Replay {
     loader: Loader,
+}
+
+impl std::fmt::Debug for Replay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replay").finish_non_exhaustive()
+    }
 }
 
 impl Replay {
@@ -393,6 +475,7 @@ impl Replay {
     pub fn apply(&mut self, fid: u32, offset: u64, h: &RecordHeader, key: &[u8], field: &[u8]) {
         self.loader.apply(Item {
             kind: h.kind,
+            flags: h.flags,
             tag: h.tag,
             expiry: h.expiry,
             key,
@@ -406,8 +489,15 @@ impl Replay {
         });
     }
 
-    /// Live bytes per file once everything is applied.
-    pub fn live_bytes(self) -> std::collections::BTreeMap<u32, u64> {
+    /// The commit records met so far.
+    pub fn commits(&self) -> Vec<CommitKey> {
+        self.loader.commits.iter().map(|&(c, _)| c).collect()
+    }
+
+    /// Live bytes per file once everything is applied, batch members
+    /// counted only where `commits` (sorted, from every shard) commits them.
+    pub fn live_bytes(mut self, commits: &[CommitKey]) -> std::collections::BTreeMap<u32, u64> {
+        self.loader.resolve(commits);
         let (idx, _) = self.loader.finish();
         idx.files.iter().map(|(&id, f)| (id, f.live)).collect()
     }
@@ -419,6 +509,16 @@ struct LoadedShard {
     next_file: u32,
     max_seq: u64,
     pending_hints: Vec<u32>,
+    /// Batch members of this shard no commit covers.
+    aborted: Vec<u64>,
+}
+
+/// A shard whose files are read, before its batch members are resolved.
+struct ScannedShard {
+    loader: Loader,
+    active: Option<(u32, Arc<dyn VFile>, u64, bool)>,
+    pending_hints: Vec<u32>,
+    max_id: Option<u32>,
 }
 
 /// Hint entries read ahead of the one being applied (see `load_shard`).
@@ -442,7 +542,8 @@ pub(crate) fn parse_name(name: &str) -> Option<(u32, &str)> {
     Some((stem.parse().ok()?, ext))
 }
 
-fn load_shard(opts: &Options, id: usize, dir: &Path, base_seq: &AtomicU64) -> Result<LoadedShard> {
+/// Reads one shard's files into a loader (phase 1 of open).
+fn scan_shard(dir: &Path, opts: &Options, base_seq: &AtomicU64) -> Result<ScannedShard> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
     finish_interrupted_compactions(dir)?;
     let mut ids = Vec::new();
@@ -556,6 +657,7 @@ fn load_shard(opts: &Options, id: usize, dir: &Path, base_seq: &AtomicU64) -> Re
                 format::read_hint_file(&bytes, len, |e| {
                     let it = Item {
                         kind: e.kind,
+                        flags: e.flags,
                         tag: e.tag,
                         expiry: e.expiry,
                         key: e.key,
@@ -593,6 +695,7 @@ fn load_shard(opts: &Options, id: usize, dir: &Path, base_seq: &AtomicU64) -> Re
                 let k1 = k0 + h.key_len as usize;
                 loader.apply(Item {
                     kind: h.kind,
+                    flags: h.flags,
                     tag: h.tag,
                     expiry: h.expiry,
                     key: &bytes[k0..k1],
@@ -659,6 +762,38 @@ fn load_shard(opts: &Options, id: usize, dir: &Path, base_seq: &AtomicU64) -> Re
         }
     }
 
+    Ok(ScannedShard {
+        loader,
+        active,
+        pending_hints,
+        max_id,
+    })
+}
+
+/// Applies the shard's committed batch members, builds its index and its
+/// writer (phase 2 of open, once `commits` holds every shard's commits).
+fn finish_shard(
+    opts: &Options,
+    id: usize,
+    dir: &Path,
+    base_seq: &AtomicU64,
+    scanned: ScannedShard,
+    commits: &[CommitKey],
+) -> Result<LoadedShard> {
+    let ScannedShard {
+        mut loader,
+        active,
+        mut pending_hints,
+        max_id,
+    } = scanned;
+    let aborted = loader.resolve(commits);
+    if !aborted.is_empty() {
+        tracing::info!(
+            shard = id,
+            records = aborted.len(),
+            "ignoring the members of a write batch that was not committed (a crash remnant)"
+        );
+    }
     let (mut index, max_seq) = loader.finish();
     index.keys.shrink_to_fit();
     let mut next_file = max_id.map_or(1, |m| m + 1);
@@ -716,6 +851,7 @@ fn load_shard(opts: &Options, id: usize, dir: &Path, base_seq: &AtomicU64) -> Re
         next_file,
         max_seq,
         pending_hints,
+        aborted,
     })
 }
 
@@ -769,9 +905,10 @@ pub(crate) fn decode_meta(path: &Path, b: &[u8]) -> Result<usize> {
         return Err(bad("metadata checksum mismatch"));
     }
     let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
-    if version != format::FORMAT_VERSION {
+    if !(format::OLDEST_READABLE_VERSION..=format::FORMAT_VERSION).contains(&version) {
         return Err(bad(&format!(
-            "format version {version}, this build reads version {}",
+            "format version {version}, this build reads versions {} to {}",
+            format::OLDEST_READABLE_VERSION,
             format::FORMAT_VERSION
         )));
     }
@@ -843,11 +980,36 @@ impl Db {
             .as_ref()
             .map_or(1, |c| c.load(Ordering::SeqCst));
         let base_seq = AtomicU64::new(floor.max(1));
-        let loaded: Vec<Result<LoadedShard>> = std::thread::scope(|s| {
+        // Two phases: a batch's members may lie in any shard and its commit
+        // in another, so members are applied only once every shard's
+        // commit records are known.
+        let scanned: Vec<Result<ScannedShard>> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..nshards)
                 .map(|i| {
                     let (opts, dir, base_seq) = (&opts, &dir, &base_seq);
-                    s.spawn(move || load_shard(opts, i, &shard_dir(dir, i), base_seq))
+                    s.spawn(move || scan_shard(&shard_dir(dir, i), opts, base_seq))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("shard loader panicked"))
+                .collect()
+        });
+        let scanned = scanned.into_iter().collect::<Result<Vec<_>>>()?;
+        let mut commits: Vec<CommitKey> = scanned
+            .iter()
+            .flat_map(|s| s.loader.commits.iter().map(|&(c, _)| c))
+            .collect();
+        commits.sort_unstable();
+        let loaded: Vec<Result<LoadedShard>> = std::thread::scope(|s| {
+            let handles: Vec<_> = scanned
+                .into_iter()
+                .enumerate()
+                .map(|(i, sc)| {
+                    let (opts, dir, base_seq, commits) = (&opts, &dir, &base_seq, &commits);
+                    s.spawn(move || {
+                        finish_shard(opts, i, &shard_dir(dir, i), base_seq, sc, commits)
+                    })
                 })
                 .collect();
             handles
@@ -856,9 +1018,11 @@ impl Db {
                 .collect()
         });
         let mut shards = Vec::with_capacity(nshards);
+        let mut aborted = Vec::new();
         let mut next_seq = base_seq.load(Ordering::SeqCst).max(1);
         for (i, l) in loaded.into_iter().enumerate() {
             let l = l?;
+            aborted.extend_from_slice(&l.aborted);
             next_seq = next_seq.max(l.max_seq + 1);
             let w = &l.writer;
             shards.push(Shard {
@@ -881,7 +1045,13 @@ impl Db {
             }
             None => Arc::new(AtomicU64::new(next_seq)),
         };
-        let inner = Arc::new(Inner {
+        aborted.sort_unstable();
+        let group = opts.batch_group.clone().unwrap_or_default();
+        let inner = Arc::new_cyclic(|me| Inner {
+            group,
+            me: me.clone(),
+            open_first: AtomicU64::new(u64::MAX),
+            aborted,
             dir,
             opts,
             shards,

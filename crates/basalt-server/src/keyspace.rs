@@ -26,8 +26,9 @@
 //! (`seq <n>`) when a database is flushed, so a restart after FLUSHDB of a
 //! database whose directory is gone does not hand out old numbers again.
 //!
-//! Lock order: the exec gate (`crate::tx`), then slot locks (ascending db
-//! index), then stripe locks (ascending stripe). Slot write locks (SWAPDB, FLUSHDB, DEBUG RELOAD) are never held
+//! Lock order: the exec gate (`crate::tx`), then the write batch
+//! ([`Keyspace::batch`], for commands that write several records), then
+//! slot locks (ascending db index), then stripe locks (ascending stripe). Slot write locks (SWAPDB, FLUSHDB, DEBUG RELOAD) are never held
 //! while taking a stripe.
 
 use std::io::Write as _;
@@ -35,7 +36,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use basalt_engine::{Db, KeyKind, KeyMeta, Options, SyncPolicy};
+use basalt_engine::{Batch, BatchGroup, Db, KeyKind, KeyMeta, Options, SyncPolicy};
 use parking_lot::{
     MappedRwLockReadGuard, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
 };
@@ -222,6 +223,10 @@ pub struct Keyspace {
     on_expired: Hook,
     /// The sequence counter every database shares (engine `Options::sequence`).
     seq: Arc<AtomicU64>,
+    /// The write-batch group every database shares (engine
+    /// `Options::batch_group`): one batch covers a command's writes to
+    /// any of them.
+    group: Arc<BatchGroup>,
 }
 
 /// Errors of the keyspace layer (opening, flushing, swapping databases).
@@ -250,6 +255,7 @@ impl Keyspace {
         std::fs::create_dir_all(root).map_err(|e| io_err("create directory", root, e))?;
         let mut names: Vec<String> = (0..databases).map(|n| n.to_string()).collect();
         let seq = Arc::new(AtomicU64::new(1));
+        let group = BatchGroup::new();
         let map_path = root.join("DBMAP");
         match std::fs::read_to_string(&map_path) {
             Ok(text) => {
@@ -289,7 +295,7 @@ impl Keyspace {
             let db = if n == 0 || dir.is_dir() {
                 Some(Db::open(
                     &dir,
-                    Self::options(sync, file_size, &seq, &on_expired, &number),
+                    Self::options(sync, file_size, (&seq, &group), &on_expired, &number),
                 )?)
             } else {
                 None
@@ -312,13 +318,14 @@ impl Keyspace {
             closed: AtomicBool::new(false),
             on_expired,
             seq,
+            group,
         })
     }
 
     fn options(
         sync: SyncPolicy,
         file_size: u64,
-        seq: &Arc<AtomicU64>,
+        (seq, group): (&Arc<AtomicU64>, &Arc<BatchGroup>),
         hook: &Hook,
         number: &Arc<AtomicUsize>,
     ) -> Options {
@@ -326,6 +333,7 @@ impl Keyspace {
             .clock(Arc::new(crate::clock::CommandClock))
             .sync(sync)
             .sequence(seq.clone())
+            .batch_group(group.clone())
             .max_file_size(file_size);
         match &hook.0 {
             Some(f) => {
@@ -343,12 +351,21 @@ impl Keyspace {
         let opts = Self::options(
             self.sync,
             self.file_size,
-            &self.seq,
+            (&self.seq, &self.group),
             &self.on_expired,
             &slot.number,
         );
         slot.set_db(Db::open(&dir, opts)?);
         Ok(())
+    }
+
+    /// Opens a crash-atomic write batch on the calling thread: every
+    /// engine write it makes, to any database, until the guard ends is
+    /// one unit after a crash (see `basalt_engine::Batch`). Batches run one
+    /// at a time; take it before any slot or stripe lock (lock order:
+    /// exec gate, batch, slots, stripes).
+    pub fn batch(&self) -> Batch<'_> {
+        self.group.begin()
     }
 
     /// Number of databases.

@@ -405,6 +405,10 @@ fn exec(shared: &Shared, conn: &mut Conn, out: &mut Vec<u8>, gate: &mut Entered<
             return (me, None, 0);
         }
         Encoder::new(out, conn.protocol).array(queue.count);
+        // Every write of the transaction is one crash-atomic engine batch
+        // (each command's own batch nests in it), committed before the
+        // replies leave.
+        let _batch = shared.keyspace.batch();
         let mut parser = RequestParser::new(Limits::default());
         let mut pos = 0;
         let mut writes = 0;

@@ -536,6 +536,10 @@ pub fn execute(
     let reply_at = out.len();
     // The engine decides expiry at the command's time (crate::clock).
     let _pinned = crate::clock::pin(now_ms);
+    // A command that may write several records runs as one crash-atomic
+    // engine batch (committed when `_batch` drops, before the reply leaves).
+    let _batch = (cmd.is_write() && may_write_several(cmd.name, args.len()))
+        .then(|| shared.keyspace.batch());
     let mut ctx = Ctx {
         shared,
         conn,
@@ -563,6 +567,28 @@ pub fn execute(
         shared.cmdstats.record(idx, nanos, failed);
     }
     (Some(cmd), after)
+}
+
+/// Whether write command `name` with `argc` arguments may write more than
+/// one engine record, and so must run as a write batch. The common
+/// single-record forms (SET, INCR, one-field HSET, one-element pushes, ...)
+/// stay plain appends; every other write command is a batch. A single
+/// record that also purges an expired key first (a deletion, then the
+/// write) needs no batch: either half alone is a state the key could have.
+pub fn may_write_several(name: &str, argc: usize) -> bool {
+    match name {
+        // One record whatever the arguments.
+        "set" | "setnx" | "setex" | "psetex" | "getset" | "getdel" | "getex" | "incr" | "decr"
+        | "incrby" | "decrby" | "incrbyfloat" | "append" | "setrange" | "expire" | "pexpire"
+        | "expireat" | "pexpireat" | "persist" | "hincrby" | "hincrbyfloat" | "hsetnx"
+        | "zincrby" | "cas" => false,
+        // One record without a count.
+        "lpop" | "rpop" | "spop" | "zpopmin" | "zpopmax" | "del" | "unlink" => argc > 2,
+        // One record with one member.
+        "lpush" | "rpush" | "lpushx" | "rpushx" | "hdel" | "sadd" | "srem" | "zrem" => argc > 3,
+        "hset" | "hmset" | "zadd" => argc > 4,
+        _ => true,
+    }
 }
 
 /// Redis 7.0's reply to an unknown command: the name (at most 128 bytes)

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod binary;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};

@@ -1,0 +1,291 @@
+//! Write batches across a crash: the directory is copied at every record
+//! boundary of a batch spanning shards and files (what kill -9 would leave:
+//! every append so far, nothing after), and each copy must open with all of
+//! the batch or none of it; the same through hint files, after compaction,
+//! and with the copy cut inside the last record.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use basalt_engine::{Db, Options, SyncPolicy, WriteBatch};
+
+fn opts() -> Options {
+    Options::default()
+        .shards(4)
+        .max_file_size(4 << 10)
+        .background_compaction(false)
+        .active_expiry(false)
+        .sync(SyncPolicy::Never)
+}
+
+/// Copies a database directory as a crash would leave it (no LOCK held).
+fn snapshot(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        let to = dst.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            snapshot(&e.path(), &to);
+        } else if e.file_name() != "LOCK" {
+            std::fs::copy(e.path(), &to).unwrap();
+        }
+    }
+}
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// Every plain value and every field (as `key/field`) of the database.
+fn contents(db: &Db) -> Model {
+    let mut out = Model::new();
+    let (mut cursor, mut keys) = (0, Vec::new());
+    loop {
+        let (ks, next) = db.scan(cursor, 100);
+        keys.extend(ks);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    for k in keys {
+        match db.get(&k) {
+            Ok(Some(v)) => {
+                out.insert(k, v);
+            }
+            _ => {
+                for (f, v) in db.fields(&k).unwrap() {
+                    let mut name = k.clone();
+                    name.push(b'/');
+                    name.extend(f);
+                    out.insert(name, v);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn key(i: usize) -> Vec<u8> {
+    format!("key-{i:03}").into_bytes()
+}
+
+/// Writes the state every crash copy starts from.
+fn base(db: &Db) {
+    for i in 0..30 {
+        db.put(&key(i), format!("old-{i}").as_bytes()).unwrap();
+    }
+    for i in 0..10 {
+        db.put_field(b"map", format!("f{i}").as_bytes(), b"old")
+            .unwrap();
+    }
+}
+
+/// The batch's writes, one engine record (or two) each: puts, deletes and
+/// field writes in every shard, large enough to rotate files mid-batch.
+fn batch_step(db: &Db, i: usize) {
+    match i % 4 {
+        0 => {
+            db.put(&key(i), &vec![b'n'; 300]).unwrap();
+        }
+        1 => {
+            db.delete(&key(i)).unwrap();
+        }
+        2 => {
+            db.put_field(b"map", format!("f{}", i % 10).as_bytes(), b"new")
+                .unwrap();
+        }
+        _ => {
+            db.delete_field(b"map", format!("f{}", i % 10).as_bytes())
+                .unwrap();
+        }
+    }
+}
+
+fn reopen(dir: &Path) -> Db {
+    Db::open(dir, opts()).unwrap()
+}
+
+#[test]
+fn a_batch_cut_at_every_record_boundary_opens_as_all_or_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let live = tmp.path().join("live");
+    let db = Db::open(&live, opts()).unwrap();
+    base(&db);
+    let before = contents(&db);
+    let steps = 24;
+    let b = db.batch();
+    for i in 0..steps {
+        batch_step(&db, i);
+        snapshot(&live, &tmp.path().join(format!("cut-{i}")));
+    }
+    b.commit().unwrap();
+    let after = contents(&db);
+    assert_ne!(before, after);
+    snapshot(&live, &tmp.path().join("committed"));
+    drop(db);
+
+    for i in 0..steps {
+        let dir = tmp.path().join(format!("cut-{i}"));
+        let db = reopen(&dir);
+        assert_eq!(contents(&db), before, "cut after write {i}: scan open");
+        db.close().unwrap();
+        // Again through the hint files the clean close wrote.
+        let db = reopen(&dir);
+        assert_eq!(contents(&db), before, "cut after write {i}: hint open");
+        // Compaction drops the remnant for good; new writes go on.
+        db.compact().unwrap();
+        db.put(b"after", b"crash").unwrap();
+        db.close().unwrap();
+        let db = reopen(&dir);
+        let mut want = before.clone();
+        want.insert(b"after".to_vec(), b"crash".to_vec());
+        assert_eq!(contents(&db), want, "cut after write {i}: after compaction");
+    }
+    let dir = tmp.path().join("committed");
+    let db = reopen(&dir);
+    assert_eq!(contents(&db), after, "committed: scan open");
+    db.compact().unwrap();
+    db.close().unwrap();
+    let db = reopen(&dir);
+    assert_eq!(contents(&db), after, "committed: after compaction");
+}
+
+#[test]
+fn a_batch_cut_inside_its_last_record_opens_without_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let live = tmp.path().join("live");
+    let db = Db::open(&live, opts().max_file_size(1 << 20)).unwrap();
+    base(&db);
+    let before = contents(&db);
+    let b = db.batch();
+    for i in 0..8 {
+        batch_step(&db, i);
+    }
+    // Cut every shard's newest file inside its last record: a torn tail.
+    let cut = tmp.path().join("cut");
+    snapshot(&live, &cut);
+    b.commit().unwrap();
+    drop(db);
+    for shard in std::fs::read_dir(&cut).unwrap() {
+        let shard = shard.unwrap().path();
+        if !shard.is_dir() {
+            continue;
+        }
+        let mut files: Vec<_> = std::fs::read_dir(&shard)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "data"))
+            .collect();
+        files.sort();
+        if let Some(last) = files.last() {
+            let len = std::fs::metadata(last).unwrap().len();
+            if len > 32 + 10 {
+                let f = std::fs::OpenOptions::new().write(true).open(last).unwrap();
+                f.set_len(len - 10).unwrap();
+            }
+        }
+    }
+    let db = reopen(&cut);
+    assert_eq!(contents(&db), before);
+}
+
+#[test]
+fn write_batch_applies_every_op_and_survives_compaction_and_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Db::open(tmp.path(), opts()).unwrap();
+    db.put(b"gone", b"x").unwrap();
+    let mut wb = WriteBatch::new();
+    wb.put(b"a", b"1")
+        .put(b"b", b"2")
+        .delete(b"gone")
+        .put_field(b"h", 7, b"f", b"v")
+        .expire(b"a", u64::MAX / 2);
+    db.write(&wb).unwrap();
+    assert_eq!(db.get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
+    assert_eq!(db.expires_at(b"a"), Some(u64::MAX / 2));
+    assert_eq!(db.get(b"gone").unwrap(), None);
+    // Overwrite everything many times so compaction rewrites the members
+    // and, later, can drop the commit records they needed.
+    for round in 0..40u32 {
+        let mut wb = WriteBatch::new();
+        for k in 0..10u32 {
+            wb.put(format!("k{k}").as_bytes(), &[round as u8; 200]);
+        }
+        db.write(&wb).unwrap();
+    }
+    db.compact().unwrap();
+    db.compact().unwrap();
+    db.close().unwrap();
+    let db = Db::open(tmp.path(), opts()).unwrap();
+    assert_eq!(db.get(b"b").unwrap().as_deref(), Some(&b"2"[..]));
+    assert_eq!(
+        db.get_field(b"h", b"f").unwrap().as_deref(),
+        Some(&b"v"[..])
+    );
+    assert_eq!(db.get(b"gone").unwrap(), None);
+    for k in 0..10u32 {
+        assert_eq!(
+            db.get(format!("k{k}").as_bytes()).unwrap(),
+            Some(vec![39u8; 200])
+        );
+    }
+    // Old commit records went with the files compaction rewrote: the
+    // directory holds far less than the 40 rounds wrote.
+    let st = db.stats();
+    assert!(
+        st.live_bytes + st.dead_bytes < 40 * 10 * 200 / 2,
+        "{} bytes on disk",
+        st.live_bytes + st.dead_bytes
+    );
+}
+
+#[test]
+fn nested_batches_commit_once_with_the_outermost() {
+    let tmp = tempfile::tempdir().unwrap();
+    let live = tmp.path().join("live");
+    let db = Db::open(&live, opts()).unwrap();
+    let outer = db.batch();
+    db.put(b"x", b"1").unwrap();
+    {
+        let inner = db.batch();
+        db.put(b"y", b"2").unwrap();
+        inner.commit().unwrap();
+    }
+    // The inner commit wrote nothing: a crash now keeps neither.
+    snapshot(&live, &tmp.path().join("cut"));
+    outer.commit().unwrap();
+    drop(db);
+    let db = reopen(&tmp.path().join("cut"));
+    assert_eq!(db.get(b"x").unwrap(), None);
+    assert_eq!(db.get(b"y").unwrap(), None);
+    drop(db);
+    let db = reopen(&live);
+    assert_eq!(db.get(b"y").unwrap().as_deref(), Some(&b"2"[..]));
+}
+
+#[test]
+fn a_crash_remnant_is_reported_by_check_as_a_note() {
+    let tmp = tempfile::tempdir().unwrap();
+    let live = tmp.path().join("live");
+    let db = Db::open(&live, opts()).unwrap();
+    let b = db.batch();
+    db.put(b"p", b"1").unwrap();
+    db.put(b"q", b"2").unwrap();
+    let cut = tmp.path().join("cut");
+    snapshot(&live, &cut);
+    b.commit().unwrap();
+    drop(db);
+    let report = basalt_engine::check(&cut, &Default::default()).unwrap();
+    assert!(report.is_clean(), "{:?}", report.damage);
+    let remnants = report
+        .damage
+        .iter()
+        .filter(|d| d.kind == basalt_engine::DamageKind::UncommittedBatch)
+        .count();
+    assert_eq!(remnants, 2, "{:?}", report.damage);
+    // The committed copy has none.
+    let report = basalt_engine::check(&live, &Default::default()).unwrap();
+    assert!(report
+        .damage
+        .iter()
+        .all(|d| d.kind != basalt_engine::DamageKind::UncommittedBatch));
+}

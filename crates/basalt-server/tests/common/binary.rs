@@ -1,0 +1,136 @@
+//! The real `basalt` binary for crash tests: started on a free port over
+//! a directory, killed with SIGKILL (no shutdown code runs), and a client
+//! connection that reports I/O errors instead of panicking when the server
+//! dies under it.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use basalt_resp::Frame;
+
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// xorshift64*: enough randomness for choosing operations, reproducible
+/// from the printed seed.
+#[derive(Debug, Clone)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// The real binary on a free port.
+pub struct Server {
+    child: Child,
+    pub addr: SocketAddr,
+}
+
+impl Server {
+    pub fn start(dir: &Path, appendfsync: &str, file_size: &str) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_basalt"))
+            .args([
+                "--port",
+                "0",
+                "--http-port",
+                "0",
+                "--loglevel",
+                "info",
+                "--databases",
+                "1",
+            ])
+            .args(["--appendfsync", appendfsync])
+            .args(["--data-file-size", file_size])
+            .env("BASALT_DIR", dir)
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if !sent {
+                    if let Some(rest) = line.split("ready on ").nth(1) {
+                        let _ = tx.send(rest.split_whitespace().next().unwrap().to_string());
+                        sent = true;
+                    }
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("no start-up banner")
+            .parse()
+            .unwrap();
+        Server { child, addr }
+    }
+
+    /// SIGKILL: no shutdown code runs.
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One connection that reports I/O errors instead of panicking (the server
+/// dies under it).
+pub struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    pub fn connect(addr: SocketAddr) -> std::io::Result<Conn> {
+        let stream = TcpStream::connect(addr)?;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        stream.set_nodelay(true)?;
+        Ok(Conn {
+            stream,
+            buf: Vec::new(),
+        })
+    }
+
+    pub fn cmd(&mut self, args: &[&[u8]]) -> std::io::Result<Frame> {
+        let mut out = Vec::new();
+        basalt_resp::write_command(&mut out, args.iter().copied());
+        self.stream.write_all(&out)?;
+        loop {
+            if let Some((frame, used)) = Frame::parse(&self.buf).map_err(std::io::Error::other)? {
+                self.buf.drain(..used);
+                return Ok(frame);
+            }
+            let mut chunk = [0u8; 16 << 10];
+            let n = self.stream.read(&mut chunk)?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+}
