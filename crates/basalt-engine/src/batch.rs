@@ -81,6 +81,13 @@ impl BatchGroup {
         Arc::new(BatchGroup::default())
     }
 
+    /// Waits until no batch of the group is open and keeps new ones out
+    /// while the guard lives (compaction deletes its inputs under it).
+    /// Gives up after `wait` (`None`).
+    pub(crate) fn quiesce(&self, wait: std::time::Duration) -> Option<MutexGuard<'_, ()>> {
+        self.lock.try_lock_for(wait)
+    }
+
     fn addr(&self) -> usize {
         self as *const BatchGroup as usize
     }

@@ -112,6 +112,10 @@ pub enum DamageKind {
     /// directory: the process stopped before the batch committed, and open
     /// ignores them (all of the batch, in every shard).
     UncommittedBatch,
+    /// A commit record whose batch has fewer members in the directory than
+    /// it counts (a member lost, e.g. to a power failure while the batch's
+    /// shards were being fsynced): open ignores the whole batch.
+    TornBatch,
 }
 
 impl DamageKind {
@@ -127,7 +131,7 @@ impl DamageKind {
             | LeftoverTemp
             | UncommittedBatch => Severity::Note,
             BadRecord | BadFileHeader | BadHint | HintMismatch | OrphanHint | BadMeta
-            | BadVictims => Severity::Error,
+            | BadVictims | TornBatch => Severity::Error,
         }
     }
 
@@ -149,6 +153,7 @@ impl DamageKind {
             InterruptedCompaction => "interrupted compaction",
             LeftoverTemp => "leftover temp file",
             UncommittedBatch => "uncommitted batch",
+            TornBatch => "torn batch",
         }
     }
 }
@@ -487,6 +492,33 @@ fn scan_dir(dir: &Path, opts: &CheckOptions) -> Result<(CheckReport, Vec<ShardSc
         .flat_map(|s| s.replay.as_ref().map(|r| r.commits()).unwrap_or_default())
         .collect();
     commits.sort_unstable();
+    let mut members: Vec<u64> = scans
+        .iter()
+        .flat_map(|s| s.members.iter().map(|m| m.2))
+        .collect();
+    members.sort_unstable();
+    let horizon = scans
+        .iter()
+        .flat_map(|s| s.files.iter())
+        .filter_map(|f| f.header)
+        .filter(|h| h.origin == Origin::Compaction)
+        .map(|h| h.base_seq)
+        .max()
+        .unwrap_or(0);
+    let (commits, torn) = crate::recovery::verify_commits(commits, &members, horizon);
+    for (c, found) in torn {
+        damage.push(Damage {
+            path: dir.to_path_buf(),
+            offset: 0,
+            len: 0,
+            kind: DamageKind::TornBatch,
+            detail: format!(
+                "the write batch of records {}..={} counts {} members, {found} are in the directory; open ignores all of it",
+                c.first, c.last, c.count
+            ),
+            key: None,
+        });
+    }
     for scan in &mut scans {
         if let Some(r) = scan.replay.take() {
             scan.live = r.live_bytes(&commits);

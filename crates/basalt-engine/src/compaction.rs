@@ -459,6 +459,38 @@ pub(crate) fn compact_files(
     victims: &[u32],
     throttle: bool,
 ) -> Result<CompactionReport> {
+    // A compaction that may drop or unflag batch members, or that deletes
+    // compaction outputs, always leaves an output behind (empty if nothing
+    // is kept), and takes the shard's earlier empty outputs along: so the
+    // highest base sequence of the compaction outputs in a directory never
+    // goes down. Recovery and `check` rely on it: a batch whose first
+    // member is at or above it was never touched by compaction, and must
+    // have all of its members still flagged (see `batch.rs`).
+    let (victims, force_output) = {
+        let idx = shard.index.read();
+        let mut v = victims.to_vec();
+        let touches = v.iter().any(|id| {
+            idx.files
+                .get(id)
+                .is_some_and(|f| f.min_flagged != u64::MAX || f.origin == Origin::Compaction)
+        });
+        if touches {
+            let empty: Vec<u32> = idx
+                .files
+                .iter()
+                .filter(|(id, f)| {
+                    !f.active
+                        && f.origin == Origin::Compaction
+                        && f.total == FILE_HEADER_LEN as u64
+                        && !v.contains(id)
+                })
+                .map(|(&id, _)| id)
+                .collect();
+            v.extend(empty);
+        }
+        (v, touches)
+    };
+    let victims = &victims[..];
     let (inputs, oldest_other) = {
         let idx = shard.index.read();
         let inputs: Vec<(u32, Arc<dyn VFile>, u64)> = victims
@@ -533,6 +565,9 @@ pub(crate) fn compact_files(
         moves: Vec::new(),
         written: 0,
     };
+    if force_output {
+        c.output(0)?;
+    }
     for (fid, handle, len) in &inputs {
         let fid = *fid;
         let path = shard.data_path(fid);
@@ -650,6 +685,30 @@ pub(crate) fn compact_files(
         }
     }
     let written = c.finish()?;
+    // A record dropped above as overwritten may be overwritten only by a
+    // member of a batch still open: a crash before its commit must find
+    // the old record. So the inputs go only when no batch is open (the
+    // group's lock, held for the unlinks only), after an fsync of every
+    // shard so the batches committed meanwhile are durable. From inside an
+    // open batch (a compaction the batch's own thread asked for) the inputs
+    // stay: their live records are in the outputs now, so a later
+    // compaction deletes them.
+    for s in &inner.shards {
+        inner.sync_shard(s)?;
+    }
+    // A close waits for this thread, maybe from inside a batch: the wait
+    // for the group gives up when the database is closing.
+    let mut no_open_batch = None;
+    while !crate::batch::in_batch(inner) && no_open_batch.is_none() && !*inner.stop.lock() {
+        no_open_batch = inner.group.quiesce(Duration::from_millis(10));
+    }
+    if no_open_batch.is_none() {
+        return Ok(CompactionReport {
+            files_compacted: 0,
+            bytes_read: read,
+            bytes_written: written,
+        });
+    }
     // The outputs are durable. The inputs go next, but not one by one
     // unguarded: a crash between two unlinks could leave a record whose
     // tombstone was dropped with an input already gone. So first a marker
@@ -723,10 +782,22 @@ pub(crate) fn remove_files_in(dir: &std::path::Path, ids: &[u32]) -> Result<()> 
 impl Db {
     /// Compacts now, unthrottled: seals every shard's active file, then
     /// rewrites every sealed file that holds garbage or tombstones.
+    ///
+    /// Called with a write batch open on this thread, it compacts only if
+    /// no background compaction is running (which may be waiting for the
+    /// batch to end), and keeps the files it rewrote until a later
+    /// compaction (see `compact_files`).
     pub fn compact(&self) -> Result<CompactionReport> {
         let inner = &*self.inner;
         inner.check_writable()?;
-        let _g = inner.compaction.lock();
+        let _g = if crate::batch::in_batch(inner) {
+            match inner.compaction.try_lock() {
+                Some(g) => g,
+                None => return Ok(CompactionReport::default()),
+            }
+        } else {
+            inner.compaction.lock()
+        };
         let mut total = CompactionReport::default();
         for s in &inner.shards {
             {
@@ -753,9 +824,14 @@ impl Db {
 
     /// Runs one pass of what background compaction does, now and
     /// unthrottled: compacts the sealed files whose garbage is past
-    /// [`crate::Options::compaction_threshold`].
+    /// [`crate::Options::compaction_threshold`]. Does nothing when called
+    /// with a write batch open on this thread.
     pub fn compact_pass(&self) -> Result<CompactionReport> {
         self.inner.check_writable()?;
+        if crate::batch::in_batch(&self.inner) {
+            // A background pass may be waiting for this batch to end.
+            return Ok(CompactionReport::default());
+        }
         compaction_pass(&self.inner, false).map_err(|e| self.inner.poison(e))
     }
 

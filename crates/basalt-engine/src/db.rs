@@ -1298,7 +1298,7 @@ impl Db {
                 // index above.
                 let (flags, stored) = unsafe {
                     inner.read_with(shard, &file, entry.loc, |rec| {
-                        Ok((rec.header.flags, rec.stored_value().to_vec()))
+                        Ok((rec.header.flags & FLAG_LZ4, rec.stored_value().to_vec()))
                     })
                 }?;
                 let loc = inner.append(

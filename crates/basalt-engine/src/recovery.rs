@@ -222,6 +222,40 @@ struct Pending {
     loc: Loc,
 }
 
+/// Splits `commits` into the batches that hold (sorted) and those whose
+/// members are not all there, with how many were found. `members` are the
+/// sequence numbers of every flagged record of the directory (sorted);
+/// `horizon` is the highest base sequence of its compaction outputs. Only
+/// a batch whose first member is at or above the horizon can be counted:
+/// no compaction touched it, so every member is still a flagged record.
+/// One whose count falls short lost a member to a power failure (its
+/// shards are fsynced together, not in order) and is treated as not
+/// committed, so that it is not applied in part.
+pub(crate) fn verify_commits(
+    commits: Vec<CommitKey>,
+    members: &[u64],
+    horizon: u64,
+) -> (Vec<CommitKey>, Vec<(CommitKey, usize)>) {
+    let mut torn = Vec::new();
+    let kept = commits
+        .into_iter()
+        .filter(|c| {
+            if c.first < horizon {
+                return true;
+            }
+            let from = members.partition_point(|&s| s < c.first);
+            let to = members.partition_point(|&s| s <= c.last);
+            let found = to - from;
+            if found == c.count as usize {
+                return true;
+            }
+            torn.push((*c, found));
+            false
+        })
+        .collect();
+    (kept, torn)
+}
+
 /// Whether a commit of `commits` (sorted) covers sequence number `seq`.
 pub(crate) fn committed(commits: &[CommitKey], seq: u64) -> bool {
     let i = commits.partition_point(|c| c.first <= seq);
@@ -516,6 +550,8 @@ struct LoadedShard {
 /// A shard whose files are read, before its batch members are resolved.
 struct ScannedShard {
     loader: Loader,
+    /// Highest base sequence of the shard's compaction outputs.
+    compaction_base: u64,
     active: Option<(u32, Arc<dyn VFile>, u64, bool)>,
     pending_hints: Vec<u32>,
     max_id: Option<u32>,
@@ -625,6 +661,12 @@ fn scan_shard(dir: &Path, opts: &Options, base_seq: &AtomicU64) -> Result<Scanne
         .filter(|f| f.3.origin == Origin::Log)
         .map(|f| f.0)
         .max();
+    let compaction_base = files
+        .iter()
+        .filter(|f| f.3.origin == Origin::Compaction)
+        .map(|f| f.3.base_seq)
+        .max()
+        .unwrap_or(0);
 
     let mut loader = Loader::default();
     // Size the index once from the hint footers (an upper bound when keys
@@ -764,6 +806,7 @@ fn scan_shard(dir: &Path, opts: &Options, base_seq: &AtomicU64) -> Result<Scanne
 
     Ok(ScannedShard {
         loader,
+        compaction_base,
         active,
         pending_hints,
         max_id,
@@ -782,6 +825,7 @@ fn finish_shard(
 ) -> Result<LoadedShard> {
     let ScannedShard {
         mut loader,
+        compaction_base: _,
         active,
         mut pending_hints,
         max_id,
@@ -1001,6 +1045,22 @@ impl Db {
             .flat_map(|s| s.loader.commits.iter().map(|&(c, _)| c))
             .collect();
         commits.sort_unstable();
+        let mut members: Vec<u64> = scanned
+            .iter()
+            .flat_map(|s| s.loader.pending.iter().map(|p| p.loc.seq))
+            .collect();
+        members.sort_unstable();
+        let horizon = scanned.iter().map(|s| s.compaction_base).max().unwrap_or(0);
+        let (commits, torn) = verify_commits(commits, &members, horizon);
+        for (c, found) in torn {
+            tracing::warn!(
+                first = c.first,
+                last = c.last,
+                members = c.count,
+                found,
+                "a committed write batch lost members (power failure while it was being fsynced?); ignoring all of it"
+            );
+        }
         let loaded: Vec<Result<LoadedShard>> = std::thread::scope(|s| {
             let handles: Vec<_> = scanned
                 .into_iter()

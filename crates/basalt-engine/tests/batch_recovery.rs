@@ -236,6 +236,11 @@ fn write_batch_applies_every_op_and_survives_compaction_and_restart() {
         "{} bytes on disk",
         st.live_bytes + st.dead_bytes
     );
+    db.close().unwrap();
+    // Compaction unflagged and dropped members (some inputs were all
+    // garbage): check must not take that for a lost member.
+    let report = basalt_engine::check(tmp.path(), &Default::default()).unwrap();
+    assert!(report.is_clean(), "{:?}", report.damage);
 }
 
 #[test]
@@ -288,4 +293,79 @@ fn a_crash_remnant_is_reported_by_check_as_a_note() {
         .damage
         .iter()
         .all(|d| d.kind != basalt_engine::DamageKind::UncommittedBatch));
+}
+
+/// Data files of every shard with their lengths.
+fn data_files(dir: &Path) -> BTreeMap<std::path::PathBuf, u64> {
+    let mut out = BTreeMap::new();
+    for shard in std::fs::read_dir(dir).unwrap() {
+        let shard = shard.unwrap().path();
+        if !shard.is_dir() {
+            continue;
+        }
+        for f in std::fs::read_dir(&shard).unwrap() {
+            let p = f.unwrap().path();
+            if p.extension().is_some_and(|e| e == "data") {
+                let len = std::fs::metadata(&p).unwrap().len();
+                out.insert(p, len);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_committed_batch_that_lost_a_member_is_ignored_whole_and_reported_by_check() {
+    // What a power failure during the batch's fsyncs can leave: the commit
+    // on disk, a member in another shard not.
+    let tmp = tempfile::tempdir().unwrap();
+    let live = tmp.path().join("live");
+    let o = || opts().max_file_size(1 << 20);
+    let db = Db::open(&live, o()).unwrap();
+    base(&db);
+    let before = contents(&db);
+    db.close().unwrap();
+    let sizes = data_files(&live);
+    let db = Db::open(&live, o()).unwrap();
+    let b = db.batch();
+    for i in 0..8 {
+        db.put(&key(i), b"batch").unwrap();
+    }
+    b.commit().unwrap();
+    let after = contents(&db);
+    db.close().unwrap();
+    let mut saw_torn = 0;
+    for (i, (path, &len)) in data_files(&live).iter().enumerate() {
+        let was = sizes.get(path).copied().unwrap_or(32);
+        if was == len {
+            continue;
+        }
+        // Cut this shard's part of the batch off a fresh copy.
+        let copy = tmp.path().join(format!("copy-{i}"));
+        snapshot(&live, &copy);
+        let rel = path.strip_prefix(&live).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(copy.join(rel))
+            .unwrap();
+        f.set_len(was).unwrap();
+        for hint in std::fs::read_dir(copy.join(rel).parent().unwrap()).unwrap() {
+            let h = hint.unwrap().path();
+            if h.extension().is_some_and(|e| e == "hint") {
+                std::fs::remove_file(h).unwrap();
+            }
+        }
+        let report = basalt_engine::check(&copy, &Default::default()).unwrap();
+        let torn = report
+            .damage
+            .iter()
+            .any(|d| d.kind == basalt_engine::DamageKind::TornBatch);
+        saw_torn += torn as usize;
+        let db = Db::open(&copy, o()).unwrap();
+        let got = contents(&db);
+        // The shard holding the commit lost it too: plainly uncommitted.
+        assert_eq!(got, before, "cut {rel:?}: the batch must be gone whole");
+        assert_ne!(got, after);
+    }
+    assert!(saw_torn > 0, "no cut left a commit without a member");
 }

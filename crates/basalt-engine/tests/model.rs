@@ -1,11 +1,14 @@
-//! Property test: random sequences of writes, clock moves, compactions and
-//! reopens, with every read compared against a plain in-memory model.
+//! Property test: random sequences of writes, clock moves, compactions,
+//! reopens, write batches and crashes (the directory copied as kill -9
+//! leaves it), with every read compared against a plain in-memory model. A
+//! crash while a batch is open must bring back the model as it was when the
+//! batch began.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
-use basalt_engine::{Db, Error, ManualClock, Options, SyncPolicy};
+use basalt_engine::{Batch, BatchGroup, Db, Error, ManualClock, Options, SyncPolicy};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
@@ -23,6 +26,11 @@ enum Op {
     Compact,
     CompactPass,
     Reopen,
+    BeginBatch,
+    EndBatch,
+    /// kill -9: the directory as it is now, reopened (the old process's
+    /// state is dropped).
+    Crash,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -39,7 +47,7 @@ struct Entry {
 }
 
 /// The model: what a reader must see at time `now`.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Model {
     keys: HashMap<Vec<u8>, Entry>,
 }
@@ -85,11 +93,15 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Compact),
         2 => Just(Op::CompactPass),
         1 => Just(Op::Reopen),
+        2 => Just(Op::BeginBatch),
+        2 => Just(Op::EndBatch),
+        1 => Just(Op::Crash),
     ]
 }
 
-fn open(dir: &Path, clock: &Arc<ManualClock>, compress: bool) -> Db {
+fn open(dir: &Path, clock: &Arc<ManualClock>, compress: bool, group: &Arc<BatchGroup>) -> Db {
     let opts = Options::default()
+        .batch_group(group.clone())
         .shards(2)
         .max_file_size(4096)
         .sync(SyncPolicy::Never)
@@ -195,12 +207,31 @@ fn check(db: &Db, model: &Model, now: u64) {
     assert_eq!(seen, want, "scan");
 }
 
+/// Copies a database directory as a crash leaves it (no LOCK held).
+fn copy_dir(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        let to = dst.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to);
+        } else if e.file_name() != "LOCK" {
+            std::fs::copy(e.path(), &to).unwrap();
+        }
+    }
+}
+
 fn run(ops: Vec<Op>, compress: bool) {
-    let dir = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let mut dir = root.path().join("0");
+    let mut crashes = 0;
     let clock = Arc::new(ManualClock::new(1_000_000));
-    let mut db = Some(open(dir.path(), &clock, compress));
+    let group = BatchGroup::new();
+    let mut db = Some(open(&dir, &clock, compress, &group));
     let mut model = Model::default();
     let mut last_version = 0u64;
+    // The open batch, and the model as it was when it began.
+    let mut batch: Option<(Batch<'_>, Model)> = None;
     for op in ops {
         let d = db.as_ref().unwrap();
         let now = clock.now_ms_for_test();
@@ -362,9 +393,39 @@ fn run(ops: Vec<Op>, compress: bool) {
             Op::CompactPass => {
                 d.compact_pass().unwrap();
             }
+            Op::BeginBatch => {
+                if batch.is_none() {
+                    batch = Some((group.begin(), model.clone()));
+                }
+            }
+            Op::EndBatch => {
+                if let Some((b, _)) = batch.take() {
+                    b.commit().unwrap();
+                }
+            }
+            Op::Crash => {
+                crashes += 1;
+                let copy = root.path().join(crashes.to_string());
+                copy_dir(&dir, &copy);
+                // The old process goes away (what it does on its way out
+                // is not in the copy).
+                if let Some((b, before)) = batch.take() {
+                    drop(b);
+                    model = before;
+                }
+                drop(db.take());
+                dir = copy;
+                db = Some(open(&dir, &clock, compress, &group));
+                let next = db.as_ref().unwrap().stats().next_seq;
+                assert!(next > last_version, "sequence numbers grow after a crash");
+            }
             Op::Reopen => {
+                // Closing commits what the open batch wrote so far.
+                if let Some((_, before)) = batch.as_mut() {
+                    *before = model.clone();
+                }
                 db.take().unwrap().close().unwrap();
-                db = Some(open(dir.path(), &clock, compress));
+                db = Some(open(&dir, &clock, compress, &group));
                 let next = db.as_ref().unwrap().stats().next_seq;
                 assert!(
                     next > last_version,
@@ -375,10 +436,13 @@ fn run(ops: Vec<Op>, compress: bool) {
         check(db.as_ref().unwrap(), &model, clock.now_ms_for_test());
     }
     // Finally: compact, reopen, and everything still matches.
+    if let Some((b, _)) = batch.take() {
+        b.commit().unwrap();
+    }
     let d = db.take().unwrap();
     d.compact().unwrap();
     d.close().unwrap();
-    let d = open(dir.path(), &clock, compress);
+    let d = open(&dir, &clock, compress, &group);
     check(&d, &model, clock.now_ms_for_test());
 }
 
