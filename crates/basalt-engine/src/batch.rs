@@ -188,7 +188,11 @@ fn commit_one(t: &Touched) -> Result<()> {
         // The database was dropped meanwhile: nothing to commit into.
         return Ok(());
     };
-    inner.check_writable()?;
+    if let Err(e) = inner.check_writable() {
+        // The members are in memory and will not be after a restart.
+        inner.batch_lost.store(true, Ordering::Release);
+        return Err(e);
+    }
     let shard = &inner.shards[t.coord];
     let key = CommitKey {
         first: t.first,
@@ -199,20 +203,22 @@ fn commit_one(t: &Touched) -> Result<()> {
     {
         let mut w = shard.writer.lock();
         let seq = inner.seq.fetch_add(1, Ordering::SeqCst);
-        let loc = inner.append(
-            shard,
-            &mut w,
-            RecordRef {
-                seq,
-                expiry: 0,
-                kind: Kind::Commit,
-                flags: 0,
-                tag: 0,
-                key: &key,
-                field: &[],
-                value: &[],
-            },
-        )?;
+        let loc = inner
+            .append(
+                shard,
+                &mut w,
+                RecordRef {
+                    seq,
+                    expiry: 0,
+                    kind: Kind::Commit,
+                    flags: 0,
+                    tag: 0,
+                    key: &key,
+                    field: &[],
+                    value: &[],
+                },
+            )
+            .inspect_err(|_| inner.batch_lost.store(true, Ordering::Release))?;
         let mut idx = shard.index.write();
         idx.note_append(loc, Kind::Commit);
         idx.add_live(loc);

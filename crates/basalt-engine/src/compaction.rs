@@ -118,8 +118,9 @@ fn compaction_loop(inner: &Inner) {
             continue;
         }
         if let Err(e) = compaction_pass(inner, true) {
+            // Writes stop; `Db::resume_writes` may start them (and this
+            // loop) again once the cause is gone (a full disk).
             inner.poison(e);
-            return;
         }
     }
 }

@@ -524,6 +524,12 @@ pub(crate) struct Inner {
     pub seq: Arc<AtomicU64>,
     pub poisoned: AtomicBool,
     pub poison_reason: Mutex<Option<String>>,
+    /// What failed first, when it was a write or a file creation (the only
+    /// failures [`Db::resume_writes`] recovers from): the operation and file.
+    pub poison_site: Mutex<Option<(&'static str, PathBuf)>>,
+    /// A batch wrote members and could not commit them: memory shows them,
+    /// the disk will not after a restart, so writes must not resume.
+    pub batch_lost: AtomicBool,
     pub stop: Mutex<bool>,
     pub wake: Condvar,
     pub counters: Counters,
@@ -598,6 +604,12 @@ impl Inner {
         if r.is_none() {
             tracing::error!(error = %err, "engine poisoned: refusing further writes");
             *r = Some(err.to_string());
+            *self.poison_site.lock() = match &err {
+                Error::Io { op, path, .. } if matches!(*op, "write" | "create") => {
+                    Some((*op, path.clone()))
+                }
+                _ => None,
+            };
         }
         self.poisoned.store(true, Ordering::Release);
         err
@@ -1844,6 +1856,81 @@ impl Db {
             }
         }
         st
+    }
+
+    /// Why the engine refuses writes (the first write or fsync failure), or
+    /// `None` while it accepts them. One atomic load when all is well.
+    pub fn write_error(&self) -> Option<String> {
+        let inner = &*self.inner;
+        if !inner.poisoned.load(Ordering::Acquire) {
+            return None;
+        }
+        Some(inner.poison_reason.lock().clone().unwrap_or_default())
+    }
+
+    /// Accepts writes again after a failed write, once the cause is gone
+    /// (typically a full disk that has space again). Returns `Ok(false)` if
+    /// writes were not refused, `Ok(true)` once they are accepted again.
+    ///
+    /// Safe only because a failed write never took effect: every shard's
+    /// active file is cut back to the end of its last good record (dropping
+    /// a partly written record and any reserved space) and fsynced, and a
+    /// data file whose creation failed half-way is removed, before the
+    /// engine accepts a write. Refused (the engine stays read-only, and a
+    /// restart is the way back) when the first failure was an fsync (the
+    /// kernel may have dropped pages the engine believed written), damage,
+    /// or a write batch that wrote members but could not commit them
+    /// (memory shows them, the disk will not after a restart). A failure
+    /// while resuming leaves the engine refusing writes.
+    pub fn resume_writes(&self) -> Result<bool> {
+        let inner = &*self.inner;
+        if !inner.poisoned.load(Ordering::Acquire) {
+            return Ok(false);
+        }
+        let why = inner.poison_reason.lock().clone().unwrap_or_default();
+        let site = inner.poison_site.lock().clone();
+        let Some((_, path)) = site.filter(|_| !inner.batch_lost.load(Ordering::Acquire)) else {
+            return Err(Error::Poisoned(format!(
+                "{why} (not resumable: reopen the database)"
+            )));
+        };
+        for shard in &inner.shards {
+            let mut w = shard.writer.lock();
+            // A file created for a rotation whose header failed is not
+            // part of the database: the writer still appends to its file.
+            // (A compaction output, `.data.tmp`, stays: the index may point
+            // into it, and the next open deletes it with its inputs intact.)
+            if path.parent() == Some(shard.dir.as_path())
+                && path.extension().is_some_and(|e| e == "data")
+                && path != shard.data_path(w.file_id)
+                && !shard
+                    .index
+                    .read()
+                    .files
+                    .keys()
+                    .any(|&id| shard.data_path(id) == path)
+            {
+                match std::fs::remove_file(&path) {
+                    Ok(()) => sync_dir(&shard.dir)?,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(Error::io("remove", &path, e)),
+                }
+            }
+            let on_disk = w
+                .file
+                .len()
+                .map_err(|e| Error::io("stat", shard.data_path(w.file_id), e))?;
+            w.reserved = w.reserved.max(on_disk);
+            inner.cut_reserved_tail(shard, &mut w)?;
+            if let Err(e) = w.file.sync_data() {
+                return Err(inner.poison(Error::io("fsync", shard.data_path(w.file_id), e)));
+            }
+        }
+        *inner.poison_reason.lock() = None;
+        *inner.poison_site.lock() = None;
+        inner.poisoned.store(false, Ordering::Release);
+        tracing::info!(dir = %inner.dir.display(), after = %why, "writes resumed");
+        Ok(true)
     }
 
     /// The data directory.

@@ -1118,6 +1118,8 @@ impl Db {
             seq,
             poisoned: AtomicBool::new(false),
             poison_reason: Mutex::new(None),
+            poison_site: Mutex::new(None),
+            batch_lost: AtomicBool::new(false),
             stop: Mutex::new(false),
             wake: Condvar::new(),
             counters: Counters::default(),

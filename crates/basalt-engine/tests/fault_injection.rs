@@ -687,3 +687,117 @@ fn failed_fsync_of_the_next_files_header_during_rotation_poisons_and_reopen_keep
         |p| p.syncs.store(3, Ordering::SeqCst),
     );
 }
+
+#[test]
+fn after_a_failed_or_torn_write_writes_resume_without_a_reopen_and_nothing_is_lost() {
+    for (budget, torn) in [(0, false), (5, true), (18, false), (40, true), (77, true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let plan = Plan::new();
+        plan.torn.store(torn, Ordering::SeqCst);
+        let db = Db::open(dir.path(), faulty_opts(&plan).sync(SyncPolicy::Never)).expect("open");
+        plan.writes.store(budget, Ordering::SeqCst);
+        let (mut model, failed, _) = run_until_failure(&db, 400, small_value);
+        let ctx = format!("write budget {budget}, torn {torn}, failed {failed:?}");
+        let why = db.write_error().expect("refusing writes");
+        assert!(why.contains(INJECTED_WRITE), "{ctx}: {why}");
+        // The fault was transient: the disk takes writes again.
+        assert!(db.resume_writes().expect("resume"), "{ctx}");
+        assert_eq!(db.write_error(), None, "{ctx}");
+        assert!(
+            !db.resume_writes().unwrap(),
+            "{ctx}: nothing left to resume"
+        );
+        for i in 2000..2060 {
+            let op = step(i, small_value);
+            op.run(&db)
+                .unwrap_or_else(|e| panic!("{ctx}: step {i} after resume: {e}"));
+            op.apply(&mut model);
+        }
+        assert_matches(&db, &model, None, &format!("{ctx}: after resume"));
+        db.close().expect("close");
+        let db = Db::open(dir.path(), real_opts()).expect("reopen");
+        assert_matches(&db, &model, None, &format!("{ctx}: after reopen"));
+    }
+}
+
+#[test]
+fn after_a_failed_fsync_writes_do_not_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = Plan::new();
+    let db = Db::open(dir.path(), faulty_opts(&plan).sync(SyncPolicy::Always)).expect("open");
+    plan.syncs.store(3, Ordering::SeqCst);
+    let (_, _, err) = run_until_failure(&db, 400, small_value);
+    assert_io_error(&err, "fsync", INJECTED_SYNC);
+    let e = db
+        .resume_writes()
+        .expect_err("an fsync failure is not resumable");
+    assert!(e.to_string().contains("not resumable"), "{e}");
+    assert!(db.write_error().is_some());
+    assert_refuses_every_write(&db, "fsync", INJECTED_SYNC);
+}
+
+#[test]
+fn a_batch_cut_by_a_failed_write_keeps_the_engine_read_only_until_reopen_and_is_gone_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = Plan::new();
+    let db = Db::open(dir.path(), faulty_opts(&plan).sync(SyncPolicy::Never)).expect("open");
+    db.put(b"before", b"1").unwrap();
+    plan.writes.store(3, Ordering::SeqCst);
+    let b = db.batch();
+    let mut failed = false;
+    for i in 0..10u32 {
+        if db.put(format!("batch-{i}").as_bytes(), b"x").is_err() {
+            failed = true;
+            break;
+        }
+    }
+    assert!(failed);
+    assert!(
+        b.commit().is_err(),
+        "a batch cut by a failure cannot commit"
+    );
+    let e = db
+        .resume_writes()
+        .expect_err("memory holds members the disk lacks");
+    assert!(e.to_string().contains("not resumable"), "{e}");
+    drop(db);
+    let db = Db::open(dir.path(), real_opts()).expect("reopen");
+    assert_eq!(db.get(b"before").unwrap().as_deref(), Some(&b"1"[..]));
+    for i in 0..10u32 {
+        assert_eq!(db.get(format!("batch-{i}").as_bytes()).unwrap(), None);
+    }
+}
+
+#[test]
+fn after_a_torn_header_of_the_next_file_writes_resume_and_the_torn_file_is_gone() {
+    for (name, arm) in [
+        (
+            "torn header",
+            (|p: &Plan| p.header_writes.store(1, Ordering::SeqCst)) as fn(&Plan),
+        ),
+        ("failed create", |p: &Plan| {
+            p.creates.store(1, Ordering::SeqCst)
+        }),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let plan = Plan::new();
+        plan.torn.store(true, Ordering::SeqCst);
+        let opts = faulty_opts(&plan).shards(1).max_file_size(4096);
+        let db = Db::open(dir.path(), opts.sync(SyncPolicy::Never)).expect("open");
+        arm(&plan);
+        let (mut model, failed, _) = run_until_failure(&db, 2000, rotating_value);
+        let ctx = format!("{name}, failed {failed:?}");
+        assert!(db.resume_writes().expect("resume"), "{ctx}");
+        for i in 3000..3100 {
+            let op = step(i, rotating_value);
+            op.run(&db)
+                .unwrap_or_else(|e| panic!("{ctx}: step {i} after resume: {e}"));
+            op.apply(&mut model);
+        }
+        assert_matches(&db, &model, None, &format!("{ctx}: after resume"));
+        drop(db);
+        // No half-created file is left in the middle to refuse the open.
+        let db = Db::open(dir.path(), real_opts()).expect("reopen");
+        assert_matches(&db, &model, None, &format!("{ctx}: after reopen"));
+    }
+}
