@@ -368,6 +368,32 @@ impl Keyspace {
         self.group.begin()
     }
 
+    /// Why writes are refused, if a database's engine refuses them (a
+    /// write failed: typically a full disk). `None` when all is well.
+    pub fn write_error(&self) -> Option<String> {
+        self.slots
+            .iter()
+            .find_map(|s| s.read().db().and_then(|db| db.write_error()))
+    }
+
+    /// Lets every database that refuses writes after a failed write take
+    /// them again, if that is safe (`basalt_engine::Db::resume_writes`):
+    /// called every second while [`Keyspace::write_error`] says something,
+    /// so writes resume by themselves once the disk has space again.
+    pub fn resume_writes(&self) {
+        for (n, slot) in self.slots.iter().enumerate() {
+            let slot = slot.read();
+            let Some(db) = slot.db().filter(|db| db.write_error().is_some()) else {
+                continue;
+            };
+            match db.resume_writes() {
+                Ok(true) => tracing::warn!(db = n, "database takes writes again"),
+                Ok(false) => {}
+                Err(e) => tracing::debug!(db = n, error = %e, "writes stay refused"),
+            }
+        }
+    }
+
     /// Number of databases.
     pub fn len(&self) -> usize {
         self.slots.len()

@@ -208,6 +208,24 @@ fn start_inner(
         // Workers already started end on the shutdown signal.
         shared.request_shutdown();
     })?;
+    // Writes refused after a failed write (a full disk) resume by
+    // themselves once that is safe; checked every second.
+    let resumer = shared.clone();
+    runtime.spawn(async move {
+        let mut shutdown = resumer.shutdown_rx();
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    if resumer.keyspace.write_error().is_some() {
+                        let ks = resumer.clone();
+                        let _ = tokio::task::spawn_blocking(move || ks.keyspace.resume_writes()).await;
+                    }
+                }
+                _ = shutdown.changed() => break,
+            }
+        }
+    });
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     let acceptor = shared.clone();
     runtime.spawn(async move {

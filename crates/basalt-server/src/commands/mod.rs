@@ -314,6 +314,17 @@ impl Error {
                 format!("ERR wrong number of arguments for '{name}' command").into()
             }
             Error::Msg(m) => Cow::Borrowed(m),
+            // Redis's reply when its AOF cannot be written, naming the cause.
+            Error::Engine(e @ basalt_engine::Error::Poisoned(_)) => {
+                let e = e.to_string();
+                let why = e.split_once(": ").map_or(&e[..], |(_, w)| w);
+                format!("MISCONF Errors writing to the AOF file: {why}").into()
+            }
+            Error::Engine(e @ basalt_engine::Error::Io { op, .. })
+                if matches!(*op, "write" | "create" | "fsync" | "truncate") =>
+            {
+                format!("MISCONF Errors writing to the AOF file: {e}").into()
+            }
             Error::Engine(e) => format!("ERR storage error: {e}").into(),
         }
     }

@@ -759,7 +759,18 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
         kv!(out, "rdb_last_bgsave_status", "ok");
         kv!(out, "aof_enabled", 1);
         kv!(out, "aof_rewrite_in_progress", 0);
-        kv!(out, "aof_last_write_status", "ok");
+        let write_error = sh.keyspace.write_error();
+        kv!(
+            out,
+            "aof_last_write_status",
+            if write_error.is_some() { "err" } else { "ok" }
+        );
+        // Basalt's own: why writes are refused (empty when they are not).
+        kv!(
+            out,
+            "basalt_write_error",
+            write_error.unwrap_or_default().replace(['\r', '\n'], " ")
+        );
         kv!(out, "appendfsync", sh.settings.appendfsync().as_str());
     }
     if want("stats") {

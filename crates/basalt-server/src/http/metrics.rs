@@ -54,7 +54,16 @@ pub(crate) async fn ready(AxState(state): AxState<Arc<State>>) -> Response {
             "the server is shutting down",
         )
         .into_response(),
-        Some(_) => json_ok(json!({"status": "ready"})),
+        Some(sh) => match sh.keyspace.write_error() {
+            // Reads work, writes do not: not ready for a load balancer.
+            Some(why) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "WRITE_ERROR",
+                format!("writes are refused: {why}"),
+            )
+            .into_response(),
+            None => json_ok(json!({"status": "ready"})),
+        },
     }
 }
 
