@@ -5,6 +5,8 @@
 //! - `engine`: the embedded engine against RocksDB (see [`engine_bench`]).
 //! - `server`: the `basalt` server against `redis-server`, both driven by
 //!   `redis-benchmark` (see [`server_bench`]).
+//! - `tx`: MULTI/EXEC transactions against `redis-server`, with this
+//!   crate's own client (see [`server_bench::tx`]).
 
 use clap::{Parser, Subcommand};
 
@@ -30,11 +32,15 @@ enum Command {
     /// redis-benchmark: ops/s, server CPU per request, latency, RSS; then
     /// memory per member of one big hash and one big sorted set.
     Server(server_bench::ServerArgs),
+    /// MULTI + N x SET + EXEC against redis-server and basalt (same
+    /// durability), pipelined, with this benchmark's own client.
+    Tx(server_bench::tx::TxArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Engine(args) => engine_bench::run(args),
         Command::Server(args) => server_bench::run(args),
+        Command::Tx(args) => server_bench::tx::run(args),
     }
 }
