@@ -801,3 +801,60 @@ fn after_a_torn_header_of_the_next_file_writes_resume_and_the_torn_file_is_gone(
         assert_matches(&db, &model, None, &format!("{ctx}: after reopen"));
     }
 }
+
+#[test]
+fn a_write_failing_or_torn_at_any_record_of_a_batch_leaves_none_of_it_after_reopen() {
+    // Twelve members over four shards, then the commit: the fault lands on
+    // each of those thirteen writes in turn, whole or torn in half.
+    for torn in [false, true] {
+        for budget in 0..13i64 {
+            let dir = tempfile::tempdir().unwrap();
+            let plan = Plan::new();
+            plan.torn.store(torn, Ordering::SeqCst);
+            let db =
+                Db::open(dir.path(), faulty_opts(&plan).sync(SyncPolicy::Never)).expect("open");
+            for i in 0..12u32 {
+                db.put(format!("k{i}").as_bytes(), b"before").unwrap();
+            }
+            plan.writes.store(budget, Ordering::SeqCst);
+            let b = db.batch();
+            let mut written = 0;
+            for i in 0..12u32 {
+                if db.put(format!("k{i}").as_bytes(), b"batch").is_err() {
+                    break;
+                }
+                written += 1;
+            }
+            let committed = b.commit();
+            let ctx = format!("budget {budget}, torn {torn}, {written} members written");
+            // (A batch that wrote nothing has nothing to commit.)
+            assert!(
+                committed.is_err() || written == 0,
+                "{ctx}: the batch must not commit"
+            );
+            drop(db);
+            for pass in ["scan", "hints"] {
+                let db = Db::open(dir.path(), real_opts()).expect("reopen");
+                for i in 0..12u32 {
+                    assert_eq!(
+                        db.get(format!("k{i}").as_bytes()).unwrap().as_deref(),
+                        Some(&b"before"[..]),
+                        "{ctx}, {pass}: k{i}"
+                    );
+                }
+                if pass == "hints" {
+                    db.compact().unwrap();
+                }
+                db.close().unwrap();
+            }
+            let db = Db::open(dir.path(), real_opts()).expect("reopen after compaction");
+            for i in 0..12u32 {
+                assert_eq!(
+                    db.get(format!("k{i}").as_bytes()).unwrap().as_deref(),
+                    Some(&b"before"[..]),
+                    "{ctx}, after compaction: k{i}"
+                );
+            }
+        }
+    }
+}
