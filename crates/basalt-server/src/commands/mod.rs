@@ -592,7 +592,7 @@ pub fn may_write_several(name: &str, argc: usize) -> bool {
         "set" | "setnx" | "setex" | "psetex" | "getset" | "getdel" | "getex" | "incr" | "decr"
         | "incrby" | "decrby" | "incrbyfloat" | "append" | "setrange" | "expire" | "pexpire"
         | "expireat" | "pexpireat" | "persist" | "hincrby" | "hincrbyfloat" | "hsetnx"
-        | "zincrby" | "cas" => false,
+        | "zincrby" | "cas" | "blpop" | "brpop" | "bzpopmin" | "bzpopmax" => false,
         // One record without a count.
         "lpop" | "rpop" | "spop" | "zpopmin" | "zpopmax" | "del" | "unlink" => argc > 2,
         // One record with one member.
@@ -798,5 +798,40 @@ mod tests {
             assert!(c.name.len() <= MAX_NAME);
         }
         assert!(lookup(b"GeT").is_some());
+    }
+
+    #[test]
+    fn single_record_forms_skip_the_batch_and_every_other_write_takes_one() {
+        for (name, argc) in [
+            ("set", 5),
+            ("incr", 2),
+            ("del", 2),
+            ("lpush", 3),
+            ("lpop", 2),
+            ("hset", 4),
+            ("zadd", 4),
+            ("blpop", 4),
+        ] {
+            assert!(!may_write_several(name, argc), "{name} with {argc} arguments");
+        }
+        for (name, argc) in [
+            ("mset", 3),
+            ("del", 3),
+            ("lpush", 4),
+            ("lpop", 3),
+            ("hset", 6),
+            ("zadd", 5),
+            ("rename", 3),
+            ("sunionstore", 3),
+            ("linsert", 5),
+            ("lset", 4),
+            ("flushdb", 1),
+        ] {
+            assert!(may_write_several(name, argc), "{name} with {argc} arguments");
+        }
+        // Every name in the single-record list is a real write command.
+        for name in ["set", "getex", "cas", "hsetnx", "bzpopmax", "zincrby", "persist"] {
+            assert!(lookup(name.as_bytes()).is_some_and(|c| c.is_write()), "{name}");
+        }
     }
 }
