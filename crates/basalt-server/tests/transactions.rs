@@ -710,3 +710,65 @@ fn exec_with_arguments_aborts_the_transaction_as_redis_does() {
     assert_eq!(r.cmd(&["EXEC", "x"]), err(abort));
     assert_eq!(r.cmd(&["EXEC"]), err("ERR EXEC without MULTI"));
 }
+
+/// Each script runs inside one MULTI/EXEC; after a restart the keys must
+/// hold what the transaction left. A transaction is one write batch, so
+/// anything it wrote that did not get its commit record would be gone
+/// after the restart: these cover the batches that a database closing or
+/// changing in the middle (DEBUG RELOAD, FLUSHDB, FLUSHALL, SELECT, MOVE)
+/// must still commit.
+#[test]
+fn writes_of_a_transaction_that_reloads_flushes_or_changes_databases_survive_a_restart() {
+    type Script<'a> = (&'a [&'a [&'a str]], &'a [(usize, &'a str, Option<&'a str>)]);
+    let cases: [Script<'_>; 5] = [
+        (
+            &[&["SET", "a", "1"], &["DEBUG", "RELOAD"], &["SET", "b", "2"]],
+            &[(0, "a", Some("1")), (0, "b", Some("2"))],
+        ),
+        (
+            &[&["SET", "a", "1"], &["FLUSHDB"], &["SET", "b", "2"]],
+            &[(0, "a", None), (0, "b", Some("2"))],
+        ),
+        (
+            &[&["SET", "x", "1"], &["SELECT", "1"], &["SET", "y", "2"]],
+            &[(0, "x", Some("1")), (1, "y", Some("2")), (1, "x", None)],
+        ),
+        (
+            &[&["SET", "m", "v"], &["MOVE", "m", "2"], &["SET", "n", "w"]],
+            &[(0, "m", None), (2, "m", Some("v")), (0, "n", Some("w"))],
+        ),
+        (
+            &[
+                &["SELECT", "3"],
+                &["SET", "p", "1"],
+                &["FLUSHALL"],
+                &["SET", "q", "2"],
+                &["SELECT", "0"],
+                &["SET", "r", "3"],
+            ],
+            &[(3, "p", None), (3, "q", Some("2")), (0, "r", Some("3"))],
+        ),
+    ];
+    for (script, want) in cases {
+        let s = TestServer::start();
+        let mut r = s.raw();
+        assert_eq!(r.cmd(&["MULTI"]), ok());
+        for c in script {
+            assert_eq!(r.cmd(c), queued(), "{c:?}");
+        }
+        let reply = r.cmd(&["EXEC"]);
+        assert!(
+            matches!(&reply, Frame::Array(v) if v.len() == script.len()),
+            "{reply:?}"
+        );
+        drop(r);
+        let s = s.restart();
+        let mut r = s.raw();
+        for &(db, key, value) in want {
+            assert_eq!(r.cmd(&["SELECT", &db.to_string()]), ok());
+            let got = r.cmd(&["GET", key]);
+            let expect = value.map_or(Frame::NullBulk, bulk);
+            assert_eq!(got, expect, "{script:?}: db {db} key {key}");
+        }
+    }
+}

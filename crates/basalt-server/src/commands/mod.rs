@@ -812,7 +812,10 @@ mod tests {
             ("zadd", 4),
             ("blpop", 4),
         ] {
-            assert!(!may_write_several(name, argc), "{name} with {argc} arguments");
+            assert!(
+                !may_write_several(name, argc),
+                "{name} with {argc} arguments"
+            );
         }
         for (name, argc) in [
             ("mset", 3),
@@ -827,11 +830,19 @@ mod tests {
             ("lset", 4),
             ("flushdb", 1),
         ] {
-            assert!(may_write_several(name, argc), "{name} with {argc} arguments");
+            assert!(
+                may_write_several(name, argc),
+                "{name} with {argc} arguments"
+            );
         }
         // Every name in the single-record list is a real write command.
-        for name in ["set", "getex", "cas", "hsetnx", "bzpopmax", "zincrby", "persist"] {
-            assert!(lookup(name.as_bytes()).is_some_and(|c| c.is_write()), "{name}");
+        for name in [
+            "set", "getex", "cas", "hsetnx", "bzpopmax", "zincrby", "persist",
+        ] {
+            assert!(
+                lookup(name.as_bytes()).is_some_and(|c| c.is_write()),
+                "{name}"
+            );
         }
     }
 }
