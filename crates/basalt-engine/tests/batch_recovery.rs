@@ -369,3 +369,50 @@ fn a_committed_batch_that_lost_a_member_is_ignored_whole_and_reported_by_check()
     }
     assert!(saw_torn > 0, "no cut left a commit without a member");
 }
+
+/// Rewrites the format version of `BASALT` and of every data file's header
+/// (with their CRCs), and removes the hints: a directory as a build of that
+/// version would have left it.
+fn set_version(dir: &Path, version: u32) {
+    let meta = dir.join("BASALT");
+    let mut b = std::fs::read(&meta).unwrap();
+    b[8..12].copy_from_slice(&version.to_le_bytes());
+    let crc = basalt_engine::crc32c(&b[0..16]);
+    b[16..20].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&meta, b).unwrap();
+    for path in data_files(dir).keys() {
+        let mut b = std::fs::read(path).unwrap();
+        b[8..12].copy_from_slice(&version.to_le_bytes());
+        let crc = basalt_engine::crc32c(&b[0..28]);
+        b[28..32].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(path, b).unwrap();
+        let _ = std::fs::remove_file(path.with_extension("hint"));
+    }
+}
+
+#[test]
+fn a_version_1_directory_opens_and_a_newer_version_is_refused_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let v1 = tmp.path().join("v1");
+    let db = Db::open(&v1, opts()).unwrap();
+    base(&db);
+    let before = contents(&db);
+    db.close().unwrap();
+    set_version(&v1, 1);
+    let db = reopen(&v1);
+    assert_eq!(contents(&db), before);
+    // And it takes batches from now on.
+    let b = db.batch();
+    db.put(b"new", b"1").unwrap();
+    b.commit().unwrap();
+    db.close().unwrap();
+    assert_eq!(reopen(&v1).get(b"new").unwrap().as_deref(), Some(&b"1"[..]));
+
+    let v3 = tmp.path().join("v3");
+    let db = Db::open(&v3, opts()).unwrap();
+    base(&db);
+    db.close().unwrap();
+    set_version(&v3, 3);
+    let e = Db::open(&v3, opts()).unwrap_err().to_string();
+    assert!(e.contains("format version 3"), "{e}");
+}
