@@ -49,7 +49,14 @@ use crate::state::{ClientInfo, Shared};
 /// other batch. A raw lock, so the connection task (which must stay `Send`
 /// across awaits) can hold it through [`Entered`]; every holder releases it
 /// before it awaits.
-pub struct Gate(parking_lot::RawRwLock);
+///
+/// It also knows which connection workers hold it shared (one bit each, for
+/// the first 64), so an EXEC that finds it held by another worker counts as
+/// contention with that worker (`crate::workers`): connections that keep
+/// running transactions then gather on one worker, whose EXECs find no
+/// other batch to wait for, instead of each EXEC parking the other worker
+/// and waking it again.
+pub struct Gate(parking_lot::RawRwLock, std::sync::atomic::AtomicU64);
 
 impl std::fmt::Debug for Gate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -59,14 +66,50 @@ impl std::fmt::Debug for Gate {
 
 impl Default for Gate {
     fn default() -> Self {
-        Gate(parking_lot::RawRwLock::INIT)
+        Gate(
+            parking_lot::RawRwLock::INIT,
+            std::sync::atomic::AtomicU64::new(0),
+        )
     }
 }
 
 impl Gate {
+    /// This worker's bit in the holders' mask (none off the workers).
+    fn bit() -> u64 {
+        let w = crate::workers::current();
+        if w < 64 {
+            1 << w
+        } else {
+            0
+        }
+    }
+
+    /// Notes that this worker holds (or stopped holding) the gate shared.
+    fn mark(&self, held: bool) {
+        let bit = Self::bit();
+        if bit != 0 {
+            if held {
+                self.1.fetch_or(bit, Ordering::Relaxed);
+            } else {
+                self.1.fetch_and(!bit, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Another worker holding the gate shared now, if any.
+    fn other_holder(&self) -> u8 {
+        let others = self.1.load(Ordering::Relaxed) & !Self::bit();
+        if others == 0 {
+            crate::workers::NOT_A_WORKER
+        } else {
+            others.trailing_zeros() as u8
+        }
+    }
+
     /// Holds the gate shared for a batch.
     pub fn enter(&self) -> Entered<'_> {
         self.0.lock_shared();
+        self.mark(true);
         Entered {
             gate: self,
             held: true,
@@ -86,6 +129,7 @@ impl Entered<'_> {
     pub fn release(&mut self) {
         if self.held {
             self.held = false;
+            self.gate.mark(false);
             // SAFETY: this value took the shared lock and has not released it.
             unsafe { self.gate.0.unlock_shared() };
         }
@@ -95,6 +139,7 @@ impl Entered<'_> {
     pub fn hold(&mut self) {
         if !self.held {
             self.gate.0.lock_shared();
+            self.gate.mark(true);
             self.held = true;
         }
     }
@@ -102,7 +147,10 @@ impl Entered<'_> {
     /// Runs `f` holding the gate exclusively (no other batch runs).
     fn exclusive<R>(&mut self, f: impl FnOnce() -> R) -> R {
         self.release();
-        self.gate.0.lock_exclusive();
+        if !self.gate.0.try_lock_exclusive() {
+            crate::workers::note_contention(self.gate.other_holder());
+            self.gate.0.lock_exclusive();
+        }
         struct Unlock<'g>(&'g Gate);
         impl Drop for Unlock<'_> {
             fn drop(&mut self) {

@@ -9,13 +9,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use basalt_resp::Frame;
 use basalt_server::Config;
-use common::{bulk, ok, TestServer};
+use common::{bulk, ok, read_reply, resp, worker_moves, TestServer};
 
 /// Four worker threads whatever the machine, so connections really run
 /// in parallel.
@@ -24,14 +24,6 @@ fn server() -> TestServer {
     let mut config = Config::ephemeral(dir.path());
     config.threads = 4;
     TestServer::start_with(config, dir)
-}
-
-fn resp(args: &[&str]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
-    }
-    out
 }
 
 /// Sends `batches` pipelines of `per_batch` copies of `cmd` and reads every
@@ -52,33 +44,6 @@ fn hammer(addr: SocketAddr, cmds: &[Vec<&str>], batches: usize, per_batch: usize
             assert!(!first.starts_with('-'), "error reply: {first}");
         }
     }
-}
-
-/// Reads one whole reply (nested arrays included); returns its first line.
-fn read_reply(r: &mut impl BufRead) -> String {
-    let mut line = String::new();
-    r.read_line(&mut line).expect("a reply within 20 s");
-    assert!(line.ends_with("\r\n"), "torn reply line {line:?}");
-    let n = || line[1..].trim().parse::<i64>().unwrap();
-    match line.as_bytes()[0] {
-        b'$' if n() >= 0 => {
-            let mut body = vec![0u8; n() as usize + 2];
-            r.read_exact(&mut body).unwrap();
-        }
-        b'*' | b'~' | b'>' => {
-            for _ in 0..n().max(0) {
-                read_reply(r);
-            }
-        }
-        // RESP3 maps: a key and a value per entry.
-        b'%' => {
-            for _ in 0..2 * n().max(0) {
-                read_reply(r);
-            }
-        }
-        _ => {}
-    }
-    line
 }
 
 #[test]
@@ -216,17 +181,6 @@ fn a_batch_mixing_one_key_runs_with_multi_exec_and_other_keys_replies_in_order()
         bulk("5"),
     ];
     assert_eq!(got, want);
-}
-
-/// `basalt_client_worker_moves` from INFO stats.
-fn worker_moves(c: &mut redis::Connection) -> u64 {
-    let info: String = redis::cmd("INFO").arg("stats").query(c).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("basalt_client_worker_moves:"))
-        .expect("INFO stats names basalt_client_worker_moves")
-        .trim()
-        .parse()
-        .unwrap()
 }
 
 #[test]

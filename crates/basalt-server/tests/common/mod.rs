@@ -6,7 +6,7 @@
 
 pub mod binary;
 
-use std::io::{Read, Write};
+use std::io::{BufRead, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -197,4 +197,51 @@ pub fn eventually(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// One command as RESP2 multibulk bytes.
+pub fn resp(args: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+    }
+    out
+}
+
+/// Reads one whole reply (nested arrays included); returns its first line.
+pub fn read_reply(r: &mut impl BufRead) -> String {
+    let mut line = String::new();
+    r.read_line(&mut line).expect("a reply within 20 s");
+    assert!(line.ends_with("\r\n"), "torn reply line {line:?}");
+    let n = || line[1..].trim().parse::<i64>().unwrap();
+    match line.as_bytes()[0] {
+        b'$' if n() >= 0 => {
+            let mut body = vec![0u8; n() as usize + 2];
+            r.read_exact(&mut body).unwrap();
+        }
+        b'*' | b'~' | b'>' => {
+            for _ in 0..n().max(0) {
+                read_reply(r);
+            }
+        }
+        // RESP3 maps: a key and a value per entry.
+        b'%' => {
+            for _ in 0..2 * n().max(0) {
+                read_reply(r);
+            }
+        }
+        _ => {}
+    }
+    line
+}
+
+/// `basalt_client_worker_moves` from INFO stats.
+pub fn worker_moves(c: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("stats").query(c).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("basalt_client_worker_moves:"))
+        .expect("INFO stats names basalt_client_worker_moves")
+        .trim()
+        .parse()
+        .unwrap()
 }
