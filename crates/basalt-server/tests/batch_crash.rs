@@ -25,7 +25,7 @@ mod common;
 use std::time::Duration;
 
 use basalt_resp::Frame;
-use common::binary::{env_or, Conn, Rng, Server};
+use common::binary::{check_clean, Conn, Knobs, Rng, Server};
 
 const TX_KEYS: usize = 5;
 const MSET_KEYS: usize = 10;
@@ -295,32 +295,21 @@ fn run_mode(spec: &str, rounds: usize, clients: usize, seconds: f64, seed: u64) 
         );
         server.kill();
     }
-    let report = basalt_engine::check(dir.path().join("0"), &Default::default()).unwrap();
-    for d in report.errors() {
-        problems.push(format!("check: {d:?}"));
-    }
+    check_clean(dir.path(), &mut problems);
     assert!(problems.is_empty(), "appendfsync {spec}: {problems:#?}");
     stamps
 }
 
 #[test]
 fn sigkill_never_tears_an_exec_mset_rename_or_store_in_any_appendfsync_mode() {
-    let rounds = env_or("BASALT_BATCH_CRASH_ROUNDS", 3usize);
-    let clients = env_or("BASALT_CRASH_CLIENTS", 3usize);
-    let seconds = env_or("BASALT_CRASH_SECONDS", 0.6f64);
-    let modes = std::env::var("BASALT_CRASH_MODES")
-        .unwrap_or_else(|_| "always,everysec,no,everysec:16kb".into());
-    let seed = env_or(
-        "BASALT_CRASH_SEED",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64,
+    let k = Knobs::from_env("BASALT_BATCH_CRASH_ROUNDS");
+    println!(
+        "batch crash harness: seed {}, {} rounds x {} clients x {} s per mode",
+        k.seed, k.rounds, k.clients, k.seconds
     );
-    println!("batch crash harness: seed {seed}, {rounds} rounds x {clients} clients x {seconds} s per mode");
     let mut steps = 0;
-    for mode in modes.split(',') {
-        steps += run_mode(mode.trim(), rounds, clients, seconds, seed);
+    for mode in &k.modes {
+        steps += run_mode(mode, k.rounds, k.clients, k.seconds, k.seed);
     }
     assert!(steps > 0, "no batch was written");
 }

@@ -28,7 +28,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use basalt_resp::Frame;
-use common::binary::{env_or, Conn, Rng, Server};
+use common::binary::{check_clean, Conn, Knobs, Rng, Server};
 
 const STRINGS: u64 = 24;
 const COUNTERS: u64 = 3;
@@ -407,33 +407,25 @@ fn run_mode(spec: &str, rounds: usize, clients: usize, seconds: f64, seed: u64) 
         server.kill();
     }
     // What the last kill left must check clean (a torn tail is only a note).
-    let report = basalt_engine::check(dir.path().join("0"), &Default::default()).unwrap();
-    for d in report.errors() {
-        problems.push(format!("check: {d:?}"));
-    }
+    check_clean(dir.path(), &mut problems);
     assert!(problems.is_empty(), "appendfsync {spec}: {problems:#?}");
     total
 }
 
 #[test]
 fn sigkill_at_random_moments_loses_no_acknowledged_write_in_any_appendfsync_mode() {
-    let rounds = env_or("BASALT_CRASH_ROUNDS", 3usize);
-    let clients = env_or("BASALT_CRASH_CLIENTS", 3usize);
-    let seconds = env_or("BASALT_CRASH_SECONDS", 0.6f64);
-    let modes = std::env::var("BASALT_CRASH_MODES")
-        .unwrap_or_else(|_| "always,everysec,no,everysec:16kb".into());
-    let seed = env_or(
-        "BASALT_CRASH_SEED",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64,
-    );
+    let Knobs {
+        rounds,
+        clients,
+        seconds,
+        modes,
+        seed,
+    } = Knobs::from_env("BASALT_CRASH_ROUNDS");
     println!("crash harness: seed {seed} (BASALT_CRASH_SEED), {rounds} rounds x {clients} clients x {seconds} s per mode");
     let started = Instant::now();
     let mut grand = Tally::default();
-    for mode in modes.split(',') {
-        let t = run_mode(mode.trim(), rounds, clients, seconds, seed);
+    for mode in &modes {
+        let t = run_mode(mode, rounds, clients, seconds, seed);
         println!(
             "appendfsync {mode}: {rounds} rounds, {} writes acknowledged, {} lost, {} resurrected, {} phantom",
             t.acked, t.lost, t.resurrected, t.phantom

@@ -134,3 +134,53 @@ impl Conn {
         }
     }
 }
+
+/// The crash harnesses' knobs, from the environment.
+#[derive(Debug)]
+pub struct Knobs {
+    /// Kill-and-restart rounds per mode.
+    pub rounds: usize,
+    /// Client threads.
+    pub clients: usize,
+    /// Seconds per round (the kill comes in its second half).
+    pub seconds: f64,
+    /// appendfsync modes, each optionally `mode:data-file-size`.
+    pub modes: Vec<String>,
+    /// Drives the clients' choices and the kill times; printed to replay.
+    pub seed: u64,
+}
+
+impl Knobs {
+    /// `rounds_var` (3 by default), `BASALT_CRASH_CLIENTS` (3),
+    /// `BASALT_CRASH_SECONDS` (0.6), `BASALT_CRASH_MODES` (every mode and
+    /// `everysec:16kb`), `BASALT_CRASH_SEED` (the clock).
+    pub fn from_env(rounds_var: &str) -> Knobs {
+        Knobs {
+            rounds: env_or(rounds_var, 3usize),
+            clients: env_or("BASALT_CRASH_CLIENTS", 3usize),
+            seconds: env_or("BASALT_CRASH_SECONDS", 0.6f64),
+            modes: std::env::var("BASALT_CRASH_MODES")
+                .unwrap_or_else(|_| "always,everysec,no,everysec:16kb".into())
+                .split(',')
+                .map(|m| m.trim().to_string())
+                .collect(),
+            seed: env_or(
+                "BASALT_CRASH_SEED",
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos() as u64,
+            ),
+        }
+    }
+}
+
+/// What the last kill left in database 0 of `dir` must check clean (a torn
+/// tail or an uncommitted batch is only a note): adds each error to
+/// `problems`.
+pub fn check_clean(dir: &Path, problems: &mut Vec<String>) {
+    let report = basalt_engine::check(dir.join("0"), &Default::default()).unwrap();
+    for d in report.errors() {
+        problems.push(format!("check: {d:?}"));
+    }
+}
