@@ -46,9 +46,29 @@ use crate::{Db, Result};
 /// The databases whose writes one batch may cover, and the lock that runs
 /// their batches one at a time. A [`Db`] opened without
 /// [`crate::Options::batch_group`] has a group of its own.
+///
+/// A batch that wrote to several databases commits each database's part
+/// with a *conditional* commit record carrying a token, and then records
+/// the token in the group's [`CommitLog`]: that one write decides every
+/// part together, and each database's recovery asks the log (through
+/// [`crate::Options::commit_oracle`]) whether the token is there. Without a
+/// log, each database's part commits by itself (atomic per database).
 #[derive(Debug, Default)]
 pub struct BatchGroup {
     lock: Mutex<()>,
+    log: Option<Arc<dyn CommitLog>>,
+}
+
+/// Where a [`BatchGroup`] records the batches that wrote to several of its
+/// databases (see there). The embedder keeps it (a small append-only file
+/// beside the databases, say) and answers [`crate::Options::commit_oracle`]
+/// from it when a database opens.
+pub trait CommitLog: Send + Sync + std::fmt::Debug {
+    /// Records `token`, durably enough for the databases' sync policy:
+    /// from then on, also after a crash, the conditional commits carrying
+    /// it count. Called once every part's commit record is in its log. An
+    /// error leaves the batch uncommitted (its members vanish on reopen).
+    fn commit(&self, token: u64) -> std::io::Result<()>;
 }
 
 /// What an open batch wrote to one database.
@@ -81,6 +101,15 @@ impl BatchGroup {
         Arc::new(BatchGroup::default())
     }
 
+    /// A new group whose batches over several databases commit through
+    /// `log` (see [`BatchGroup`]).
+    pub fn with_log(log: Arc<dyn CommitLog>) -> Arc<BatchGroup> {
+        Arc::new(BatchGroup {
+            lock: Mutex::new(()),
+            log: Some(log),
+        })
+    }
+
     /// Waits until no batch of the group is open and keeps new ones out
     /// while the guard lives (compaction deletes its inputs under it).
     /// Gives up after `wait` (`None`).
@@ -106,6 +135,7 @@ impl BatchGroup {
         if active == self.addr() {
             DEPTH.with(|d| d.set(d.get() + 1));
             return Batch {
+                group: self,
                 guard: None,
                 done: false,
             };
@@ -115,6 +145,7 @@ impl BatchGroup {
         ACTIVE.with(|a| a.set(self.addr()));
         DEPTH.with(|d| d.set(1));
         Batch {
+            group: self,
             guard: Some(guard),
             done: false,
         }
@@ -124,6 +155,7 @@ impl BatchGroup {
 /// An open write batch; see [`BatchGroup::begin`] and [`Db::batch`].
 #[must_use = "a batch commits when it ends; keep it alive while writing"]
 pub struct Batch<'a> {
+    group: &'a BatchGroup,
     /// The group's lock (the outermost guard only).
     guard: Option<MutexGuard<'a, ()>>,
     done: bool,
@@ -163,10 +195,38 @@ impl Batch<'_> {
         // Commit records are not members: the thread leaves the batch first.
         ACTIVE.with(|a| a.set(0));
         let touched = TOUCHED.with(|t| std::mem::take(&mut *t.borrow_mut()));
+        // Several databases and a log: conditional commits, then the token
+        // (the batch's last member: sequence numbers are unique).
+        let token = match &self.group.log {
+            Some(_) if touched.len() > 1 => touched.iter().map(|t| t.last).max(),
+            _ => None,
+        };
         let mut first_err = None;
-        for t in touched {
-            if let Err(e) = commit_one(&t) {
+        for t in &touched {
+            if let Err(e) = commit_one(t, token) {
                 first_err.get_or_insert(e);
+            }
+        }
+        if let (Some(token), Some(log), None) = (token, &self.group.log, &first_err) {
+            if let Err(e) = log.commit(token) {
+                for t in &touched {
+                    if let Some(inner) = t.inner.upgrade() {
+                        inner.batch_lost.store(true, Ordering::Release);
+                        let err = crate::Error::io(
+                            "record in the commit log",
+                            inner.dir.clone(),
+                            std::io::Error::new(e.kind(), e.to_string()),
+                        );
+                        first_err.get_or_insert(inner.poison(err));
+                    }
+                }
+            }
+        }
+        if first_err.is_some() {
+            for t in &touched {
+                if let Some(inner) = t.inner.upgrade() {
+                    inner.batch_lost.store(true, Ordering::Release);
+                }
             }
         }
         drop(self.guard.take());
@@ -182,8 +242,9 @@ impl Drop for Batch<'_> {
     }
 }
 
-/// Writes the commit record of what an ended batch wrote to one database.
-fn commit_one(t: &Touched) -> Result<()> {
+/// Writes the commit record of what an ended batch wrote to one database
+/// (conditional on `token` when the batch wrote to several).
+fn commit_one(t: &Touched, token: Option<u64>) -> Result<()> {
     let Some(inner) = t.inner.upgrade() else {
         // The database was dropped meanwhile: nothing to commit into.
         return Ok(());
@@ -198,6 +259,7 @@ fn commit_one(t: &Touched) -> Result<()> {
         first: t.first,
         last: t.last,
         count: t.count,
+        token,
     }
     .encode();
     {
@@ -292,7 +354,7 @@ pub(crate) fn commit_early(inner: &Inner) -> Result<()> {
             .map(|i| t.swap_remove(i))
     });
     match mine {
-        Some(t) => commit_one(&t),
+        Some(t) => commit_one(&t, None),
         None => Ok(()),
     }
 }

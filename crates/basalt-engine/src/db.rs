@@ -547,6 +547,9 @@ pub(crate) struct Inner {
     /// Sequence numbers of batch members recovery found uncommitted (crash
     /// remnants), sorted: compaction drops them.
     pub aborted: Vec<u64>,
+    /// Tokens of the conditional commits recovery accepted (see
+    /// [`Db::commit_tokens`]).
+    pub tokens: Vec<u64>,
 }
 
 impl fmt::Debug for Inner {
@@ -1856,6 +1859,14 @@ impl Db {
             }
         }
         st
+    }
+
+    /// The tokens of the conditional commits (batches over several
+    /// databases, see [`crate::BatchGroup`]) that counted when this
+    /// database opened: a [`crate::CommitLog`] must keep at least these
+    /// (and any recorded since); an embedder may forget the others.
+    pub fn commit_tokens(&self) -> &[u64] {
+        &self.inner.tokens
     }
 
     /// Why the engine refuses writes (the first write or fsync failure), or

@@ -39,7 +39,8 @@ pub const FLAG_BATCH: u8 = 2;
 /// Every flag bit a record may carry.
 pub const KNOWN_FLAGS: u8 = FLAG_LZ4 | FLAG_BATCH;
 /// Length of a commit record's key: first and last member sequence number
-/// (u64 LE each) and the number of members (u32 LE).
+/// (u64 LE each) and the number of members (u32 LE); 8 more bytes (a u64
+/// LE token) in a conditional commit, see [`CommitKey::token`].
 pub const COMMIT_KEY_LEN: usize = 20;
 
 /// An LZ4 block expands at most about 255 times (a match of length L costs
@@ -140,27 +141,37 @@ pub struct CommitKey {
     pub last: u64,
     /// Number of members.
     pub count: u32,
+    /// A conditional commit (a batch that wrote to several databases):
+    /// it commits only if this token is in the batch group's commit log
+    /// ([`crate::CommitLog`]), the one place every database's part is
+    /// decided together. `None`: it commits by itself.
+    pub token: Option<u64>,
 }
 
 impl CommitKey {
     /// The key bytes of the commit record.
-    pub fn encode(&self) -> [u8; COMMIT_KEY_LEN] {
-        let mut b = [0u8; COMMIT_KEY_LEN];
-        b[0..8].copy_from_slice(&self.first.to_le_bytes());
-        b[8..16].copy_from_slice(&self.last.to_le_bytes());
-        b[16..20].copy_from_slice(&self.count.to_le_bytes());
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(COMMIT_KEY_LEN + 8);
+        b.extend_from_slice(&self.first.to_le_bytes());
+        b.extend_from_slice(&self.last.to_le_bytes());
+        b.extend_from_slice(&self.count.to_le_bytes());
+        if let Some(t) = self.token {
+            b.extend_from_slice(&t.to_le_bytes());
+        }
         b
     }
 
     /// Reads a commit record's key; `None` if it is not one.
     pub fn decode(b: &[u8]) -> Option<CommitKey> {
-        if b.len() != COMMIT_KEY_LEN {
+        if b.len() != COMMIT_KEY_LEN && b.len() != COMMIT_KEY_LEN + 8 {
             return None;
         }
         let k = CommitKey {
             first: u64::from_le_bytes(b[0..8].try_into().unwrap()),
             last: u64::from_le_bytes(b[8..16].try_into().unwrap()),
             count: u32::from_le_bytes(b[16..20].try_into().unwrap()),
+            token: (b.len() > COMMIT_KEY_LEN)
+                .then(|| u64::from_le_bytes(b[20..28].try_into().unwrap())),
         };
         (k.first <= k.last && k.count > 0).then_some(k)
     }

@@ -61,7 +61,7 @@ mod options;
 mod recovery;
 pub mod vfs;
 
-pub use batch::{Batch, BatchGroup, BatchOp, WriteBatch};
+pub use batch::{Batch, BatchGroup, BatchOp, CommitLog, WriteBatch};
 pub use check::{
     check, repair, CheckOptions, CheckReport, Damage, DamageKind, Dropped, FileReport, Progress,
     RepairReport, Severity,

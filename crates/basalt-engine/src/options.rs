@@ -132,7 +132,15 @@ pub struct Options {
     /// run one at a time. Default: none (a group of its own, see
     /// [`crate::Db::batch`]).
     pub batch_group: Option<Arc<crate::BatchGroup>>,
+    /// Answers, at open, whether a conditional commit's token is in the
+    /// batch group's [`crate::CommitLog`] (a batch that wrote to several
+    /// databases counts only if so). Default: none, and then no
+    /// conditional commit counts.
+    pub commit_oracle: Option<CommitOracle>,
 }
+
+/// See [`Options::commit_oracle`].
+pub type CommitOracle = Arc<dyn Fn(u64) -> bool + Send + Sync>;
 
 impl Default for Options {
     fn default() -> Self {
@@ -151,6 +159,7 @@ impl Default for Options {
             vfs: Arc::new(StdFs),
             sequence: None,
             batch_group: None,
+            commit_oracle: None,
         }
     }
 }
@@ -228,6 +237,11 @@ impl Options {
     /// Sets [`Options::expiry_listener`].
     pub fn expiry_listener(mut self, f: ExpiryListener) -> Self {
         self.expiry_listener = Some(f);
+        self
+    }
+    /// Sets [`Options::commit_oracle`].
+    pub fn commit_oracle(mut self, oracle: CommitOracle) -> Self {
+        self.commit_oracle = Some(oracle);
         self
     }
     /// Sets [`Options::batch_group`].

@@ -1051,6 +1051,15 @@ impl Db {
             .collect();
         members.sort_unstable();
         let horizon = scanned.iter().map(|s| s.compaction_base).max().unwrap_or(0);
+        // A conditional commit counts only if its token is in the group's
+        // commit log.
+        commits.retain(|c| match c.token {
+            None => true,
+            Some(t) => opts.commit_oracle.as_ref().is_some_and(|o| o(t)),
+        });
+        let mut tokens: Vec<u64> = commits.iter().filter_map(|c| c.token).collect();
+        tokens.sort_unstable();
+        tokens.dedup();
         let (commits, torn) = verify_commits(commits, &members, horizon);
         for (c, found) in torn {
             tracing::warn!(
@@ -1112,6 +1121,7 @@ impl Db {
             me: me.clone(),
             open_first: AtomicU64::new(u64::MAX),
             aborted,
+            tokens,
             dir,
             opts,
             shards,

@@ -416,3 +416,85 @@ fn a_version_1_directory_opens_and_a_newer_version_is_refused_by_name() {
     let e = Db::open(&v3, opts()).unwrap_err().to_string();
     assert!(e.contains("format version 3"), "{e}");
 }
+
+/// A commit log kept in memory that copies both databases' directories
+/// (a crash just before the token is written) before it records a token.
+#[derive(Debug)]
+struct TestLog {
+    tokens: std::sync::Mutex<Vec<u64>>,
+    dirs: Vec<std::path::PathBuf>,
+    copies: std::path::PathBuf,
+    fail: std::sync::atomic::AtomicBool,
+}
+
+impl basalt_engine::CommitLog for TestLog {
+    fn commit(&self, token: u64) -> std::io::Result<()> {
+        for (i, d) in self.dirs.iter().enumerate() {
+            snapshot(d, &self.copies.join(format!("{token}-{i}")));
+        }
+        if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(std::io::Error::other("injected commit log failure"));
+        }
+        self.tokens.lock().unwrap().push(token);
+        Ok(())
+    }
+}
+
+#[test]
+fn a_batch_over_two_databases_is_decided_by_its_token_in_the_commit_log() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    let log = std::sync::Arc::new(TestLog {
+        tokens: Default::default(),
+        dirs: vec![a.clone(), b.clone()],
+        copies: tmp.path().join("copies"),
+        fail: Default::default(),
+    });
+    let seq = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(1));
+    let group = basalt_engine::BatchGroup::with_log(log.clone());
+    let open = |dir: &Path, known: Vec<u64>| {
+        Db::open(
+            dir,
+            opts()
+                .sequence(seq.clone())
+                .batch_group(group.clone())
+                .commit_oracle(std::sync::Arc::new(move |t| known.contains(&t))),
+        )
+        .unwrap()
+    };
+    let (da, db) = (open(&a, vec![]), open(&b, vec![]));
+    da.put(b"k", b"in a").unwrap();
+    // A MOVE of `k` from a to b: one batch over both databases.
+    let batch = group.begin();
+    db.put(b"k", b"in a").unwrap();
+    da.delete(b"k").unwrap();
+    batch.commit().unwrap();
+    let token = log.tokens.lock().unwrap()[0];
+    drop((da, db));
+
+    // A crash before the token was recorded: neither part counts.
+    let ca = open(&log.copies.join(format!("{token}-0")), vec![]);
+    let cb = open(&log.copies.join(format!("{token}-1")), vec![]);
+    assert_eq!(ca.get(b"k").unwrap().as_deref(), Some(&b"in a"[..]));
+    assert_eq!(cb.get(b"k").unwrap(), None);
+    drop((ca, cb));
+    // With the token: both parts count, and each database names it.
+    let (da, db) = (open(&a, vec![token]), open(&b, vec![token]));
+    assert_eq!(da.get(b"k").unwrap(), None);
+    assert_eq!(db.get(b"k").unwrap().as_deref(), Some(&b"in a"[..]));
+    assert_eq!(da.commit_tokens(), &[token]);
+    assert_eq!(db.commit_tokens(), &[token]);
+
+    // A log that fails: the batch is lost whole, and writes do not resume.
+    log.fail.store(true, std::sync::atomic::Ordering::SeqCst);
+    let batch = group.begin();
+    da.put(b"x", b"1").unwrap();
+    db.put(b"y", b"2").unwrap();
+    assert!(batch.commit().is_err());
+    assert!(da.write_error().is_some() && db.resume_writes().is_err());
+    drop((da, db));
+    let (da, db) = (open(&a, vec![token]), open(&b, vec![token]));
+    assert_eq!(da.get(b"x").unwrap(), None);
+    assert_eq!(db.get(b"y").unwrap(), None);
+    assert_eq!(db.get(b"k").unwrap().as_deref(), Some(&b"in a"[..]));
+}

@@ -242,7 +242,8 @@ fn sync_all(shared: &Shared) -> basalt_engine::Result<()> {
             db.sync()?;
         }
     }
-    Ok(())
+    // A batch over several databases is decided by its token there.
+    shared.keyspace.sync_batch_log()
 }
 
 async fn run(

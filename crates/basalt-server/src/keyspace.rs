@@ -227,6 +227,150 @@ pub struct Keyspace {
     /// `Options::batch_group`): one batch covers a command's writes to
     /// any of them.
     group: Arc<BatchGroup>,
+    /// `<dir>/BATCHES`: the group's commit log, which decides the batches
+    /// that wrote to several databases (MOVE, COPY ... DB, EXEC after
+    /// SELECT) as one unit.
+    log: Arc<BatchLog>,
+}
+
+/// Magic and version at the start of `BATCHES`.
+const BATCH_LOG_MAGIC: &[u8; 8] = b"BSLTBLOG";
+const BATCH_LOG_VERSION: u32 = 1;
+const BATCH_LOG_HEADER: usize = 12;
+/// An entry: the token (u64 LE) and the CRC32C of those 8 bytes (u32 LE).
+const BATCH_LOG_ENTRY: usize = 12;
+
+/// The commit log of the batches that wrote to several databases (see
+/// `basalt_engine::BatchGroup`): a token is appended once every database's
+/// conditional commit is in its own log, and a database's recovery counts
+/// a conditional commit only if its token is here. Appends reach the page
+/// cache at once (kill -9 keeps them) and are fsynced with the databases
+/// (every second, or per batch under `appendfsync always`). A torn last
+/// entry is cut at open. At start-up the log is rewritten with only the
+/// tokens some database still holds a commit record for.
+#[derive(Debug)]
+pub struct BatchLog {
+    path: PathBuf,
+    file: Mutex<std::fs::File>,
+    tokens: RwLock<std::collections::HashSet<u64>>,
+    dirty: AtomicBool,
+}
+
+impl BatchLog {
+    fn entry(token: u64) -> [u8; BATCH_LOG_ENTRY] {
+        let mut e = [0u8; BATCH_LOG_ENTRY];
+        e[..8].copy_from_slice(&token.to_le_bytes());
+        let crc = basalt_engine::crc32c(&e[..8]);
+        e[8..].copy_from_slice(&crc.to_le_bytes());
+        e
+    }
+
+    fn header() -> Vec<u8> {
+        let mut h = BATCH_LOG_MAGIC.to_vec();
+        h.extend_from_slice(&BATCH_LOG_VERSION.to_le_bytes());
+        h
+    }
+
+    /// Opens `<root>/BATCHES` (creating it), reading its tokens and cutting
+    /// a torn or damaged tail.
+    fn open(root: &Path) -> KsResult<BatchLog> {
+        let path = root.join("BATCHES");
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(io_err("read", &path, e)),
+        };
+        let mut tokens = std::collections::HashSet::new();
+        let mut good = 0;
+        if bytes.len() >= BATCH_LOG_HEADER {
+            if bytes[..BATCH_LOG_HEADER] != Self::header()[..] {
+                return Err(basalt_engine::Error::Corrupt {
+                    path,
+                    offset: 0,
+                    reason: "not a Basalt batch log (or an unknown version)".into(),
+                });
+            }
+            good = BATCH_LOG_HEADER;
+            for e in bytes[BATCH_LOG_HEADER..].chunks_exact(BATCH_LOG_ENTRY) {
+                let token = u64::from_le_bytes(e[..8].try_into().expect("8 bytes"));
+                if e != Self::entry(token) {
+                    break;
+                }
+                tokens.insert(token);
+                good += BATCH_LOG_ENTRY;
+            }
+        }
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| io_err("open", &path, e))?;
+        if good < bytes.len() || bytes.len() < BATCH_LOG_HEADER {
+            if good < bytes.len() {
+                tracing::warn!(file = %path.display(), offset = good, "cutting a torn batch log entry");
+            }
+            let fix = |f: &std::fs::File| -> std::io::Result<()> {
+                f.set_len(good as u64)?;
+                if good == 0 {
+                    use std::io::Write as _;
+                    (&*f).write_all(&Self::header())?;
+                }
+                f.sync_all()
+            };
+            fix(&file).map_err(|e| io_err("write", &path, e))?;
+        }
+        Ok(BatchLog {
+            path,
+            file: Mutex::new(file),
+            tokens: RwLock::new(tokens),
+            dirty: AtomicBool::new(false),
+        })
+    }
+
+    fn contains(&self, token: u64) -> bool {
+        self.tokens.read().contains(&token)
+    }
+
+    /// fsyncs what was appended since the last call.
+    pub fn sync(&self) -> KsResult<()> {
+        if self.dirty.swap(false, Ordering::AcqRel) {
+            self.file
+                .lock()
+                .sync_data()
+                .map_err(|e| io_err("fsync", &self.path, e))?;
+        }
+        Ok(())
+    }
+
+    /// Rewrites the log with only `keep` (temp file, fsync, rename).
+    fn rewrite(&self, root: &Path, keep: std::collections::HashSet<u64>) -> KsResult<()> {
+        let tmp = self.path.with_extension("tmp");
+        let mut b = Self::header();
+        for &t in &keep {
+            b.extend_from_slice(&Self::entry(t));
+        }
+        std::fs::write(&tmp, &b)
+            .and_then(|_| std::fs::File::open(&tmp)?.sync_all())
+            .map_err(|e| io_err("write", &tmp, e))?;
+        std::fs::rename(&tmp, &self.path).map_err(|e| io_err("rename", &self.path, e))?;
+        sync_dir(root)?;
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.path)
+            .map_err(|e| io_err("open", &self.path, e))?;
+        *self.file.lock() = file;
+        *self.tokens.write() = keep;
+        Ok(())
+    }
+}
+
+impl basalt_engine::CommitLog for BatchLog {
+    fn commit(&self, token: u64) -> std::io::Result<()> {
+        self.file.lock().write_all(&Self::entry(token))?;
+        self.tokens.write().insert(token);
+        self.dirty.store(true, Ordering::Release);
+        Ok(())
+    }
 }
 
 /// Errors of the keyspace layer (opening, flushing, swapping databases).
@@ -255,7 +399,8 @@ impl Keyspace {
         std::fs::create_dir_all(root).map_err(|e| io_err("create directory", root, e))?;
         let mut names: Vec<String> = (0..databases).map(|n| n.to_string()).collect();
         let seq = Arc::new(AtomicU64::new(1));
-        let group = BatchGroup::new();
+        let log = Arc::new(BatchLog::open(root)?);
+        let group = BatchGroup::with_log(log.clone());
         let map_path = root.join("DBMAP");
         match std::fs::read_to_string(&map_path) {
             Ok(text) => {
@@ -295,7 +440,7 @@ impl Keyspace {
             let db = if n == 0 || dir.is_dir() {
                 Some(Db::open(
                     &dir,
-                    Self::options(sync, file_size, (&seq, &group), &on_expired, &number),
+                    Self::options(sync, file_size, (&seq, &group, &log), &on_expired, &number),
                 )?)
             } else {
                 None
@@ -306,6 +451,16 @@ impl Keyspace {
                 generation: GENERATIONS.fetch_add(1, Ordering::Relaxed),
                 number,
             }));
+        }
+        // Keep only the tokens a database still holds a commit for (every
+        // database with a directory is open now; the others hold nothing).
+        let referenced: std::collections::HashSet<u64> = slots
+            .iter()
+            .filter_map(|s| s.read().db().map(|db| db.commit_tokens().to_vec()))
+            .flatten()
+            .collect();
+        if *log.tokens.read() != referenced {
+            log.rewrite(root, referenced)?;
         }
         Ok(Keyspace {
             root: root.to_path_buf(),
@@ -319,13 +474,14 @@ impl Keyspace {
             on_expired,
             seq,
             group,
+            log,
         })
     }
 
     fn options(
         sync: SyncPolicy,
         file_size: u64,
-        (seq, group): (&Arc<AtomicU64>, &Arc<BatchGroup>),
+        (seq, group, log): (&Arc<AtomicU64>, &Arc<BatchGroup>, &Arc<BatchLog>),
         hook: &Hook,
         number: &Arc<AtomicUsize>,
     ) -> Options {
@@ -334,6 +490,10 @@ impl Keyspace {
             .sync(sync)
             .sequence(seq.clone())
             .batch_group(group.clone())
+            .commit_oracle({
+                let log = log.clone();
+                Arc::new(move |t| log.contains(t))
+            })
             .max_file_size(file_size);
         match &hook.0 {
             Some(f) => {
@@ -351,7 +511,7 @@ impl Keyspace {
         let opts = Self::options(
             self.sync,
             self.file_size,
-            (&self.seq, &self.group),
+            (&self.seq, &self.group, &self.log),
             &self.on_expired,
             &slot.number,
         );
@@ -565,11 +725,17 @@ impl Keyspace {
         Ok(())
     }
 
+    /// fsyncs the batch log if it has new entries (with the databases'
+    /// own fsyncs: every second, or per batch under `appendfsync always`).
+    pub fn sync_batch_log(&self) -> KsResult<()> {
+        self.log.sync()
+    }
+
     /// Closes every database, releasing the directory locks. Later reads
     /// see empty databases and writes fail; call this once nothing runs.
     pub fn close(&self) -> KsResult<()> {
         self.closed.store(true, Ordering::SeqCst);
-        let mut first = None;
+        let mut first = self.log.sync().err();
         for slot in self.slots.iter() {
             if let Some(db) = slot.write().db.take() {
                 if let Err(e) = db.close() {

@@ -209,7 +209,8 @@ fn start_inner(
         shared.request_shutdown();
     })?;
     // Writes refused after a failed write (a full disk) resume by
-    // themselves once that is safe; checked every second.
+    // themselves once that is safe; checked every second, when the batch
+    // log is fsynced too.
     let resumer = shared.clone();
     runtime.spawn(async move {
         let mut shutdown = resumer.shutdown_rx();
@@ -217,6 +218,10 @@ fn start_inner(
         loop {
             tokio::select! {
                 _ = tick.tick() => {
+                    // The batch log follows the databases' everysec fsync.
+                    if let Err(e) = resumer.keyspace.sync_batch_log() {
+                        tracing::error!(error = %e, "fsync of the batch log failed");
+                    }
                     if resumer.keyspace.write_error().is_some() {
                         let ks = resumer.clone();
                         let _ = tokio::task::spawn_blocking(move || ks.keyspace.resume_writes()).await;

@@ -313,3 +313,43 @@ fn sigkill_never_tears_an_exec_mset_rename_or_store_in_any_appendfsync_mode() {
     }
     assert!(steps > 0, "no batch was written");
 }
+
+#[test]
+fn writes_to_several_databases_survive_sigkill_once_acknowledged() {
+    // MOVE and a transaction over two databases are decided by one token
+    // in the batch log: acknowledged, they survive SIGKILL whole.
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), "everysec", "32mb");
+    let mut c = Conn::connect(server.addr).unwrap();
+    let ok = Frame::Simple("OK".into());
+    assert_eq!(c.cmd(&[b"SET", b"moved", b"v"]).unwrap(), ok);
+    assert_eq!(
+        c.cmd(&[b"MOVE", b"moved", b"2"]).unwrap(),
+        Frame::Integer(1)
+    );
+    assert_eq!(c.cmd(&[b"MULTI"]).unwrap(), ok);
+    for cmd in [
+        &[&b"SET"[..], b"a", b"1"][..],
+        &[b"SELECT", b"3"],
+        &[b"SET", b"b", b"2"],
+    ] {
+        assert_eq!(c.cmd(cmd).unwrap(), Frame::Simple("QUEUED".into()));
+    }
+    assert!(matches!(c.cmd(&[b"EXEC"]).unwrap(), Frame::Array(_)));
+    server.kill();
+    let server = Server::start(dir.path(), "everysec", "32mb");
+    let mut c = Conn::connect(server.addr).unwrap();
+    let get = |c: &mut Conn, db: &[u8], key: &[u8]| {
+        c.cmd(&[b"SELECT", db]).unwrap();
+        c.cmd(&[b"GET", key]).unwrap()
+    };
+    let bulk = |s: &str| Frame::Bulk(s.as_bytes().to_vec());
+    assert_eq!(get(&mut c, b"0", b"moved"), Frame::NullBulk);
+    assert_eq!(get(&mut c, b"2", b"moved"), bulk("v"));
+    assert_eq!(get(&mut c, b"0", b"a"), bulk("1"));
+    assert_eq!(get(&mut c, b"3", b"b"), bulk("2"));
+    // The log holds the two tokens the databases still need.
+    let log = std::fs::read(dir.path().join("BATCHES")).unwrap();
+    assert_eq!(log.len(), 12 + 2 * 12, "header and two tokens");
+    server.kill();
+}

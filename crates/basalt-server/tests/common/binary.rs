@@ -52,7 +52,7 @@ impl Server {
                 "--loglevel",
                 "info",
                 "--databases",
-                "1",
+                "4",
             ])
             .args(["--appendfsync", appendfsync])
             .args(["--data-file-size", file_size])
