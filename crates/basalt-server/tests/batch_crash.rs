@@ -13,7 +13,9 @@
 //! - exactly one of `rn:c:a`, `rn:c:b` exists and holds all 12 fields: a
 //!   RENAME moves it back and forth;
 //! - `un:c` is absent or holds exactly the 40 members of the union of two
-//!   fixed sets: SUNIONSTORE rewrites it, a DEL removes it.
+//!   fixed sets: SUNIONSTORE rewrites it, a DEL removes it;
+//! - `mv:c` is in exactly one of databases 0 and 1: MOVE sends it back and
+//!   forth (two engines, decided by one entry in `BATCHES`).
 //!
 //! A short run is part of `cargo test`. A long one:
 //! `BASALT_BATCH_CRASH_ROUNDS=30 cargo test --release -p basalt-server --test batch_crash -- --nocapture`
@@ -40,6 +42,7 @@ enum Op {
     Rename,
     Union,
     DelUnion,
+    Move,
 }
 
 /// What one client knows.
@@ -55,6 +58,8 @@ struct Client {
     ms: u64,
     at_a: bool,
     union: bool,
+    /// Which database holds `mv:c` (acknowledged).
+    mv_db: u8,
     in_flight: Option<Op>,
     ready: bool,
 }
@@ -77,6 +82,7 @@ impl Client {
             ms: 0,
             at_a: true,
             union: false,
+            mv_db: 0,
             in_flight: None,
             ready: false,
         }
@@ -103,16 +109,19 @@ impl Client {
             let refs: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
             c.cmd(&refs)?;
         }
+        let mv = self.k("mv");
+        c.cmd(&[b"SET", mv.as_bytes(), b"here"])?;
         self.ready = true;
         Ok(())
     }
 
     fn step(&mut self, c: &mut Conn) -> std::io::Result<()> {
         self.stamp += 1;
-        let op = match self.rng.below(5) {
+        let op = match self.rng.below(6) {
             0 | 1 => Op::Exec(self.stamp),
             2 => Op::Mset(self.stamp),
             3 => Op::Rename,
+            4 => Op::Move,
             _ if self.union && self.rng.below(3) == 0 => Op::DelUnion,
             _ => Op::Union,
         };
@@ -160,6 +169,19 @@ impl Client {
                 let d = self.k("un");
                 c.cmd(&[b"DEL", d.as_bytes()])?;
                 self.union = false;
+            }
+            Op::Move => {
+                let (from, to) = if self.mv_db == 0 {
+                    (b"0", b"1")
+                } else {
+                    (b"1", b"0")
+                };
+                let mv = self.k("mv");
+                c.cmd(&[b"SELECT", from])?;
+                let r = c.cmd(&[b"MOVE", mv.as_bytes(), to])?;
+                c.cmd(&[b"SELECT", b"0"])?;
+                assert_eq!(r, Frame::Integer(1), "MOVE");
+                self.mv_db = 1 - self.mv_db;
             }
         }
         self.in_flight = None;
@@ -247,6 +269,24 @@ impl Client {
                 self.union = true;
             }
             n => bad.push(format!("client {id}: SUNIONSTORE torn: {n} members")),
+        }
+        // MOVE: in exactly one database.
+        let mv = self.k("mv");
+        let mut exists = |db: &[u8]| {
+            c.cmd(&[b"SELECT", db]).unwrap();
+            let e = c.cmd(&[b"EXISTS", mv.as_bytes()]).unwrap() == Frame::Integer(1);
+            c.cmd(&[b"SELECT", b"0"]).unwrap();
+            e
+        };
+        match (exists(b"0"), exists(b"1")) {
+            (true, false) | (false, true) => {
+                let now = if exists(b"0") { 0 } else { 1 };
+                if now != self.mv_db && self.in_flight != Some(Op::Move) {
+                    bad.push(format!("client {id}: acknowledged MOVE undone"));
+                }
+                self.mv_db = now;
+            }
+            (a, b) => bad.push(format!("client {id}: MOVE torn: in db 0 {a}, in db 1 {b}")),
         }
         self.in_flight = None;
         bad
