@@ -211,7 +211,6 @@ impl Batch<'_> {
             if let Err(e) = log.commit(token) {
                 for t in &touched {
                     if let Some(inner) = t.inner.upgrade() {
-                        inner.batch_lost.store(true, Ordering::Release);
                         let err = crate::Error::io(
                             "record in the commit log",
                             inner.dir.clone(),
@@ -222,6 +221,7 @@ impl Batch<'_> {
                 }
             }
         }
+        // Members in memory that a restart will not show: no resuming.
         if first_err.is_some() {
             for t in &touched {
                 if let Some(inner) = t.inner.upgrade() {

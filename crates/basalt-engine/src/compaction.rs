@@ -521,16 +521,18 @@ pub(crate) fn compact_files(
     // nothing that is still flagged and can go.
     let open_first = inner.open_first.load(Ordering::SeqCst);
     let committed_below = open_first.min(inner.seq.load(Ordering::SeqCst));
+    // (An active file's members are counted in its writer until it is
+    // sealed; the writer lock keeps a seal from moving them in between.)
     let flag_floor = inner
         .shards
         .iter()
         .map(|s| {
+            let w = s.writer.lock();
             let idx = s.index.read();
             idx.files
                 .values()
                 .map(|f| f.min_flagged)
-                .min()
-                .unwrap_or(u64::MAX)
+                .fold(w.min_flagged, u64::min)
         })
         .min()
         .unwrap_or(u64::MAX);

@@ -437,6 +437,11 @@ pub(crate) struct Writer {
     /// (also by a reservation that failed half-way); past `len` means a zero
     /// tail to cut off.
     pub reserved: u64,
+    /// Lowest sequence number of a batch member appended to this file by
+    /// this writer (`u64::MAX`: none). Kept here, under the writer lock the
+    /// append holds anyway, and moved into the file's
+    /// [`FileInfo::min_flagged`] when the file is sealed.
+    pub min_flagged: u64,
 }
 
 impl Writer {
@@ -456,6 +461,7 @@ impl Writer {
             buf: Vec::new(),
             map,
             reserved: len,
+            min_flagged: u64::MAX,
         }
     }
 
@@ -665,10 +671,7 @@ impl Inner {
         }
         if member {
             crate::batch::note_member(self, shard.id, rec.seq);
-            let mut idx = shard.index.write();
-            if let Some(f) = idx.files.get_mut(&loc.file) {
-                f.min_flagged = f.min_flagged.min(rec.seq);
-            }
+            w.min_flagged = w.min_flagged.min(rec.seq);
         }
         Ok(loc)
     }
@@ -841,6 +844,7 @@ impl Inner {
             let mut idx = shard.index.write();
             if let Some(f) = idx.files.get_mut(&old) {
                 f.active = false;
+                f.min_flagged = f.min_flagged.min(w.min_flagged);
             }
             let mut info = FileInfo::new(data.clone(), Origin::Log, format::FILE_HEADER_LEN as u64);
             info.active = true;
