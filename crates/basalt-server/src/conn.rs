@@ -135,6 +135,7 @@ pub(crate) async fn serve(
         tx: Default::default(),
         batch_clock: 0,
         tick: 0,
+        script: None,
     };
     let moving = Moving {
         conn,
@@ -376,6 +377,36 @@ async fn run(
                     gate.hold();
                     conn.batch_clock = 0;
                     conn.tick = now_ns();
+                }
+                Some(After::Script) => {
+                    // The script thread runs it with the gate held
+                    // exclusively; this connection lets go of its share and
+                    // waits (its worker keeps serving the others).
+                    gate.release();
+                    let args = conn.script.take().unwrap_or_default();
+                    let Some(done) = shared.scripts.offload(conn, args).await else {
+                        return Ok(Ended::Closed);
+                    };
+                    out.extend_from_slice(&done.out);
+                    if done.wrote {
+                        wrote = true;
+                        writes += 1;
+                    }
+                    gate.hold();
+                    conn.batch_clock = 0;
+                    conn.tick = now_ns();
+                    match done.after {
+                        Some(After::Close) => {
+                            close = true;
+                            break;
+                        }
+                        Some(After::Shutdown) => {
+                            shutdown_after = true;
+                            close = true;
+                            break;
+                        }
+                        _ => {}
+                    }
                 }
                 Some(After::Block) => {
                     gate.release();

@@ -38,6 +38,7 @@ pub mod http;
 pub mod keyspace;
 pub mod notify;
 pub mod pubsub;
+pub mod script;
 mod state;
 pub mod tx;
 mod workers;
@@ -168,12 +169,15 @@ fn start_inner(
         Some(on_expired),
     )
     .with_context(|| format!("cannot open the data directory {}", config.dir.display()))?;
+    let scripts = script::Scripts::open(config.dir.clone())
+        .with_context(|| format!("cannot load the functions in {}", config.dir.display()))?;
     let load_time = load_started.elapsed();
     let listener = runtime
         .block_on(TcpListener::bind((config.bind, config.port)))
         .with_context(|| format!("cannot listen on {}:{}", config.bind, config.port))?;
     let addr = listener.local_addr()?;
-    let shared = Arc::new(Shared::new(config, addr, keyspace, hub));
+    let shared = Arc::new(Shared::new(config, addr, keyspace, hub, scripts));
+    shared.scripts.attach(&shared);
     let keys: u64 = (0..shared.keyspace.len())
         .map(|n| shared.keyspace.figures(n).keys)
         .sum();

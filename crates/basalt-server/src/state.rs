@@ -269,6 +269,8 @@ pub struct Shared {
     pub cmdstats: crate::cmdstats::CommandStats,
     /// Password, protected mode, client and request limits (`crate::auth`).
     pub security: crate::auth::Security,
+    /// The Lua interpreter, cached scripts and function libraries.
+    pub scripts: crate::script::Scripts,
     shutdown: watch::Sender<bool>,
 }
 
@@ -278,6 +280,7 @@ impl Shared {
         addr: SocketAddr,
         keyspace: Keyspace,
         pubsub: Arc<crate::pubsub::Hub>,
+        scripts: crate::script::Scripts,
     ) -> Shared {
         let settings = Settings {
             appendfsync: AtomicU8::new(0),
@@ -305,6 +308,7 @@ impl Shared {
             gate: Default::default(),
             absent_watches: Default::default(),
             cmdstats: crate::cmdstats::CommandStats::new(crate::commands::all().count()),
+            scripts,
             shutdown: watch::channel(false).0,
         }
     }

@@ -56,7 +56,56 @@ use crate::state::{ClientInfo, Shared};
 /// running transactions then gather on one worker, whose EXECs find no
 /// other batch to wait for, instead of each EXEC parking the other worker
 /// and waking it again.
-pub struct Gate(parking_lot::RawRwLock, std::sync::atomic::AtomicU64);
+///
+/// A script holds it exclusively too, for as long as it runs; once it has
+/// run past `busy-reply-threshold` ([`BusyClock`]), a connection that
+/// waits for the gate stops waiting and runs in *busy mode*: every command
+/// answers `-BUSY` except SCRIPT KILL, FUNCTION KILL, SHUTDOWN NOSAVE and
+/// the connection commands, which run without the gate (see [`run`]).
+pub struct Gate(
+    parking_lot::RawRwLock,
+    std::sync::atomic::AtomicU64,
+    BusyClock,
+);
+
+/// When the running script started, and how long it may run before other
+/// clients get `-BUSY` (`busy-reply-threshold`, alias `lua-time-limit`).
+#[derive(Debug)]
+pub struct BusyClock {
+    /// `crate::state::now_ns` when the script started; 0 = none runs.
+    since: std::sync::atomic::AtomicU64,
+    threshold_ms: std::sync::atomic::AtomicU64,
+}
+
+impl BusyClock {
+    /// A script starts (at `now_ns`).
+    pub fn start(&self, now_ns: u64) {
+        self.since.store(now_ns.max(1), Ordering::Release);
+    }
+    /// The script ended.
+    pub fn stop(&self) {
+        self.since.store(0, Ordering::Release);
+    }
+    /// When the running script started (0 = none).
+    pub fn since_ns(&self) -> u64 {
+        self.since.load(Ordering::Acquire)
+    }
+    /// Whether a script has run past the threshold.
+    pub fn is_busy(&self) -> bool {
+        let since = self.since_ns();
+        since != 0
+            && crate::state::now_ns().saturating_sub(since)
+                >= self.threshold_ms.load(Ordering::Relaxed).saturating_mul(1_000_000)
+    }
+    /// `busy-reply-threshold` in ms.
+    pub fn threshold_ms(&self) -> u64 {
+        self.threshold_ms.load(Ordering::Relaxed)
+    }
+    /// Sets `busy-reply-threshold`.
+    pub fn set_threshold_ms(&self, ms: u64) {
+        self.threshold_ms.store(ms, Ordering::Relaxed);
+    }
+}
 
 impl std::fmt::Debug for Gate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -69,6 +118,10 @@ impl Default for Gate {
         Gate(
             parking_lot::RawRwLock::INIT,
             std::sync::atomic::AtomicU64::new(0),
+            BusyClock {
+                since: std::sync::atomic::AtomicU64::new(0),
+                threshold_ms: std::sync::atomic::AtomicU64::new(5000),
+            },
         )
     }
 }
@@ -106,14 +159,64 @@ impl Gate {
         }
     }
 
-    /// Holds the gate shared for a batch.
+    /// The running script's clock.
+    pub fn busy(&self) -> &BusyClock {
+        &self.2
+    }
+
+    /// Takes the gate shared, unless a script holding it has run past the
+    /// threshold (then `false`: busy mode).
+    fn lock_shared_unless_busy(&self) -> bool {
+        use parking_lot::lock_api::RawRwLockTimed as _;
+        if self.0.try_lock_shared() {
+            return true;
+        }
+        loop {
+            if self.2.is_busy() {
+                return false;
+            }
+            if self
+                .0
+                .try_lock_shared_for(std::time::Duration::from_millis(2))
+            {
+                return true;
+            }
+        }
+    }
+
+    /// Holds the gate shared for a batch, or not at all while a script is
+    /// busy ([`Entered::held`] says which).
     pub fn enter(&self) -> Entered<'_> {
+        let held = self.lock_shared_unless_busy();
+        if held {
+            self.mark(true);
+        }
+        Entered { gate: self, held }
+    }
+
+    /// Holds the gate shared, waiting for as long as a script runs (the
+    /// HTTP API, which has no busy mode).
+    pub fn enter_wait(&self) -> Entered<'_> {
         self.0.lock_shared();
         self.mark(true);
         Entered {
             gate: self,
             held: true,
         }
+    }
+
+    /// Runs `f` holding the gate exclusively (the script thread).
+    pub(crate) fn exclusive<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.0.lock_exclusive();
+        struct Unlock<'g>(&'g Gate);
+        impl Drop for Unlock<'_> {
+            fn drop(&mut self) {
+                // SAFETY: locked exclusively just above.
+                unsafe { self.0 .0.unlock_exclusive() };
+            }
+        }
+        let _unlock = Unlock(self);
+        f()
     }
 }
 
@@ -135,13 +238,18 @@ impl Entered<'_> {
         }
     }
 
-    /// Takes the gate shared again (after an await). Idempotent.
+    /// Takes the gate shared again (after an await), unless a script is
+    /// busy. Idempotent.
     pub fn hold(&mut self) {
-        if !self.held {
-            self.gate.0.lock_shared();
+        if !self.held && self.gate.lock_shared_unless_busy() {
             self.gate.mark(true);
             self.held = true;
         }
+    }
+
+    /// Whether the gate is held (not in busy mode).
+    pub fn held(&self) -> bool {
+        self.held
     }
 
     /// Runs `f` holding the gate exclusively (no other batch runs).
@@ -367,6 +475,10 @@ pub fn run(
     args: Args<'_>,
     gate: &mut Entered<'_>,
 ) -> Ran {
+    gate.hold();
+    if !gate.held() {
+        return busy(shared, conn, out, args);
+    }
     if args.len() > 1 && args[0].eq_ignore_ascii_case(b"exec") {
         // Redis rejects a malformed EXEC by aborting the transaction (and
         // says so in the same words outside one).
@@ -380,6 +492,15 @@ pub fn run(
         return (None, None, 0);
     }
     if !conn.tx.in_multi() {
+        if matches!(args[0].first(), Some(b'e' | b'E' | b'f' | b'F')) {
+            if let Some(cmd) = commands::lookup(&args[0]) {
+                if cmd.flags & flags::RUNS_SCRIPT != 0 && cmd.arity_ok(args.len()) {
+                    // The connection hands it to the script thread.
+                    conn.script = Some(args.to_vec());
+                    return (Some(cmd), Some(After::Script), 0);
+                }
+            }
+        }
         let (found, after) = commands::execute(shared, conn, out, args);
         let writes = found.is_some_and(|c| c.is_write()) as u64;
         return (found, after, writes);
@@ -419,6 +540,38 @@ pub fn run(
             (Some(cmd), None, 0)
         }
     }
+}
+
+/// A command while a script is busy (the gate is not held): the kill
+/// commands, SHUTDOWN NOSAVE and the connection commands run; every other
+/// command answers `-BUSY` (and, inside MULTI, fails the transaction).
+fn busy(shared: &Shared, conn: &mut Conn, out: &mut Vec<u8>, args: Args<'_>) -> Ran {
+    let arg_is = |i: usize, w: &str| args.get(i).is_some_and(|a| commands::is(a, w));
+    let allowed = match commands::lookup(&args[0]) {
+        // Unknown commands and wrong arities get their own errors.
+        None => true,
+        Some(c) if !c.arity_ok(args.len()) => true,
+        Some(c) if c.name == "script" || c.name == "function" => arg_is(1, "kill"),
+        Some(c) if c.name == "shutdown" => {
+            if args.iter().skip(1).any(|a| commands::is(a, "nosave")) {
+                // Redis exits without waiting for the script. Every
+                // acknowledged write has reached the OS; the script's own
+                // writes are an uncommitted batch, which the next start
+                // discards whole, as after kill -9.
+                tracing::warn!("SHUTDOWN NOSAVE while a script runs: exiting now");
+                std::process::exit(0);
+            }
+            false
+        }
+        Some(c) => c.flags & flags::ALLOW_BUSY != 0 && !matches!(c.name, "exec" | "watch"),
+    };
+    if allowed {
+        let (found, after) = commands::execute(shared, conn, out, args);
+        return (found, after, 0);
+    }
+    conn.tx.flag();
+    Encoder::new(out, conn.protocol).error(shared.scripts.busy_reply().as_bytes());
+    (None, None, 0)
 }
 
 /// EXEC inside MULTI: EXECABORT after a queuing error; otherwise, holding
@@ -486,6 +639,8 @@ fn exec(shared: &Shared, conn: &mut Conn, out: &mut Vec<u8>, gate: &mut Entered<
                     }
                 }
                 Some(After::Sleep(d)) => sleep += d,
+                // Only `run` hands scripts over; inside EXEC they run inline.
+                Some(After::Script) => {}
                 Some(After::Close) if after != Some(After::Shutdown) => after = Some(After::Close),
                 Some(After::Close) => {}
                 Some(After::Shutdown) => after = Some(After::Shutdown),

@@ -72,6 +72,9 @@ pub mod flags {
     pub const MOVABLE_KEYS: u32 = 1 << 15;
     /// A pub/sub command.
     pub const PUBSUB: u32 = 1 << 16;
+    /// Runs a script: outside MULTI the connection hands it to the script
+    /// thread (`crate::script`). Basalt's own, not shown by COMMAND.
+    pub const RUNS_SCRIPT: u32 = 1 << 24;
 
     /// Names in COMMAND INFO order.
     pub const NAMES: &[(u32, &str)] = &[
@@ -118,6 +121,8 @@ pub enum Group {
     Pubsub,
     /// MULTI, EXEC and friends.
     Transactions,
+    /// EVAL, FUNCTION and friends.
+    Scripting,
 }
 
 impl Group {
@@ -134,6 +139,7 @@ impl Group {
             Group::List => "list",
             Group::Pubsub => "pubsub",
             Group::Transactions => "transactions",
+            Group::Scripting => "scripting",
         }
     }
 }
@@ -200,6 +206,7 @@ const FAMILIES: &[&[CommandDef]] = &[
     pubsub::COMMANDS,
     transaction::COMMANDS,
     version::COMMANDS,
+    crate::script::COMMANDS,
 ];
 
 /// Every command, in table order.
@@ -338,6 +345,9 @@ pub enum After {
     Close,
     /// Wait this long before the next command (DEBUG SLEEP).
     Sleep(Duration),
+    /// Hand the script command stored in [`Conn::script`] to the script
+    /// thread and wait for its reply (`crate::script`).
+    Script,
     /// Close without replying and shut the server down (SHUTDOWN).
     Shutdown,
     /// Park until a key this client waits for is signalled, then run the
@@ -365,6 +375,9 @@ pub struct Conn {
     /// anything it waited on, and after each command, which is charged the
     /// time since the previous reading (`crate::cmdstats`).
     pub tick: u64,
+    /// A script command waiting to be handed to the script thread
+    /// ([`After::Script`]).
+    pub script: Option<Vec<Vec<u8>>>,
 }
 
 /// Everything a handler needs.

@@ -157,6 +157,7 @@ fn categories(c: &CommandDef) -> Vec<&'static str> {
         Group::List => "@list",
         Group::Pubsub => "@pubsub",
         Group::Transactions => "@transaction",
+        Group::Scripting => "@scripting",
     });
     v.push(if c.flags & FAST != 0 {
         "@fast"

@@ -513,7 +513,7 @@ impl Req {
     /// commands: EXEC never interleaves with it. `f` must not block on
     /// anything but the keyspace's own locks.
     fn locked<T>(&self, f: impl FnOnce(&Shared) -> T) -> T {
-        let _gate = self.shared.gate.enter();
+        let _gate = self.shared.gate.enter_wait();
         f(&self.shared)
     }
 
@@ -551,6 +551,7 @@ impl Req {
             tx: Default::default(),
             batch_clock: 0,
             tick: crate::state::now_ns(),
+            script: None,
         };
         let mut out = Vec::new();
         let (found, _) = self.locked(|sh| commands::execute(sh, &mut conn, &mut out, args));

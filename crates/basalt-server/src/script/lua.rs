@@ -1,0 +1,872 @@
+//! The Lua 5.1 interpreter behind EVAL and FCALL: the sandbox, the `redis`
+//! API scripts call, and the conversions between Lua values and RESP.
+//!
+//! The one idea: **scripts see the server through `redis.call`, which runs
+//! an ordinary command through the command table** ([`commands::execute`])
+//! on the calling connection, and reads its RESP reply back as a Lua value.
+//! So a command run from a script takes the same locks, emits the same
+//! keyspace events, wakes the same blocked clients and counts in the same
+//! statistics as it does from a client, and replication will see the same
+//! write commands (see `docs/architecture.md`, "Scripting").
+//!
+//! The sandbox follows Redis 7.0: the globals table is read-only (creating
+//! or changing a global fails with "Attempt to modify a readonly table"),
+//! reading an unknown global fails, the library tables cannot be changed,
+//! and `os`, `io`, `debug`, `dofile`, `loadfile`, `print`, `require` and
+//! `setfenv` are absent. Lua 5.1 has no read-only tables, so scripts run in
+//! an environment that is an empty *proxy* of the real globals (`__index`
+//! reads through, `__newindex` refuses), the library tables are proxies
+//! too, and the raw writers (`rawset`, `setmetatable`, `table.insert`,
+//! `table.remove`, `table.sort`) refuse proxies. One visible difference:
+//! `pairs(_G)` iterates nothing.
+
+use std::cell::Cell;
+
+use mlua::{Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value, VmState};
+
+use basalt_resp::{Encoder, Frame, Limits, Parsed, Protocol, RequestParser};
+
+use crate::commands::{self, flags, After, Conn};
+use crate::state::Shared;
+
+/// The chunk name of EVAL scripts (Lua reports errors as `user_script:N:`).
+pub(crate) const SCRIPT_SOURCE: &str = "@user_script";
+/// The chunk name of FUNCTION libraries.
+pub(crate) const FUNCTION_SOURCE: &str = "@user_function";
+/// The chunk name of Basalt's own Lua code, skipped when an error is
+/// attributed to a line of the user's script.
+const INTERNAL: &str = "=basalt";
+/// Lua instructions between two checks for SCRIPT KILL.
+const HOOK_EVERY: u32 = 100_000;
+/// Deepest Lua table converted to a reply (Redis stops at the same depth).
+const MAX_DEPTH: usize = 1000;
+
+/// What a running script's `redis.call` works with. Set by [`Interp::run`]
+/// for the duration of one run on the running thread.
+pub(crate) struct CallEnv<'a> {
+    pub shared: &'a Shared,
+    pub conn: &'a mut Conn,
+    /// EVAL_RO, FCALL_RO or a `no-writes` script: write commands fail.
+    pub read_only: bool,
+    /// `redis.setresp(3)`: commands reply in RESP3 and their replies are
+    /// converted with the RESP3 rules.
+    pub resp3: bool,
+    /// Set once the script has called a write command (SCRIPT KILL then
+    /// refuses).
+    pub wrote: &'a std::sync::atomic::AtomicBool,
+    /// Set by SCRIPT KILL / FUNCTION KILL.
+    pub killed: &'a std::sync::atomic::AtomicBool,
+}
+
+thread_local! {
+    /// The [`CallEnv`] of the script running on this thread, or null.
+    static ENV: Cell<*mut CallEnv<'static>> = const { Cell::new(std::ptr::null_mut()) };
+}
+
+/// Runs `f` with the running script's [`CallEnv`], or fails outside a run
+/// (a function kept from a script and called later cannot reach one: the
+/// interpreter only runs inside [`Interp::run`]).
+fn with_env<R>(f: impl FnOnce(&mut CallEnv<'_>) -> R) -> Option<R> {
+    let p = ENV.with(Cell::get);
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: `p` was set by `Interp::run` from a `&mut CallEnv` that
+    // outlives the run and is not otherwise used while Lua runs; it is reset
+    // to null before `run` returns. Callbacks do not nest (commands run from
+    // scripts never run a script), so this is the only live reference.
+    Some(f(unsafe { &mut *p }))
+}
+
+/// An error value as Redis's Lua API raises it: `{err = "CODE message"}`.
+fn error_table(lua: &Lua, msg: &[u8]) -> mlua::Result<Value> {
+    let t = lua.create_table()?;
+    t.raw_set("err", lua.create_string(msg)?)?;
+    Ok(Value::Table(t))
+}
+
+/// What a script function returned, or why it failed.
+pub(crate) enum Outcome {
+    /// The script's return value, already converted to RESP in `out`.
+    Replied,
+    /// The script raised an error: the reply line without `-`.
+    Failed(String),
+}
+
+/// The interpreter: one Lua state with the sandbox installed.
+pub(crate) struct Interp {
+    lua: Lua,
+    /// The real globals table (scripts see [`Interp::env`]).
+    globals: Table,
+    /// The read-only environment scripts and libraries run in.
+    env: Table,
+    /// The `redis` table scripts see (a proxy).
+    redis: Table,
+    /// The `redis` table FUNCTION LOAD's code sees.
+    load_api: Table,
+    xpcall: Function,
+    handler: Function,
+}
+
+impl std::fmt::Debug for Interp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Interp")
+    }
+}
+
+/// The sandbox and the `redis` table, built over the real globals `G`
+/// from the Rust functions in `api`.
+const SETUP: &str = r#"
+local G, api, version, version_num = ...
+local error, type, tostring, select = error, type, tostring, select
+local rawset, setmetatable, loadstring, load, setfenv = rawset, setmetatable, loadstring, load, setfenv
+local tinsert, tremove, tsort = table.insert, table.remove, table.sort
+local readonly = setmetatable({}, {__mode = 'k'})
+
+local function deny() error('Attempt to modify a readonly table', 2) end
+local function protect(real)
+  local proxy = {}
+  readonly[proxy] = true
+  setmetatable(proxy, {__index = real, __newindex = deny, __metatable = false})
+  return proxy
+end
+local function guard(t)
+  if readonly[t] then error('Attempt to modify a readonly table', 0) end
+end
+
+local function raising(f) return f end
+
+local rcall = api.rcall
+local redis = {}
+redis.call = api.call
+redis.pcall = function(...)
+  return (rcall(...))
+end
+local function reply_table(field)
+  return function(...)
+    local v = ...
+    if select('#', ...) ~= 1 or (type(v) ~= 'string' and type(v) ~= 'number') then
+      return {err = 'ERR wrong number or type of arguments'}
+    end
+    return {[field] = tostring(v)}
+  end
+end
+redis.error_reply = reply_table('err')
+redis.status_reply = reply_table('ok')
+redis.sha1hex = raising(api.sha1hex)
+redis.log = raising(api.log)
+redis.setresp = raising(api.setresp)
+redis.set_repl = raising(api.set_repl)
+redis.acl_check_cmd = raising(api.acl_check_cmd)
+redis.replicate_commands = function() return true end
+redis.breakpoint = function() return false end
+redis.debug = function() end
+local consts = {
+  LOG_DEBUG = 0, LOG_VERBOSE = 1, LOG_NOTICE = 2, LOG_WARNING = 3,
+  REPL_NONE = 0, REPL_AOF = 1, REPL_SLAVE = 2, REPL_REPLICA = 2, REPL_ALL = 3,
+  REDIS_VERSION = version, REDIS_VERSION_NUM = version_num,
+}
+for k, v in pairs(consts) do redis[k] = v end
+
+-- What FUNCTION LOAD's code sees as `redis`.
+local load_api = {register_function = raising(api.register_function), log = redis.log,
+  setresp = redis.setresp}
+for k, v in pairs(consts) do load_api[k] = v end
+
+for _, name in ipairs({'dofile', 'loadfile', 'print', 'getfenv', 'setfenv', 'newproxy',
+    'module', 'require', 'package', 'os', 'io', 'debug'}) do
+  G[name] = nil
+end
+
+local ENV = protect(G)
+G._G = ENV
+G.loadstring = function(s, name)
+  local f, e = loadstring(s, name)
+  if f then setfenv(f, ENV) end
+  return f, e
+end
+G.load = function(fn, name)
+  local f, e = load(fn, name)
+  if f then setfenv(f, ENV) end
+  return f, e
+end
+G.rawset = function(t, k, v) guard(t) return rawset(t, k, v) end
+G.setmetatable = function(t, m) guard(t) return setmetatable(t, m) end
+local tablelib = {}
+for k, v in pairs(G.table) do tablelib[k] = v end
+tablelib.insert = function(t, ...) guard(t) return tinsert(t, ...) end
+tablelib.remove = function(t, ...) guard(t) return tremove(t, ...) end
+tablelib.sort = function(t, ...) guard(t) return tsort(t, ...) end
+G.table = tablelib
+for _, name in ipairs({'string', 'table', 'math', 'coroutine', 'bit', 'cjson', 'cmsgpack', 'struct'}) do
+  if G[name] ~= nil then G[name] = protect(G[name]) end
+end
+-- Methods on strings read the protected string table.
+local smt = getmetatable('')
+smt.__index = G.string
+smt.__metatable = false
+local function strict(t)
+  setmetatable(t, {__index = function(_, k)
+    error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
+  end})
+  return t
+end
+strict(redis)
+strict(load_api)
+local redis_proxy = protect(redis)
+G.redis = redis_proxy
+setmetatable(G, {__index = function(_, k)
+  error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
+end})
+return ENV, redis_proxy, protect(load_api)
+"#;
+
+impl Interp {
+    /// A fresh interpreter with the sandbox installed. `register` is the
+    /// Rust side of `redis.register_function` (FUNCTION LOAD).
+    pub fn new(
+        register: fn(&Lua, MultiValue) -> mlua::Result<(Value, bool)>,
+    ) -> mlua::Result<Interp> {
+        let lua = Lua::new_with(
+            StdLib::TABLE | StdLib::STRING | StdLib::MATH,
+            LuaOptions::default(),
+        )?;
+        // TEMP super::libs::register(&lua)?;
+        let globals = lua.globals();
+        let xpcall: Function = globals.raw_get("xpcall")?;
+        let api = lua.create_table()?;
+        api.raw_set("rcall", lua.create_function(call)?)?;
+        // Each API function is a Rust function returning (value, failed),
+        // kept in the registry, behind a C function that raises `value`
+        // when `failed`: raised from C, the error keeps the caller's
+        // frame (`return redis.call(...)` is a tail call, which would drop
+        // it if the raiser were Lua), so it names the script's line.
+        type Api = fn(&Lua, MultiValue) -> mlua::Result<(Value, bool)>;
+        let raising: [(&str, Api, mlua::ffi::lua_CFunction); 7] = [
+            ("call", call, raise_from::<0>),
+            ("sha1hex", sha1hex, raise_from::<1>),
+            ("log", log, raise_from::<2>),
+            ("setresp", setresp, raise_from::<3>),
+            ("set_repl", set_repl, raise_from::<4>),
+            ("acl_check_cmd", acl_check_cmd, raise_from::<5>),
+            ("register_function", register, raise_from::<6>),
+        ];
+        for (i, (name, f, shim)) in raising.into_iter().enumerate() {
+            lua.set_named_registry_value(RAISING_KEYS[i].to_str().unwrap_or_default(), lua.create_function(f)?)?;
+            // SAFETY: `raise_from` follows the Lua C API protocol (see there).
+            let shim = unsafe { lua.create_c_function(shim)? };
+            api.raw_set(name, shim)?;
+        }
+        let version = crate::commands::connection::REDIS_VERSION;
+        let num = version
+            .split('.')
+            .fold(0i64, |n, p| (n << 8) | p.parse::<i64>().unwrap_or(0));
+        let (env, redis, load_api): (Table, Table, Table) = lua
+            .load(SETUP)
+            .set_name(INTERNAL)
+            .call((globals.clone(), api, version, num))?;
+        let handler = lua.create_function(error_handler)?;
+        lua.set_global_hook(
+            HookTriggers::new().every_nth_instruction(HOOK_EVERY),
+            |_, _| {
+                if with_env(|e| e.killed.load(std::sync::atomic::Ordering::Relaxed))
+                    .unwrap_or(false)
+                {
+                    return Err(mlua::Error::runtime(KILLED));
+                }
+                Ok(VmState::Continue)
+            },
+        )?;
+        Ok(Interp {
+            lua,
+            globals,
+            env,
+            redis,
+            load_api,
+            xpcall,
+            handler,
+        })
+    }
+
+    /// Compiles `body` as a function in the sandbox; the error is the
+    /// message of Lua's compiler.
+    pub fn compile(&self, body: &[u8], source: &str) -> Result<Function, String> {
+        self.lua
+            .load(body)
+            .set_name(source)
+            .set_environment(self.env.clone())
+            .into_function()
+            .map_err(|e| match e {
+                mlua::Error::SyntaxError { message, .. } => message,
+                e => e.to_string(),
+            })
+    }
+
+    /// Runs a FUNCTION library's top-level code with `redis` being the
+    /// load-time API (`redis.register_function`).
+    pub fn run_library(&self, chunk: &Function) -> Result<(), String> {
+        self.globals
+            .raw_set("redis", self.load_api.clone())
+            .map_err(|e| e.to_string())?;
+        let r = self.call_protected(chunk, MultiValue::new());
+        let _ = self.globals.raw_set("redis", self.redis.clone());
+        match r {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(msg)) => Err(msg),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Calls `f` under the error handler: `Ok(Ok(values))`, or
+    /// `Ok(Err(reply line))` for an error the script raised.
+    fn call_protected(
+        &self,
+        f: &Function,
+        args: MultiValue,
+    ) -> mlua::Result<Result<MultiValue, String>> {
+        let mut call_args = MultiValue::with_capacity(args.len() + 2);
+        call_args.push_back(Value::Function(f.clone()));
+        call_args.push_back(Value::Function(self.handler.clone()));
+        call_args.extend(args);
+        let mut r: MultiValue = self.xpcall.call(call_args)?;
+        match r.pop_front() {
+            Some(Value::Boolean(true)) => Ok(Ok(r)),
+            _ => Ok(Err(describe_failure(r.pop_front().unwrap_or(Value::Nil)))),
+        }
+    }
+
+    /// Runs a script (or a function) and writes its reply to `out` in the
+    /// client's protocol. For EVAL, `keys` and `argv` become the globals
+    /// KEYS and ARGV; for FCALL (`as_args`) they are the function's two
+    /// arguments. `name` is what error replies call the script (the SHA or
+    /// the function's name).
+    pub fn run(
+        &self,
+        env: &mut CallEnv<'_>,
+        f: &Function,
+        keys: &[&[u8]],
+        argv: &[&[u8]],
+        as_args: bool,
+        out: &mut Vec<u8>,
+    ) -> Outcome {
+        let lua = &self.lua;
+        let tables = (|| -> mlua::Result<(Table, Table)> {
+            let k = lua.create_table_with_capacity(keys.len(), 0)?;
+            for (i, key) in keys.iter().enumerate() {
+                k.raw_set(i + 1, lua.create_string(key)?)?;
+            }
+            let a = lua.create_table_with_capacity(argv.len(), 0)?;
+            for (i, arg) in argv.iter().enumerate() {
+                a.raw_set(i + 1, lua.create_string(arg)?)?;
+            }
+            Ok((k, a))
+        })();
+        let Ok((k, a)) = tables else {
+            return Outcome::Failed("ERR out of memory building KEYS and ARGV".into());
+        };
+        let args = if as_args {
+            MultiValue::from_iter([Value::Table(k), Value::Table(a)])
+        } else {
+            let _ = self.globals.raw_set("KEYS", k);
+            let _ = self.globals.raw_set("ARGV", a);
+            MultiValue::new()
+        };
+        ENV.with(|c| c.set((env as *mut CallEnv<'_>).cast::<CallEnv<'static>>()));
+        struct Reset;
+        impl Drop for Reset {
+            fn drop(&mut self) {
+                ENV.with(|c| c.set(std::ptr::null_mut()));
+            }
+        }
+        let reset = Reset;
+        let r = self.call_protected(f, args);
+        drop(reset);
+        let resp3 = env.resp3;
+        match r {
+            Ok(Ok(values)) => {
+                let v = values.into_iter().next().unwrap_or(Value::Nil);
+                let mut enc = Encoder::new(out, env.conn.protocol);
+                write_reply(&mut enc, &v, resp3, 0);
+                Outcome::Replied
+            }
+            Ok(Err(msg)) => Outcome::Failed(msg),
+            Err(e) => Outcome::Failed(format!("ERR {}", one_line(&e.to_string()))),
+        }
+    }
+}
+
+/// Registry keys of the API functions behind [`raise_from`], by index.
+const RAISING_KEYS: [&std::ffi::CStr; 7] = [
+    c"basalt.call",
+    c"basalt.sha1hex",
+    c"basalt.log",
+    c"basalt.setresp",
+    c"basalt.set_repl",
+    c"basalt.acl_check_cmd",
+    c"basalt.register_function",
+];
+
+/// A C function that calls the API function registered under
+/// `RAISING_KEYS[K]` with its arguments, then returns the first result, or
+/// raises it as the error value when the second result is true.
+unsafe extern "C-unwind" fn raise_from<const K: usize>(
+    state: *mut mlua::ffi::lua_State,
+) -> std::ffi::c_int {
+    use mlua::ffi;
+    // SAFETY: Lua calls this with a valid state whose stack holds the
+    // arguments; a C function may use LUA_MINSTACK (20) slots, and this one
+    // pushes one (the function) above them. `lua_call` and `lua_error` may
+    // unwind or longjmp through this frame, which owns nothing to drop.
+    unsafe {
+        let n = ffi::lua_gettop(state);
+        ffi::lua_getfield(state, ffi::LUA_REGISTRYINDEX, RAISING_KEYS[K].as_ptr());
+        ffi::lua_insert(state, 1);
+        ffi::lua_call(state, n, 2);
+        let failed = ffi::lua_toboolean(state, -1) != 0;
+        ffi::lua_settop(state, -2);
+        if failed {
+            ffi::lua_error(state);
+        }
+        1
+    }
+}
+
+/// The text of SCRIPT KILL's error in the killed script.
+const KILLED: &str = "ERR Script killed by user with SCRIPT KILL...";
+
+/// The reply line of a failed run from what the error handler returned:
+/// `{err, source, line}` becomes `<err> script: ..., on <source>:<line>.`
+/// (the caller fills in the script's name).
+fn describe_failure(v: Value) -> String {
+    match v {
+        Value::Table(t) => {
+            let err = t
+                .raw_get::<mlua::String>("err")
+                .map(|s| String::from_utf8_lossy(&s.as_bytes()).into_owned())
+                .unwrap_or_else(|_| "ERR unknown error".into());
+            let source: Option<String> = t.raw_get("source").ok();
+            let line: Option<i64> = t.raw_get("line").ok();
+            match (source, line) {
+                (Some(s), Some(l)) => format!("{}\u{0}{s}:{l}", one_line(&err)),
+                _ => one_line(&err),
+            }
+        }
+        Value::String(s) => format!("ERR {}", one_line(&s.to_string_lossy())),
+        other => format!("ERR {}", one_line(&format!("{other:?}"))),
+    }
+}
+
+/// Error replies are one line: Redis turns line breaks into spaces.
+fn one_line(s: &str) -> String {
+    s.replace(['\r', '\n'], " ")
+}
+
+/// The message of a Rust-side error inside Lua (a hook's or a callback's).
+fn error_message(e: &mlua::Error) -> String {
+    match e {
+        mlua::Error::RuntimeError(m) => m.clone(),
+        mlua::Error::CallbackError { cause, .. } => error_message(cause),
+        mlua::Error::MemoryError(m) => format!("ERR {m}"),
+        e => format!("ERR {e}"),
+    }
+}
+
+/// xpcall's handler: turns any error into `{err, source, line}`, the line
+/// being the innermost frame of the user's code (as Redis's
+/// `__redis__err__handler` reports it).
+fn error_handler(lua: &Lua, err: Value) -> mlua::Result<Table> {
+    let killed = with_env(|e| e.killed.load(std::sync::atomic::Ordering::Relaxed)).unwrap_or(false);
+    let msg: Vec<u8> = if killed {
+        KILLED.as_bytes().to_vec()
+    } else {
+        match &err {
+            Value::Table(t) => match t.raw_get::<Value>("err")? {
+                Value::String(s) => s.as_bytes().to_vec(),
+                _ => b"ERR unknown error".to_vec(),
+            },
+            Value::String(s) => [&b"ERR "[..], &s.as_bytes()].concat(),
+            Value::Error(e) => error_message(e).into_bytes(),
+            Value::Nil => b"ERR nil".to_vec(),
+            other => format!("ERR {}", other.to_string().unwrap_or_default()).into_bytes(),
+        }
+    };
+    let t = lua.create_table()?;
+    t.raw_set("err", lua.create_string(&msg)?)?;
+    for level in 1..64 {
+        let Some(found) = lua.inspect_stack(level, |d| {
+            let src = d.source();
+            let what = src.what;
+            let source = src.source.map(|s| s.into_owned());
+            (what, source, d.current_line().map_or(0, |l| l as i64))
+        }) else {
+            break;
+        };
+        let (what, source, line) = found;
+        match source {
+            Some(s) if what != "C" && what != "tail" && s != INTERNAL => {
+                t.raw_set("source", s)?;
+                t.raw_set("line", line)?;
+                break;
+            }
+            _ => {}
+        }
+    }
+    Ok(t)
+}
+
+/// Formats a Lua number as Redis passes it to a command: integers without
+/// a fraction, others in the shortest form that reads back the same.
+fn number_arg(n: f64) -> String {
+    if n.fract() == 0.0 && n.abs() < 1e17 {
+        format!("{}", n as i64)
+    } else {
+        format!("{n}")
+    }
+}
+
+/// `redis.call` and `redis.pcall`: runs a command; returns its reply as a
+/// Lua value and whether it is an error (the Lua wrapper raises it for
+/// `redis.call`).
+fn call(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, bool)> {
+    let mut argv: Vec<Vec<u8>> = Vec::with_capacity(args.len());
+    for a in args.iter() {
+        match a {
+            Value::String(s) => argv.push(s.as_bytes().to_vec()),
+            Value::Integer(i) => argv.push(i.to_string().into_bytes()),
+            Value::Number(n) => argv.push(number_arg(*n).into_bytes()),
+            _ => {
+                return Ok((
+                    error_table(
+                        lua,
+                        b"ERR Lua redis lib command arguments must be strings or integers",
+                    )?,
+                    true,
+                ))
+            }
+        }
+    }
+    if argv.is_empty() {
+        return Ok((
+            error_table(
+                lua,
+                b"ERR Please specify at least one argument for this redis lib call",
+            )?,
+            true,
+        ));
+    }
+    let r = with_env(|env| run_command(lua, env, &argv));
+    match r {
+        Some(r) => r,
+        None => Ok((
+            error_table(lua, b"ERR redis.call is only available while a script runs")?,
+            true,
+        )),
+    }
+}
+
+/// Runs one command for a script: the checks Redis makes for scripts, then
+/// the command table, then the reply as a Lua value.
+fn run_command(lua: &Lua, env: &mut CallEnv<'_>, argv: &[Vec<u8>]) -> mlua::Result<(Value, bool)> {
+    let fail = |msg: &str| -> mlua::Result<(Value, bool)> { Ok((error_table(lua, msg.as_bytes())?, true)) };
+    let Some(cmd) = commands::lookup(&argv[0]) else {
+        return fail("ERR Unknown Redis command called from script");
+    };
+    if !cmd.arity_ok(argv.len()) {
+        return fail("ERR Wrong number of args calling Redis command from script");
+    }
+    if cmd.flags & flags::NOSCRIPT != 0 {
+        return fail("ERR This Redis command is not allowed from script");
+    }
+    if cmd.is_write() {
+        if env.read_only {
+            return fail("ERR Write commands are not allowed from read-only scripts.");
+        }
+        env.wrote.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    let mut wire = Vec::with_capacity(16 + argv.iter().map(|a| a.len() + 16).sum::<usize>());
+    basalt_resp::write_command(&mut wire, argv.iter());
+    let mut parser = RequestParser::new(Limits {
+        max_bulk_len: usize::MAX,
+        ..Limits::default()
+    });
+    let Ok(Parsed::Command { args, .. }) = parser.parse(&wire) else {
+        return fail("ERR command too large to run from a script");
+    };
+    let saved = env.conn.protocol;
+    env.conn.protocol = if env.resp3 {
+        Protocol::Resp3
+    } else {
+        Protocol::Resp2
+    };
+    let mut out = Vec::new();
+    let (found, after) = commands::execute(env.shared, env.conn, &mut out, args);
+    env.conn.protocol = saved;
+    if after == Some(After::Block) {
+        // Scripts never block: a blocking command that would wait answers
+        // as it does on timeout.
+        env.shared.blocking.finish(env.conn.info.id);
+        out.clear();
+        let mut e = Encoder::new(&mut out, env.conn.protocol);
+        match found.map(|c| c.name) {
+            Some("blmove" | "brpoplpush") => e.null(),
+            _ => e.null_array(),
+        }
+    }
+    let frame = match Frame::parse(&out) {
+        Ok(Some((f, _))) => f,
+        _ => return fail("ERR a command's reply could not be read back"),
+    };
+    let failed = matches!(frame, Frame::Error(_) | Frame::BlobError(_));
+    Ok((frame_to_lua(lua, frame, env.resp3)?, failed))
+}
+
+/// A command's reply as a Lua value, by Redis's conversion rules (RESP2:
+/// status -> `{ok=}`, error -> `{err=}`, null -> false; RESP3 adds maps,
+/// sets, doubles, booleans, big numbers, verbatim strings, nil).
+fn frame_to_lua(lua: &Lua, frame: Frame, resp3: bool) -> mlua::Result<Value> {
+    let single = |field: &str, v: Value| -> mlua::Result<Value> {
+        let t = lua.create_table()?;
+        t.raw_set(field, v)?;
+        Ok(Value::Table(t))
+    };
+    Ok(match frame {
+        Frame::Simple(s) => single("ok", Value::String(lua.create_string(&s)?))?,
+        Frame::Error(e) | Frame::BlobError(e) => error_table(lua, &e)?,
+        Frame::Integer(n) => Value::Number(n as f64),
+        Frame::Bulk(b) => Value::String(lua.create_string(&b)?),
+        Frame::NullBulk | Frame::NullArray => Value::Boolean(false),
+        Frame::Null => {
+            if resp3 {
+                Value::Nil
+            } else {
+                Value::Boolean(false)
+            }
+        }
+        Frame::Array(items) | Frame::Push(items) => {
+            let t = lua.create_table_with_capacity(items.len(), 0)?;
+            for (i, item) in items.into_iter().enumerate() {
+                t.raw_set(i + 1, frame_to_lua(lua, item, resp3)?)?;
+            }
+            Value::Table(t)
+        }
+        Frame::Map(pairs) => {
+            let m = lua.create_table_with_capacity(0, pairs.len())?;
+            for (k, v) in pairs {
+                m.raw_set(frame_to_lua(lua, k, resp3)?, frame_to_lua(lua, v, resp3)?)?;
+            }
+            single("map", Value::Table(m))?
+        }
+        Frame::Set(items) => {
+            let s = lua.create_table_with_capacity(0, items.len())?;
+            for item in items {
+                s.raw_set(frame_to_lua(lua, item, resp3)?, true)?;
+            }
+            single("set", Value::Table(s))?
+        }
+        Frame::Double(d) => single("double", Value::Number(d))?,
+        Frame::Boolean(b) => Value::Boolean(b),
+        Frame::BigNumber(d) => single("big_number", Value::String(lua.create_string(&d)?))?,
+        Frame::Verbatim { format, text } => {
+            let v = lua.create_table()?;
+            v.raw_set("format", lua.create_string(format)?)?;
+            v.raw_set("string", lua.create_string(&text)?)?;
+            single("verbatim_string", Value::Table(v))?
+        }
+        Frame::Attributed { frame, .. } => frame_to_lua(lua, *frame, resp3)?,
+    })
+}
+
+/// Writes a script's return value as a reply, by Redis's rules: numbers
+/// become integers (truncated), strings bulk strings, `{err=}` an error,
+/// `{ok=}` a status, `{double=}`, `{map=}`, `{set=}`, `{big_number=}` and
+/// `{verbatim_string=}` their RESP3 types, other tables arrays (up to the
+/// first nil), booleans `:1` / null (or RESP3 booleans after
+/// `redis.setresp(3)`), everything else null.
+pub(crate) fn write_reply(enc: &mut Encoder<'_>, v: &Value, resp3: bool, depth: usize) {
+    match v {
+        Value::Integer(i) => enc.integer(*i),
+        Value::Number(n) => enc.integer(truncate(*n)),
+        Value::String(s) => enc.bulk(&s.as_bytes()),
+        Value::Boolean(b) => {
+            if resp3 {
+                enc.boolean(*b)
+            } else if *b {
+                enc.integer(1)
+            } else {
+                enc.null()
+            }
+        }
+        Value::Table(t) if depth < MAX_DEPTH => write_table(enc, t, resp3, depth),
+        Value::Table(_) => enc.error(b"ERR reached lua stack limit"),
+        _ => enc.null(),
+    }
+}
+
+/// C's `(long long)` cast of a double, saturating as x86 does not.
+fn truncate(n: f64) -> i64 {
+    if n.is_nan() {
+        i64::MIN
+    } else {
+        n as i64
+    }
+}
+
+fn write_table(enc: &mut Encoder<'_>, t: &Table, resp3: bool, depth: usize) {
+    if let Ok(Value::String(e)) = t.raw_get::<Value>("err") {
+        let line = one_line(&e.to_string_lossy());
+        enc.error(line.as_bytes());
+        return;
+    }
+    if let Ok(Value::String(s)) = t.raw_get::<Value>("ok") {
+        let line = one_line(&s.to_string_lossy());
+        enc.simple(line.as_bytes());
+        return;
+    }
+    if let Ok(v) = t.raw_get::<Value>("double") {
+        match v {
+            Value::Number(d) => return enc.double(d),
+            Value::Integer(i) => return enc.double(i as f64),
+            _ => {}
+        }
+    }
+    if let Ok(Value::String(s)) = t.raw_get::<Value>("big_number") {
+        enc.big_number(&s.as_bytes());
+        return;
+    }
+    if let Ok(Value::Table(m)) = t.raw_get::<Value>("map") {
+        let pairs: Vec<(Value, Value)> = m.pairs::<Value, Value>().filter_map(Result::ok).collect();
+        enc.map(pairs.len());
+        for (k, v) in &pairs {
+            write_reply(enc, k, resp3, depth + 1);
+            write_reply(enc, v, resp3, depth + 1);
+        }
+        return;
+    }
+    if let Ok(Value::Table(s)) = t.raw_get::<Value>("set") {
+        let items: Vec<Value> = s
+            .pairs::<Value, Value>()
+            .filter_map(Result::ok)
+            .map(|(k, _)| k)
+            .collect();
+        enc.set(items.len());
+        for k in &items {
+            write_reply(enc, k, resp3, depth + 1);
+        }
+        return;
+    }
+    if let Ok(Value::Table(v)) = t.raw_get::<Value>("verbatim_string") {
+        if let (Ok(Value::String(f)), Ok(Value::String(s))) =
+            (v.raw_get::<Value>("format"), v.raw_get::<Value>("string"))
+        {
+            let f = f.as_bytes();
+            let mut format = [b't', b'x', b't'];
+            if f.len() == 3 {
+                format.copy_from_slice(&f);
+            }
+            enc.verbatim(&format, &s.as_bytes());
+            return;
+        }
+    }
+    let mut items = Vec::new();
+    for i in 1.. {
+        match t.raw_get::<Value>(i) {
+            Ok(Value::Nil) | Err(_) => break,
+            Ok(v) => items.push(v),
+        }
+    }
+    enc.array(items.len());
+    for v in &items {
+        write_reply(enc, v, resp3, depth + 1);
+    }
+}
+
+/// Builds the failure tuple the Lua wrappers raise.
+fn raise(lua: &Lua, msg: &str) -> mlua::Result<(Value, bool)> {
+    Ok((error_table(lua, msg.as_bytes())?, true))
+}
+
+fn sha1hex(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, bool)> {
+    let bytes: Vec<u8> = match args.front() {
+        Some(Value::String(s)) if args.len() == 1 => s.as_bytes().to_vec(),
+        Some(Value::Integer(i)) if args.len() == 1 => i.to_string().into_bytes(),
+        Some(Value::Number(n)) if args.len() == 1 => number_arg(*n).into_bytes(),
+        _ => return raise(lua, "ERR wrong number of arguments"),
+    };
+    let hex = super::sha1_hex(&bytes);
+    Ok((Value::String(lua.create_string(hex)?), false))
+}
+
+fn log(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, bool)> {
+    if args.len() < 2 {
+        return raise(lua, "ERR redis.log() requires two arguments or more.");
+    }
+    let level = match args.front() {
+        Some(Value::Integer(i)) => *i,
+        Some(Value::Number(n)) => *n as i64,
+        _ => return raise(lua, "ERR First argument must be a number (log level)."),
+    };
+    if !(0..=3).contains(&level) {
+        return raise(lua, "ERR Invalid debug level.");
+    }
+    let mut text = String::new();
+    for (i, v) in args.iter().skip(1).enumerate() {
+        if i > 0 {
+            text.push(' ');
+        }
+        match v {
+            Value::String(s) => text.push_str(&s.to_string_lossy()),
+            Value::Integer(n) => text.push_str(&n.to_string()),
+            Value::Number(n) => text.push_str(&number_arg(*n)),
+            _ => {}
+        }
+    }
+    match level {
+        0 => tracing::debug!(target: "script", "{text}"),
+        1 | 2 => tracing::info!(target: "script", "{text}"),
+        _ => tracing::warn!(target: "script", "{text}"),
+    }
+    Ok((Value::Nil, false))
+}
+
+fn setresp(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, bool)> {
+    let n = match args.front() {
+        Some(Value::Integer(i)) if args.len() == 1 => *i,
+        Some(Value::Number(n)) if args.len() == 1 => *n as i64,
+        _ => return raise(lua, "ERR redis.setresp() requires one argument."),
+    };
+    if n != 2 && n != 3 {
+        return raise(lua, "ERR RESP version must be 2 or 3.");
+    }
+    with_env(|e| e.resp3 = n == 3);
+    Ok((Value::Nil, false))
+}
+
+fn set_repl(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, bool)> {
+    let n = match args.front() {
+        Some(Value::Integer(i)) if args.len() == 1 => *i,
+        Some(Value::Number(n)) if args.len() == 1 => *n as i64,
+        _ => return raise(lua, "ERR redis.set_repl() requires one argument."),
+    };
+    if !(0..=3).contains(&n) {
+        return raise(
+            lua,
+            "ERR Invalid replication flags. Use REPL_AOF, REPL_REPLICA, REPL_ALL or REPL_NONE.",
+        );
+    }
+    // Basalt records a script's effects whole (its write commands); there
+    // is no AOF/replica split to choose from yet, so the flags are accepted.
+    Ok((Value::Nil, false))
+}
+
+fn acl_check_cmd(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, bool)> {
+    let name = match args.front() {
+        Some(Value::String(s)) => s.as_bytes().to_vec(),
+        _ => return raise(lua, "ERR Please specify at least one argument for this redis lib call"),
+    };
+    match commands::lookup(&name) {
+        // No ACL users: the default user may run every command.
+        Some(c) if c.arity_ok(args.len()) => Ok((Value::Boolean(true), false)),
+        Some(_) => raise(lua, "ERR Wrong number of args calling Redis command from script"),
+        None => raise(lua, "ERR Invalid command passed to redis.acl_check_cmd()"),
+    }
+}

@@ -1,0 +1,1043 @@
+//! Scripting: EVAL, EVALSHA, EVAL_RO, EVALSHA_RO, SCRIPT, FUNCTION, FCALL
+//! and FCALL_RO, on Lua 5.1 (`mlua`, vendored), as Redis 7.0 has them.
+//!
+//! The one idea: **a script runs alone, on the script thread, as one write
+//! batch.** A connection that receives a script command hands it (and its
+//! connection state) to the script thread and awaits the reply; the script
+//! thread takes the exec gate exclusively (`crate::tx`), so no other
+//! client's command runs until the script ends, opens one engine write
+//! batch, so its writes are crash-atomic, and runs the script. Running it
+//! off the connection workers is what lets a long script be reported and
+//! stopped: every worker stays free to answer `-BUSY` once the script has
+//! run past `busy-reply-threshold`, and to run SCRIPT KILL, FUNCTION KILL
+//! and SHUTDOWN NOSAVE (see [`crate::tx::Gate`]). Inside MULTI, a script
+//! runs inline in EXEC, which already holds the gate.
+//!
+//! Scripts are compiled once per SHA1 and cached; scripts that came by EVAL
+//! are evicted oldest first past [`MAX_EVAL_SCRIPTS`] (as Redis 7.4 does),
+//! SCRIPT LOAD's stay until SCRIPT FLUSH. FUNCTION libraries are kept on
+//! disk (`functions`) and loaded again at start-up.
+
+// TEMP pub mod libs;
+mod functions;
+mod lua;
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+
+use mlua::{Function, MultiValue, Value};
+use parking_lot::Mutex;
+
+use basalt_resp::{Args, Limits, Parsed, RequestParser};
+
+use crate::commands::{
+    def, flags::*, int_arg, is, sub_arity, unknown_subcommand, After, CommandDef, Conn, Ctx,
+    Error, Group, Result,
+};
+use crate::state::Shared;
+use functions::{FunctionDef, Library};
+use lua::{CallEnv, Interp, Outcome};
+
+/// Scripts kept from EVAL (not SCRIPT LOAD) before the oldest is evicted.
+pub const MAX_EVAL_SCRIPTS: usize = 500;
+
+/// A script's flags from its `#!lua flags=...` line (the function flags).
+const SHEBANG: u32 = 1 << 16;
+
+/// The scripting commands.
+pub const COMMANDS: &[CommandDef] = &[
+    def(
+        "eval",
+        -3,
+        NOSCRIPT | SKIP_MONITOR | MAY_REPLICATE | STALE | MOVABLE_KEYS | RUNS_SCRIPT,
+        (0, 0, 0),
+        Group::Scripting,
+        "2.6.0",
+        "Execute a Lua script server side",
+        eval,
+    ),
+    def(
+        "evalsha",
+        -3,
+        NOSCRIPT | SKIP_MONITOR | MAY_REPLICATE | STALE | MOVABLE_KEYS | RUNS_SCRIPT,
+        (0, 0, 0),
+        Group::Scripting,
+        "2.6.0",
+        "Execute a Lua script server side",
+        eval,
+    ),
+    def(
+        "eval_ro",
+        -3,
+        NOSCRIPT | SKIP_MONITOR | READONLY | STALE | MOVABLE_KEYS | RUNS_SCRIPT,
+        (0, 0, 0),
+        Group::Scripting,
+        "7.0.0",
+        "Execute a read-only Lua script server side",
+        eval,
+    ),
+    def(
+        "evalsha_ro",
+        -3,
+        NOSCRIPT | SKIP_MONITOR | READONLY | STALE | MOVABLE_KEYS | RUNS_SCRIPT,
+        (0, 0, 0),
+        Group::Scripting,
+        "7.0.0",
+        "Execute a read-only Lua script server side",
+        eval,
+    ),
+    def(
+        "fcall",
+        -3,
+        NOSCRIPT | SKIP_MONITOR | MAY_REPLICATE | STALE | MOVABLE_KEYS | RUNS_SCRIPT,
+        (0, 0, 0),
+        Group::Scripting,
+        "7.0.0",
+        "Invoke a function",
+        fcall,
+    ),
+    def(
+        "fcall_ro",
+        -3,
+        NOSCRIPT | SKIP_MONITOR | READONLY | STALE | MOVABLE_KEYS | RUNS_SCRIPT,
+        (0, 0, 0),
+        Group::Scripting,
+        "7.0.0",
+        "Invoke a read-only function",
+        fcall,
+    ),
+    def(
+        "script",
+        -2,
+        NOSCRIPT,
+        (0, 0, 0),
+        Group::Scripting,
+        "2.6.0",
+        "A container for Lua scripts management commands",
+        script,
+    ),
+    def(
+        "function",
+        -2,
+        NOSCRIPT,
+        (0, 0, 0),
+        Group::Scripting,
+        "7.0.0",
+        "A container for function commands",
+        function,
+    ),
+];
+
+/// Lower-case hex SHA1 of `bytes` (script ids, `redis.sha1hex`).
+pub fn sha1_hex(bytes: &[u8]) -> String {
+    sha1_smol::Sha1::from(bytes).digest().to_string()
+}
+
+/// A compiled script.
+#[derive(Debug)]
+struct Cached {
+    f: Function,
+    /// [`SHEBANG`] and the `functions` flags of its `#!lua` line.
+    flags: u32,
+}
+
+/// The interpreter and what lives in it.
+#[derive(Debug)]
+struct Engine {
+    interp: Interp,
+    /// Compiled scripts by SHA1 (lower-case hex).
+    scripts: HashMap<String, Cached>,
+    /// SHAs that came by EVAL, oldest first (evictable).
+    evictable: VecDeque<String>,
+    /// Loaded libraries by name.
+    libs: std::collections::BTreeMap<String, Library>,
+    /// Function name -> library name.
+    index: HashMap<String, String>,
+}
+
+/// The script running now, for SCRIPT KILL, FUNCTION KILL, FUNCTION STATS
+/// and the `-BUSY` reply (its clock lives in the gate:
+/// [`crate::tx::Gate::busy`]).
+#[derive(Debug, Default)]
+pub struct Running {
+    /// The script has called a write command: it can no longer be killed.
+    wrote: AtomicBool,
+    /// SCRIPT KILL / FUNCTION KILL asked it to stop.
+    killed: AtomicBool,
+    /// What runs: (function name or empty for EVAL, the command line).
+    what: Mutex<Option<(String, Vec<Vec<u8>>)>>,
+}
+
+/// Scripting's server-wide state.
+pub struct Scripts {
+    engine: Mutex<Engine>,
+    running: Running,
+    dir: PathBuf,
+    /// The script thread's queue, started on first use.
+    thread: OnceLock<std::sync::mpsc::Sender<Job>>,
+    /// The server, for the script thread.
+    shared: OnceLock<Weak<Shared>>,
+}
+
+impl std::fmt::Debug for Scripts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Scripts")
+    }
+}
+
+/// One script command handed to the script thread.
+struct Job {
+    conn: Conn,
+    args: Vec<Vec<u8>>,
+    done: tokio::sync::oneshot::Sender<Done>,
+}
+
+/// What the script thread hands back.
+pub(crate) struct Done {
+    /// The connection state, back.
+    pub conn: Conn,
+    /// The reply.
+    pub out: Vec<u8>,
+    /// What the connection must do next.
+    pub after: Option<After>,
+    /// Whether the script wrote (for `appendfsync always` and the dirty
+    /// counter).
+    pub wrote: bool,
+}
+
+thread_local! {
+    /// The functions a library being loaded has registered so far.
+    static REGISTERING: std::cell::RefCell<Option<Vec<FunctionDef>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// `redis.register_function`, while FUNCTION LOAD runs a library's code.
+fn register_function(lua: &mlua::Lua, args: MultiValue) -> mlua::Result<(Value, bool)> {
+    let fail = |msg: &str| -> mlua::Result<(Value, bool)> {
+        let t = lua.create_table()?;
+        t.raw_set("err", format!("ERR {msg}"))?;
+        Ok((Value::Table(t), true))
+    };
+    let (name, callback, mut flags, description) = match args.len() {
+        1 => {
+            let Some(Value::Table(t)) = args.front() else {
+                return fail("calling redis.register_function with a single argument is only applicable to Lua table (representing named arguments).");
+            };
+            let (mut name, mut callback, mut flags, mut description) = (None, None, 0, None);
+            for pair in t.clone().pairs::<Value, Value>() {
+                let (k, v) = pair?;
+                let key = match &k {
+                    Value::String(s) => s.to_string_lossy(),
+                    _ => return fail("named argument key given to redis.register_function is not a string"),
+                };
+                match key.as_str() {
+                    "function_name" => match v {
+                        Value::String(s) => name = Some(s.as_bytes().to_vec()),
+                        _ => return fail("function_name argument given to redis.register_function must be a string"),
+                    },
+                    "description" => match v {
+                        Value::String(s) => description = Some(s.as_bytes().to_vec()),
+                        _ => return fail("description argument given to redis.register_function must be a string"),
+                    },
+                    "callback" => match v {
+                        Value::Function(f) => callback = Some(f),
+                        _ => return fail("callback argument given to redis.register_function must be a function"),
+                    },
+                    "flags" => match v {
+                        Value::Table(list) => {
+                            for item in list.sequence_values::<Value>() {
+                                let bit = match item? {
+                                    Value::String(s) => functions::flag(&s.as_bytes()),
+                                    _ => None,
+                                };
+                                match bit {
+                                    Some(b) => flags |= b,
+                                    None => return fail("unknown flag given"),
+                                }
+                            }
+                        }
+                        _ => return fail("flags argument to redis.register_function must be a table representing function flags"),
+                    },
+                    _ => return fail("unknown argument given to redis.register_function"),
+                }
+            }
+            let Some(name) = name else {
+                return fail("redis.register_function must get a function name argument");
+            };
+            let Some(callback) = callback else {
+                return fail("redis.register_function must get a callback argument");
+            };
+            (name, callback, flags, description)
+        }
+        2 => {
+            let name = match args.front() {
+                Some(Value::String(s)) => s.as_bytes().to_vec(),
+                _ => return fail("first argument to redis.register_function must be a string"),
+            };
+            let callback = match args.get(1) {
+                Some(Value::Function(f)) => f.clone(),
+                _ => return fail("second argument to redis.register_function must be a function"),
+            };
+            (name, callback, 0, None)
+        }
+        _ => return fail("wrong number of arguments to redis.register_function"),
+    };
+    flags &= !SHEBANG;
+    if !functions::valid_name(&name) {
+        return fail("Library names can only contain letters, numbers, or underscores(_) and must be at least one character long");
+    }
+    let name = String::from_utf8_lossy(&name).into_owned();
+    let outcome = REGISTERING.with(|r| {
+        let mut r = r.borrow_mut();
+        let Some(list) = r.as_mut() else {
+            return Err("redis.register_function can only be called on FUNCTION LOAD command");
+        };
+        if list.iter().any(|f| f.name == name) {
+            return Err("Function already exists in the library");
+        }
+        list.push(FunctionDef {
+            name,
+            f: callback,
+            flags,
+            description,
+        });
+        Ok(())
+    });
+    match outcome {
+        Ok(()) => Ok((Value::Nil, false)),
+        Err(msg) => fail(msg),
+    }
+}
+
+impl Scripts {
+    /// The interpreter, with the libraries saved in `dir` loaded again.
+    pub fn open(dir: PathBuf) -> anyhow::Result<Scripts> {
+        let lua_err = |e: mlua::Error| anyhow::anyhow!("starting the Lua interpreter: {e}");
+        let interp = Interp::new(register_function).map_err(lua_err)?;
+        let mut engine = Engine {
+            interp,
+            scripts: HashMap::new(),
+            evictable: VecDeque::new(),
+            libs: Default::default(),
+            index: HashMap::new(),
+        };
+        let codes = functions::load(&dir)
+            .map_err(|e| anyhow::anyhow!("reading the saved functions: {e}"))?;
+        for code in codes {
+            let lib = engine
+                .compile_library(&code)
+                .map_err(|e| anyhow::anyhow!("loading a saved function library: {e}"))?;
+            engine.install(lib, false).map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+        Ok(Scripts {
+            engine: Mutex::new(engine),
+            running: Running::default(),
+            dir,
+            thread: OnceLock::new(),
+            shared: OnceLock::new(),
+        })
+    }
+
+    /// Tells the script thread which server it serves (once, at start-up).
+    pub(crate) fn attach(&self, shared: &Arc<Shared>) {
+        let _ = self.shared.set(Arc::downgrade(shared));
+    }
+
+    /// Runs the script command `args` of `conn` on the script thread and
+    /// waits for it; `None` if the script thread is gone (the server is
+    /// stopping), in which case `conn` is a stand-in and the connection
+    /// must close.
+    pub(crate) async fn offload(&self, conn: &mut Conn, args: Vec<Vec<u8>>) -> Option<Done> {
+        let sender = self.thread.get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel::<Job>();
+            let weak = self.shared.get().cloned().unwrap_or_default();
+            std::thread::Builder::new()
+                .name("basalt-script".into())
+                .spawn(move || script_thread(weak, rx))
+                .expect("spawn the script thread");
+            tx
+        });
+        let stand_in = Conn {
+            db: conn.db,
+            protocol: conn.protocol,
+            info: conn.info.clone(),
+            tx: Default::default(),
+            batch_clock: 0,
+            tick: 0,
+            script: None,
+        };
+        let owned = std::mem::replace(conn, stand_in);
+        let (done, wait) = tokio::sync::oneshot::channel();
+        sender
+            .send(Job {
+                conn: owned,
+                args,
+                done,
+            })
+            .ok()?;
+        let mut done = wait.await.ok()?;
+        std::mem::swap(conn, &mut done.conn);
+        Some(done)
+    }
+
+    /// What `-BUSY` says while a script is past the threshold.
+    pub(crate) fn busy_reply(&self) -> &'static str {
+        let function = self
+            .running
+            .what
+            .lock()
+            .as_ref()
+            .is_some_and(|(name, _)| !name.is_empty());
+        if function {
+            "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE."
+        } else {
+            "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."
+        }
+    }
+
+    /// SCRIPT KILL (`eval`) or FUNCTION KILL.
+    fn kill(&self, eval: bool) -> Result {
+        let what = self.running.what.lock();
+        let Some((name, _)) = what.as_ref() else {
+            return Err(Error::Msg("NOTBUSY No scripts in execution right now.".into()));
+        };
+        if self.running.wrote.load(Ordering::Relaxed) {
+            return Err(Error::Msg("UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.".into()));
+        }
+        if name.is_empty() != eval {
+            return Err(Error::Msg("NOTBUSY No scripts in execution right now.".into()));
+        }
+        self.running.killed.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Number of loaded libraries and functions (INFO, FUNCTION STATS).
+    fn counts(&self) -> (usize, usize) {
+        let e = self.engine.lock();
+        (e.libs.len(), e.index.len())
+    }
+
+    /// Saves the libraries to disk (after a change).
+    fn persist(&self, engine: &Engine) -> Result {
+        let bytes = engine.dump();
+        functions::save(&self.dir, &bytes)
+            .map_err(|e| Error::err(format!("saving the functions failed: {e}")))
+    }
+}
+
+/// The script thread: runs each handed-over script command holding the
+/// exec gate exclusively.
+fn script_thread(shared: Weak<Shared>, jobs: std::sync::mpsc::Receiver<Job>) {
+    while let Ok(mut job) = jobs.recv() {
+        let Some(shared) = shared.upgrade() else {
+            break;
+        };
+        let mut wire = Vec::new();
+        basalt_resp::write_command(&mut wire, job.args.iter());
+        let mut parser = RequestParser::new(Limits {
+            max_bulk_len: usize::MAX,
+            ..Limits::default()
+        });
+        let mut out = Vec::new();
+        let mut after = None;
+        if let Ok(Parsed::Command { args, .. }) = parser.parse(&wire) {
+            shared.gate.exclusive(|| {
+                job.conn.batch_clock = 0;
+                job.conn.tick = crate::state::now_ns();
+                after = crate::commands::execute(&shared, &mut job.conn, &mut out, args).1;
+            });
+        }
+        let wrote = shared.scripts.running.wrote.swap(false, Ordering::Relaxed);
+        drop(shared);
+        let _ = job.done.send(Done {
+            conn: job.conn,
+            out,
+            after,
+            wrote,
+        });
+    }
+}
+
+impl Engine {
+    /// Compiles (or finds) the script `body`; `evictable` for EVAL.
+    fn script(&mut self, body: &[u8], evictable: bool) -> Result<(String, &Cached)> {
+        let sha = sha1_hex(body);
+        if !self.scripts.contains_key(&sha) {
+            let (flags, code) = shebang(body)?;
+            let f = self
+                .interp
+                .compile(code, lua::SCRIPT_SOURCE)
+                .map_err(|m| Error::err(format!("Error compiling script (new function): {m}")))?;
+            self.scripts.insert(sha.clone(), Cached { f, flags });
+            if evictable {
+                self.evictable.push_back(sha.clone());
+                while self.evictable.len() > MAX_EVAL_SCRIPTS {
+                    if let Some(old) = self.evictable.pop_front() {
+                        self.scripts.remove(&old);
+                    }
+                }
+            }
+        } else if !evictable {
+            // SCRIPT LOAD of a script EVAL brought: it stays from now on.
+            self.evictable.retain(|s| *s != sha);
+        }
+        let cached = self.scripts.get(&sha).expect("inserted above");
+        Ok((sha, cached))
+    }
+
+    /// Runs a library's code, collecting what it registers.
+    fn compile_library(&mut self, code: &[u8]) -> std::result::Result<Library, String> {
+        let name = functions::metadata(code)?;
+        let body_at = code.iter().position(|&b| b == b'\n').unwrap_or(code.len());
+        let chunk = self
+            .interp
+            .compile(&code[body_at..], lua::FUNCTION_SOURCE)
+            .map_err(|m| format!("ERR Error compiling function: {m}"))?;
+        REGISTERING.with(|r| *r.borrow_mut() = Some(Vec::new()));
+        let ran = self.interp.run_library(&chunk);
+        let registered = REGISTERING.with(|r| r.borrow_mut().take()).unwrap_or_default();
+        if let Err(msg) = ran {
+            let msg = msg.split('\u{0}').next().unwrap_or_default().to_string();
+            return Err(format!("ERR Error registering functions: {msg}"));
+        }
+        if registered.is_empty() {
+            return Err("ERR No functions registered".into());
+        }
+        Ok(Library {
+            name,
+            code: code.to_vec(),
+            functions: registered,
+        })
+    }
+
+    /// Adds a library; with `replace`, one of the same name goes first.
+    fn install(&mut self, lib: Library, replace: bool) -> std::result::Result<(), String> {
+        if self.libs.contains_key(&lib.name) && !replace {
+            return Err(format!("ERR Library '{}' already exists", lib.name));
+        }
+        for f in &lib.functions {
+            if let Some(owner) = self.index.get(&f.name) {
+                if *owner != lib.name {
+                    return Err(format!("ERR Function {} already exists", f.name));
+                }
+            }
+        }
+        if let Some(old) = self.libs.remove(&lib.name) {
+            for f in old.functions {
+                self.index.remove(&f.name);
+            }
+        }
+        for f in &lib.functions {
+            self.index.insert(f.name.clone(), lib.name.clone());
+        }
+        self.libs.insert(lib.name.clone(), lib);
+        Ok(())
+    }
+
+    fn function(&self, name: &str) -> Option<&FunctionDef> {
+        let lib = self.libs.get(self.index.get(name)?)?;
+        lib.functions.iter().find(|f| f.name == name)
+    }
+
+    fn dump(&self) -> Vec<u8> {
+        functions::encode(self.libs.values().map(|l| l.code.as_slice()).collect::<Vec<_>>().into_iter())
+    }
+
+    fn clear_functions(&mut self) {
+        self.libs.clear();
+        self.index.clear();
+    }
+}
+
+/// Reads an EVAL script's optional `#!lua [flags=a,b]` first line: its
+/// flags ([`SHEBANG`] set when the line is there) and the code to compile
+/// (the line blanked, so line numbers stay).
+fn shebang(body: &[u8]) -> Result<(u32, &[u8])> {
+    if !body.starts_with(b"#!") {
+        return Ok((0, body));
+    }
+    let end = body.iter().position(|&b| b == b'\n').unwrap_or(body.len());
+    let line = String::from_utf8_lossy(&body[2..end]).into_owned();
+    let mut parts = line.split(' ').filter(|p| !p.is_empty());
+    let engine = parts.next().unwrap_or("");
+    if !engine.eq_ignore_ascii_case("lua") {
+        return Err(Error::err(format!(
+            "Unexpected engine in script shebang: {engine}"
+        )));
+    }
+    let mut flags = SHEBANG;
+    for p in parts {
+        let Some(list) = p.strip_prefix("flags=") else {
+            return Err(Error::err(format!("Unknown lua shebang option: {p}")));
+        };
+        for f in list.split(',').filter(|f| !f.is_empty()) {
+            match functions::flag(f.as_bytes()) {
+                Some(b) => flags |= b,
+                None => {
+                    return Err(Error::err(format!("Unexpected flag in script shebang: {f}")))
+                }
+            }
+        }
+    }
+    Ok((flags, &body[end..]))
+}
+
+/// `numkeys` of EVAL / FCALL: the keys and the arguments after them.
+fn split_keys<'a>(args: &Args<'a>) -> Result<(Vec<&'a [u8]>, Vec<&'a [u8]>)> {
+    let n = int_arg(&args[2])?;
+    if n < 0 {
+        return Err(Error::err("Number of keys can't be negative"));
+    }
+    let rest = args.len() - 3;
+    if n as usize > rest {
+        return Err(Error::err(
+            "Number of keys can't be greater than number of args",
+        ));
+    }
+    let all: Vec<&[u8]> = args.iter().skip(3).collect();
+    let (k, a) = all.split_at(n as usize);
+    Ok((k.to_vec(), a.to_vec()))
+}
+
+/// Runs a compiled script or function on `ctx`'s connection, as one
+/// isolated write batch, and writes its reply.
+#[allow(clippy::too_many_arguments)]
+fn run(
+    ctx: &mut Ctx<'_>,
+    engine: &Engine,
+    f: &Function,
+    name: &str,
+    function: bool,
+    read_only: bool,
+    keys: &[&[u8]],
+    argv: &[&[u8]],
+    command: Vec<Vec<u8>>,
+) {
+    let scripts = &ctx.shared.scripts;
+    scripts.running.killed.store(false, Ordering::Relaxed);
+    scripts.running.wrote.store(false, Ordering::Relaxed);
+    *scripts.running.what.lock() = Some((
+        if function { name.to_string() } else { String::new() },
+        command,
+    ));
+    ctx.shared.gate.busy().start(crate::state::now_ns());
+    let (db, clock) = (ctx.conn.db, ctx.conn.batch_clock);
+    ctx.conn.batch_clock = ctx.now_ms;
+    let outcome = {
+        let _batch = ctx.shared.keyspace.batch();
+        let mut env = CallEnv {
+            shared: ctx.shared,
+            conn: ctx.conn,
+            read_only,
+            resp3: false,
+            wrote: &scripts.running.wrote,
+            killed: &scripts.running.killed,
+        };
+        let mut out = std::mem::take(ctx.out);
+        let o = engine.interp.run(&mut env, f, keys, argv, function, &mut out);
+        *ctx.out = out;
+        o
+    };
+    ctx.conn.db = db;
+    ctx.conn.batch_clock = clock;
+    ctx.shared.gate.busy().stop();
+    *scripts.running.what.lock() = None;
+    if let Outcome::Failed(msg) = outcome {
+        let line = match msg.split_once('\u{0}') {
+            Some((err, at)) => format!("{err} script: {name}, on {at}."),
+            None => msg,
+        };
+        ctx.error_line(&line);
+    }
+}
+
+/// EVAL, EVALSHA, EVAL_RO, EVALSHA_RO.
+fn eval(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let name = ctx.cmd.name;
+    let by_sha = name.starts_with("evalsha");
+    let ro_cmd = name.ends_with("_ro");
+    let (keys, argv) = split_keys(&args)?;
+    let command = args.to_vec();
+    let scripts = &ctx.shared.scripts;
+    let mut engine = scripts.engine.lock();
+    let (sha, f, flags) = if by_sha {
+        let sha = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+        match engine.scripts.get(&sha) {
+            Some(c) if args[1].len() == 40 => (sha, c.f.clone(), c.flags),
+            _ => {
+                return Err(Error::Msg(
+                    "NOSCRIPT No matching script. Please use EVAL.".into(),
+                ))
+            }
+        }
+    } else {
+        let (sha, c) = engine.script(&args[1], true)?;
+        let (f, flags) = (c.f.clone(), c.flags);
+        (sha, f, flags)
+    };
+    if ro_cmd && flags & SHEBANG != 0 && flags & functions::NO_WRITES == 0 {
+        return Err(Error::err(
+            "Can not execute a script with write flag using *_ro command.",
+        ));
+    }
+    let read_only = ro_cmd || flags & functions::NO_WRITES != 0;
+    run(ctx, &engine, &f, &sha, false, read_only, &keys, &argv, command);
+    drop(engine);
+    Ok(())
+}
+
+/// FCALL, FCALL_RO.
+fn fcall(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let ro_cmd = ctx.cmd.name == "fcall_ro";
+    let fname = String::from_utf8_lossy(&args[1]).into_owned();
+    let engine = ctx.shared.scripts.engine.lock();
+    let Some(def) = engine.function(&fname).cloned() else {
+        return Err(Error::err("Function not found"));
+    };
+    let (keys, argv) = split_keys(&args)?;
+    if ro_cmd && def.flags & functions::NO_WRITES == 0 {
+        return Err(Error::err(
+            "Can not execute a script with write flag using *_ro command.",
+        ));
+    }
+    let read_only = ro_cmd || def.flags & functions::NO_WRITES != 0;
+    let command = args.to_vec();
+    run(ctx, &engine, &def.f, &fname, true, read_only, &keys, &argv, command);
+    Ok(())
+}
+
+const SCRIPT_HELP: &[&str] = &[
+    "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "EXISTS <sha1> [<sha1> ...]",
+    "    Return information about the existence of the scripts in the script cache.",
+    "FLUSH [ASYNC|SYNC]",
+    "    Flush the Lua scripts cache. Very dangerous on replicas.",
+    "    When called without the optional mode argument, the behavior is determined by the",
+    "    lazyfree-lazy-user-flush configuration directive. Valid modes are:",
+    "    * ASYNC: Asynchronously flush the scripts cache.",
+    "    * SYNC: Synchronously flush the scripts cache.",
+    "KILL",
+    "    Kill the currently executing Lua script.",
+    "LOAD <script>",
+    "    Load a script into the scripts cache without executing it.",
+    "HELP",
+    "    Prints this help.",
+];
+
+fn help(ctx: &mut Ctx<'_>, lines: &[&str]) {
+    ctx.array(lines.len());
+    for l in lines {
+        ctx.simple(l.as_bytes());
+    }
+}
+
+/// FLUSH's optional ASYNC | SYNC.
+fn flush_mode(args: &Args<'_>, full: &'static str) -> Result {
+    match args.len() {
+        2 => Ok(()),
+        3 if is(&args[2], "async") || is(&args[2], "sync") => Ok(()),
+        3 => Err(Error::err(format!(
+            "{} only supports SYNC|ASYNC option",
+            full.replace('|', " ").to_ascii_uppercase()
+        ))),
+        _ => Err(Error::Arity(full.into())),
+    }
+}
+
+/// SCRIPT LOAD | EXISTS | FLUSH | KILL | HELP.
+fn script(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let sub = &args[1];
+    let scripts = &ctx.shared.scripts;
+    if is(sub, "load") {
+        sub_arity("script|load", 3, &args)?;
+        let sha = scripts.engine.lock().script(&args[2], false)?.0;
+        ctx.bulk(sha.as_bytes());
+    } else if is(sub, "exists") {
+        sub_arity("script|exists", -3, &args)?;
+        let engine = scripts.engine.lock();
+        let found: Vec<bool> = args
+            .iter()
+            .skip(2)
+            .map(|s| {
+                s.len() == 40
+                    && engine
+                        .scripts
+                        .contains_key(&String::from_utf8_lossy(s).to_ascii_lowercase())
+            })
+            .collect();
+        drop(engine);
+        ctx.array(found.len());
+        for f in found {
+            ctx.int(f as i64);
+        }
+    } else if is(sub, "flush") {
+        flush_mode(&args, "script|flush")?;
+        let mut engine = scripts.engine.lock();
+        engine.scripts.clear();
+        engine.evictable.clear();
+        ctx.ok();
+    } else if is(sub, "kill") {
+        sub_arity("script|kill", 2, &args)?;
+        scripts.kill(true)?;
+        ctx.ok();
+    } else if is(sub, "help") && args.len() == 2 {
+        help(ctx, SCRIPT_HELP);
+    } else {
+        return Err(unknown_subcommand("script", sub));
+    }
+    Ok(())
+}
+
+const FUNCTION_HELP: &[&str] = &[
+    "FUNCTION <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "LOAD [REPLACE] <FUNCTION CODE>",
+    "    Create a new library with the given library name and code.",
+    "DELETE <LIBRARY NAME>",
+    "    Delete the given library.",
+    "LIST [LIBRARYNAME PATTERN] [WITHCODE]",
+    "    Return general information on all the libraries:",
+    "    * Library name",
+    "    * The engine used to run the Library",
+    "    * Library description",
+    "    * Functions list",
+    "    * Library code (if WITHCODE is given)",
+    "    It also possible to get only function that matches a pattern using LIBRARYNAME argument.",
+    "STATS",
+    "    Return information about the current function running:",
+    "    * Function name",
+    "    * Command used to run the function",
+    "    * Duration in MS that the function is running",
+    "    If no function is running, return nil",
+    "    In addition, returns a list of available engines.",
+    "KILL",
+    "    Kill the current running function.",
+    "FLUSH [ASYNC|SYNC]",
+    "    Delete all the libraries.",
+    "    When called without the optional mode argument, the behavior is determined by the",
+    "    lazyfree-lazy-user-flush configuration directive. Valid modes are:",
+    "    * ASYNC: Asynchronously flush the libraries.",
+    "    * SYNC: Synchronously flush the libraries.",
+    "DUMP",
+    "    Return a serialized payload representing the current libraries, can be restored using FUNCTION RESTORE command",
+    "RESTORE <PAYLOAD> [FLUSH|APPEND|REPLACE]",
+    "    Restore the libraries represented by the given payload, it is possible to give a restore policy to",
+    "    control how to handle existing libraries (default APPEND):",
+    "    * FLUSH: delete all existing libraries.",
+    "    * APPEND: appends the restored libraries to the existing libraries. On collision, abort.",
+    "    * REPLACE: appends the restored libraries to the existing libraries, On collision, replace the old",
+    "      libraries with the new libraries (notice that even on this option there is a chance of failure",
+    "      in case of functions name collision with another library).",
+    "HELP",
+    "    Print this help.",
+];
+
+/// FUNCTION LOAD | DELETE | FLUSH | LIST | DUMP | RESTORE | KILL | STATS | HELP.
+fn function(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let sub = &args[1];
+    let scripts = &ctx.shared.scripts;
+    if is(sub, "load") {
+        sub_arity("function|load", -3, &args)?;
+        let (replace, code) = match args.len() {
+            3 => (false, &args[2]),
+            4 if is(&args[2], "replace") => (true, &args[3]),
+            _ => return Err(Error::err(format!("Unknown option given: {}", String::from_utf8_lossy(&args[2])))),
+        };
+        let mut engine = scripts.engine.lock();
+        let lib = engine.compile_library(code).map_err(|m| Error::Msg(m.into()))?;
+        let name = lib.name.clone();
+        engine.install(lib, replace).map_err(|m| Error::Msg(m.into()))?;
+        scripts.persist(&engine)?;
+        drop(engine);
+        ctx.bulk(name.as_bytes());
+    } else if is(sub, "delete") {
+        sub_arity("function|delete", 3, &args)?;
+        let name = String::from_utf8_lossy(&args[2]).into_owned();
+        let mut engine = scripts.engine.lock();
+        let Some(lib) = engine.libs.remove(&name) else {
+            return Err(Error::err("Library not found"));
+        };
+        for f in lib.functions {
+            engine.index.remove(&f.name);
+        }
+        scripts.persist(&engine)?;
+        ctx.ok();
+    } else if is(sub, "flush") {
+        flush_mode(&args, "function|flush")?;
+        let mut engine = scripts.engine.lock();
+        engine.clear_functions();
+        scripts.persist(&engine)?;
+        ctx.ok();
+    } else if is(sub, "list") {
+        function_list(ctx, &args)?;
+    } else if is(sub, "dump") {
+        sub_arity("function|dump", 2, &args)?;
+        let bytes = scripts.engine.lock().dump();
+        ctx.bulk(&bytes);
+    } else if is(sub, "restore") {
+        sub_arity("function|restore", -3, &args)?;
+        function_restore(ctx, &args)?;
+    } else if is(sub, "kill") {
+        sub_arity("function|kill", 2, &args)?;
+        scripts.kill(false)?;
+        ctx.ok();
+    } else if is(sub, "stats") {
+        sub_arity("function|stats", 2, &args)?;
+        let running = scripts.running.what.lock().clone();
+        let (libs, funcs) = scripts.counts();
+        let started = ctx.shared.gate.busy().since_ns();
+        ctx.enc().map(2);
+        ctx.bulk(b"running_script");
+        match running {
+            Some((name, command)) if !name.is_empty() => {
+                ctx.enc().map(3);
+                ctx.bulk(b"name");
+                ctx.bulk(name.as_bytes());
+                ctx.bulk(b"command");
+                ctx.array(command.len());
+                for c in &command {
+                    ctx.bulk(c);
+                }
+                ctx.bulk(b"duration_ms");
+                let ms = crate::state::now_ns().saturating_sub(started) / 1_000_000;
+                ctx.int(ms as i64);
+            }
+            _ => ctx.null(),
+        }
+        ctx.bulk(b"engines");
+        ctx.enc().map(1);
+        ctx.bulk(b"LUA");
+        ctx.enc().map(2);
+        ctx.bulk(b"libraries_count");
+        ctx.int(libs as i64);
+        ctx.bulk(b"functions_count");
+        ctx.int(funcs as i64);
+    } else if is(sub, "help") && args.len() == 2 {
+        help(ctx, FUNCTION_HELP);
+    } else {
+        return Err(unknown_subcommand("function", sub));
+    }
+    Ok(())
+}
+
+/// FUNCTION LIST [LIBRARYNAME pattern] [WITHCODE].
+fn function_list(ctx: &mut Ctx<'_>, args: &Args<'_>) -> Result {
+    let mut pattern: Option<&[u8]> = None;
+    let mut with_code = false;
+    let mut i = 2;
+    while i < args.len() {
+        if is(&args[i], "withcode") && !with_code {
+            with_code = true;
+        } else if is(&args[i], "libraryname") && pattern.is_none() && i + 1 < args.len() {
+            pattern = Some(&args[i + 1]);
+            i += 1;
+        } else if is(&args[i], "libraryname") && i + 1 >= args.len() {
+            return Err(Error::err("library name argument was not given"));
+        } else {
+            return Err(Error::err(format!(
+                "Unknown argument {}",
+                String::from_utf8_lossy(&args[i])
+            )));
+        }
+        i += 1;
+    }
+    let engine = ctx.shared.scripts.engine.lock();
+    let libs: Vec<&Library> = engine
+        .libs
+        .values()
+        .filter(|l| pattern.is_none_or(|p| crate::glob::matches(p, l.name.as_bytes(), false)))
+        .collect();
+    ctx.array(libs.len());
+    for lib in libs {
+        ctx.enc().map(if with_code { 4 } else { 3 });
+        ctx.bulk(b"library_name");
+        ctx.bulk(lib.name.as_bytes());
+        ctx.bulk(b"engine");
+        ctx.bulk(b"LUA");
+        ctx.bulk(b"functions");
+        ctx.array(lib.functions.len());
+        for f in &lib.functions {
+            ctx.enc().map(3);
+            ctx.bulk(b"name");
+            ctx.bulk(f.name.as_bytes());
+            ctx.bulk(b"description");
+            ctx.opt_bulk(f.description.as_deref());
+            ctx.bulk(b"flags");
+            let names: Vec<&str> = functions::FLAG_NAMES
+                .iter()
+                .filter(|(b, _)| f.flags & b != 0)
+                .map(|(_, n)| *n)
+                .collect();
+            ctx.enc().set(names.len());
+            for n in names {
+                ctx.bulk(n.as_bytes());
+            }
+        }
+        if with_code {
+            ctx.bulk(b"library_code");
+            ctx.bulk(&lib.code);
+        }
+    }
+    Ok(())
+}
+
+/// FUNCTION RESTORE payload [FLUSH | APPEND | REPLACE].
+fn function_restore(ctx: &mut Ctx<'_>, args: &Args<'_>) -> Result {
+    #[derive(PartialEq)]
+    enum Policy {
+        Flush,
+        Append,
+        Replace,
+    }
+    let policy = match args.get(3) {
+        None => Policy::Append,
+        Some(p) if is(p, "flush") => Policy::Flush,
+        Some(p) if is(p, "append") => Policy::Append,
+        Some(p) if is(p, "replace") => Policy::Replace,
+        Some(_) => {
+            return Err(Error::err(
+                "Wrong restore policy given, value should be either FLUSH, APPEND or REPLACE.",
+            ))
+        }
+    };
+    if args.len() > 4 {
+        return Err(Error::Syntax);
+    }
+    let Some(codes) = functions::decode(&args[2]) else {
+        return Err(Error::err("DUMP payload version or checksum are wrong"));
+    };
+    let scripts = &ctx.shared.scripts;
+    let mut engine = scripts.engine.lock();
+    // Compile every library first: a payload that fails changes nothing.
+    let mut libs = Vec::with_capacity(codes.len());
+    for code in &codes {
+        libs.push(engine.compile_library(code).map_err(|m| Error::Msg(m.into()))?);
+    }
+    let saved: Vec<Vec<u8>> = engine.libs.values().map(|l| l.code.clone()).collect();
+    if policy == Policy::Flush {
+        engine.clear_functions();
+    }
+    for lib in libs {
+        if let Err(m) = engine.install(lib, policy == Policy::Replace) {
+            // Put the previous set back as it was.
+            engine.clear_functions();
+            for code in &saved {
+                if let Ok(l) = engine.compile_library(code) {
+                    let _ = engine.install(l, false);
+                }
+            }
+            return Err(Error::Msg(m.into()));
+        }
+    }
+    scripts.persist(&engine)?;
+    drop(engine);
+    ctx.ok();
+    Ok(())
+}
+
+/// INFO's scripting numbers: (cached scripts, libraries, functions).
+pub fn info(scripts: &Scripts) -> (usize, usize, usize) {
+    let e = scripts.engine.lock();
+    (e.scripts.len(), e.libs.len(), e.index.len())
+}
