@@ -1328,6 +1328,7 @@ def main():
         return 0
     R, B = Side(args.redis, "redis"), Side(args.basalt, "basalt")
     ndiff = 0
+    by_section = {}
     reset_warned = set()
     for name, proto, cmds in cases:
         for side in (R, B):
@@ -1367,6 +1368,8 @@ def main():
             lines.append((tag, x, ra, rr, br))
         if differs:
             ndiff += 1
+            sec = name.split("/")[0]
+            by_section[sec] = by_section.get(sec, 0) + 1
         if differs or args.v:
             print("%s %s" % ("DIFF" if differs else "same", name))
             for tag, x, a, rr, br in lines:
@@ -1380,6 +1383,8 @@ def main():
                     print("      redis : %s" % show(rr))
                     print("      basalt: %s   (%s)" % (show(br), ("not compared: %s" % x.skip) if x.skip
                                                          else "equal after normalising"))
+    if by_section:
+        print("differing cases by section: " + ", ".join("%s %d" % kv for kv in sorted(by_section.items())))
     print("%d cases, %d differ" % (len(cases), ndiff))
     return 1 if ndiff else 0
 

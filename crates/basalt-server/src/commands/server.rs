@@ -921,6 +921,8 @@ enum Kind {
     ObufLimit,
     /// A setting of `crate::auth` (password, protected mode, limits).
     Security,
+    /// busy-reply-threshold / lua-time-limit (ms, >= 0).
+    BusyMs,
 }
 
 /// Settings CONFIG knows: (name, kind, default). Immutable ones read their
@@ -972,6 +974,8 @@ const PARAMS: &[(&str, Kind, &str)] = &[
     ("list-max-listpack-size", Kind::Int, "-2"),
     ("list-max-ziplist-size", Kind::Int, "-2"),
     ("list-compress-depth", Kind::Int, "0"),
+    ("busy-reply-threshold", Kind::BusyMs, ""),
+    ("lua-time-limit", Kind::BusyMs, ""),
     ("stream-node-max-bytes", Kind::Int, "4096"),
     ("stream-node-max-entries", Kind::Int, "100"),
 ];
@@ -993,6 +997,7 @@ fn param_value(ctx: &Ctx<'_>, name: &'static str, kind: Kind, default: &str) -> 
         "appendfsync" => ctx.shared.settings.appendfsync().as_str().to_string(),
         "notify-keyspace-events" => crate::notify::render(ctx.shared.pubsub.events()),
         "client-output-buffer-limit" => ctx.shared.pubsub.limits().render(),
+        _ if kind == Kind::BusyMs => ctx.shared.gate.busy().threshold_ms().to_string(),
         _ if kind == Kind::Security => crate::auth::config_get(&ctx.shared.security, name),
         _ if kind == Kind::Immutable => default.to_string(),
         _ => ctx
@@ -1057,6 +1062,12 @@ fn config(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                         "argument(s) must be one of the following: everysec, always, no",
                     ))
                 }
+                Kind::BusyMs if value.parse::<u64>().is_err() => {
+                    return Err(set_failed(
+                        pname,
+                        "argument couldn't be parsed into an integer",
+                    ))
+                }
                 Kind::Int if value.parse::<i64>().is_err() => {
                     return Err(set_failed(
                         pname,
@@ -1102,6 +1113,11 @@ fn config(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                     }
                 }
                 Kind::ObufLimit => ctx.shared.pubsub.set_limits(limits),
+                Kind::BusyMs => {
+                    if let Ok(ms) = value.parse::<u64>() {
+                        ctx.shared.gate.busy().set_threshold_ms(ms);
+                    }
+                }
                 Kind::Bool => {
                     ctx.shared
                         .settings
@@ -1306,6 +1322,7 @@ fn movable_keys(name: &str, cmd: &[&[u8]]) -> Vec<usize> {
             numbered(1, None)
         }
         "blmpop" | "bzmpop" => numbered(2, None),
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" => numbered(2, None),
         "sort" | "sort_ro" => {
             // The key, and the last STORE's destination (SORT skips the
             // arguments of LIMIT, GET and BY while looking for it).

@@ -105,6 +105,8 @@ pub(crate) struct Interp {
     /// The `redis` table FUNCTION LOAD's code sees.
     load_api: Table,
     xpcall: Function,
+    /// `xpcall2(f, handler, keys, args)`: xpcall of `f(keys, args)`.
+    xpcall2: Function,
     handler: Function,
 }
 
@@ -218,7 +220,13 @@ G.redis = redis_proxy
 setmetatable(G, {__index = function(_, k)
   error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
 end})
-return ENV, redis_proxy, protect(load_api)
+-- Lua 5.1's xpcall passes no arguments: FCALL's keys and args go
+-- through a closure.
+local xpcall = xpcall
+local function xpcall2(f, h, k, a)
+  return xpcall(function() return f(k, a) end, h)
+end
+return ENV, redis_proxy, protect(load_api), xpcall2
 "#;
 
 impl Interp {
@@ -231,7 +239,7 @@ impl Interp {
             StdLib::TABLE | StdLib::STRING | StdLib::MATH,
             LuaOptions::default(),
         )?;
-        // TEMP super::libs::register(&lua)?;
+        super::libs::register(&lua)?;
         let globals = lua.globals();
         let xpcall: Function = globals.raw_get("xpcall")?;
         let api = lua.create_table()?;
@@ -261,7 +269,7 @@ impl Interp {
         let num = version
             .split('.')
             .fold(0i64, |n, p| (n << 8) | p.parse::<i64>().unwrap_or(0));
-        let (env, redis, load_api): (Table, Table, Table) = lua
+        let (env, redis, load_api, xpcall2): (Table, Table, Table, Function) = lua
             .load(SETUP)
             .set_name(INTERNAL)
             .call((globals.clone(), api, version, num))?;
@@ -284,6 +292,7 @@ impl Interp {
             redis,
             load_api,
             xpcall,
+            xpcall2,
             handler,
         })
     }
@@ -327,8 +336,13 @@ impl Interp {
         let mut call_args = MultiValue::with_capacity(args.len() + 2);
         call_args.push_back(Value::Function(f.clone()));
         call_args.push_back(Value::Function(self.handler.clone()));
+        let runner = if args.is_empty() {
+            &self.xpcall
+        } else {
+            &self.xpcall2
+        };
         call_args.extend(args);
-        let mut r: MultiValue = self.xpcall.call(call_args)?;
+        let mut r: MultiValue = runner.call(call_args)?;
         match r.pop_front() {
             Some(Value::Boolean(true)) => Ok(Ok(r)),
             _ => Ok(Err(describe_failure(r.pop_front().unwrap_or(Value::Nil)))),
@@ -503,7 +517,12 @@ fn error_handler(lua: &Lua, err: Value) -> mlua::Result<Table> {
         };
         let (what, source, line) = found;
         match source {
-            Some(s) if what != "C" && what != "tail" && s != INTERNAL => {
+            Some(s)
+                if what != "C"
+                    && what != "tail"
+                    && s != INTERNAL
+                    && s != super::libs::WRAPPER_CHUNK_NAME =>
+            {
                 t.raw_set("source", s)?;
                 t.raw_set("line", line)?;
                 break;

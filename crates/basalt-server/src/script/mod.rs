@@ -18,7 +18,7 @@
 //! SCRIPT LOAD's stay until SCRIPT FLUSH. FUNCTION libraries are kept on
 //! disk (`functions`) and loaded again at start-up.
 
-// TEMP pub mod libs;
+pub mod libs;
 mod functions;
 mod lua;
 

@@ -116,6 +116,11 @@ impl Conn {
         })
     }
 
+    /// The socket, to send without waiting for a reply.
+    pub fn stream_mut(&mut self) -> &mut TcpStream {
+        &mut self.stream
+    }
+
     pub fn cmd(&mut self, args: &[&[u8]]) -> std::io::Result<Frame> {
         let mut out = Vec::new();
         basalt_resp::write_command(&mut out, args.iter().copied());
