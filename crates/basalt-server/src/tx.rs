@@ -95,7 +95,10 @@ impl BusyClock {
         let since = self.since_ns();
         since != 0
             && crate::state::now_ns().saturating_sub(since)
-                >= self.threshold_ms.load(Ordering::Relaxed).saturating_mul(1_000_000)
+                >= self
+                    .threshold_ms
+                    .load(Ordering::Relaxed)
+                    .saturating_mul(1_000_000)
     }
     /// `busy-reply-threshold` in ms.
     pub fn threshold_ms(&self) -> u64 {
@@ -551,7 +554,9 @@ fn busy(shared: &Shared, conn: &mut Conn, out: &mut Vec<u8>, args: Args<'_>) -> 
         // Unknown commands and wrong arities get their own errors.
         None => true,
         Some(c) if !c.arity_ok(args.len()) => true,
-        Some(c) if c.name == "script" || c.name == "function" => arg_is(1, "kill"),
+        Some(c) if c.name == "script" || c.name == "function" => {
+            arg_is(1, "kill") || (c.name == "function" && arg_is(1, "stats"))
+        }
         Some(c) if c.name == "shutdown" => {
             if args.iter().skip(1).any(|a| commands::is(a, "nosave")) {
                 // Redis exits without waiting for the script. Every

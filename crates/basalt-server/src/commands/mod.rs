@@ -72,6 +72,8 @@ pub mod flags {
     pub const MOVABLE_KEYS: u32 = 1 << 15;
     /// A pub/sub command.
     pub const PUBSUB: u32 = 1 << 16;
+    /// May be called without keys although it takes key arguments.
+    pub const NO_MANDATORY_KEYS: u32 = 1 << 17;
     /// Runs a script: outside MULTI the connection hands it to the script
     /// thread (`crate::script`). Basalt's own, not shown by COMMAND.
     pub const RUNS_SCRIPT: u32 = 1 << 24;
@@ -93,6 +95,7 @@ pub mod flags {
         (NO_AUTH, "no_auth"),
         (MAY_REPLICATE, "may_replicate"),
         (NO_MULTI, "no_multi"),
+        (NO_MANDATORY_KEYS, "no_mandatory_keys"),
         (MOVABLE_KEYS, "movablekeys"),
         (ALLOW_BUSY, "allow_busy"),
     ];

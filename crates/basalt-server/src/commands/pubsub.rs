@@ -56,7 +56,7 @@ pub const COMMANDS: &[CommandDef] = &[
     def(
         "publish",
         3,
-        PUBSUB | LOADING | STALE | FAST,
+        PUBSUB | LOADING | STALE | FAST | MAY_REPLICATE,
         (0, 0, 0),
         G,
         "2.0.0",

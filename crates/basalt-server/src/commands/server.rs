@@ -143,7 +143,7 @@ fn categories(c: &CommandDef) -> Vec<&'static str> {
     if c.flags & WRITE != 0 {
         v.push("@write");
     }
-    if c.flags & READONLY != 0 {
+    if c.flags & READONLY != 0 && c.group != Group::Scripting {
         v.push("@read");
     }
     v.push(match c.group {
@@ -157,13 +157,18 @@ fn categories(c: &CommandDef) -> Vec<&'static str> {
         Group::List => "@list",
         Group::Pubsub => "@pubsub",
         Group::Transactions => "@transaction",
-        Group::Scripting => "@scripting",
+        // Redis lists @scripting after @slow (its category table's order).
+        Group::Scripting => "@slow",
     });
-    v.push(if c.flags & FAST != 0 {
-        "@fast"
+    if c.group == Group::Scripting {
+        v.push("@scripting");
     } else {
-        "@slow"
-    });
+        v.push(if c.flags & FAST != 0 {
+            "@fast"
+        } else {
+            "@slow"
+        });
+    }
     if c.flags & ADMIN != 0 {
         v.push("@dangerous");
     }
@@ -329,7 +334,8 @@ fn command(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         let cmd: Vec<&[u8]> = args.iter().skip(2).collect();
         let keys: Vec<usize> = if c.flags & MOVABLE_KEYS != 0 {
             let keys = movable_keys(c.name, &cmd);
-            if keys.is_empty() {
+            // A script may declare no keys (Redis answers an empty list).
+            if keys.is_empty() && c.flags & NO_MANDATORY_KEYS == 0 {
                 return Err(Error::err("Invalid arguments specified for command"));
             }
             keys
@@ -737,6 +743,15 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
         kv!(out, "used_memory_rss", rss);
         kv!(out, "used_memory_rss_human", human(rss));
         kv!(out, "basalt_index_bytes", index);
+        let (scripts, libraries, functions) = crate::script::info(&sh.scripts);
+        kv!(
+            out,
+            "used_memory_vm_eval",
+            crate::script::lua_memory(&sh.scripts)
+        );
+        kv!(out, "number_of_cached_scripts", scripts);
+        kv!(out, "number_of_functions", functions);
+        kv!(out, "number_of_libraries", libraries);
         kv!(out, "maxmemory", 0);
         kv!(out, "maxmemory_human", "0B");
         kv!(out, "maxmemory_policy", "noeviction");
@@ -1322,7 +1337,13 @@ fn movable_keys(name: &str, cmd: &[&[u8]]) -> Vec<usize> {
             numbered(1, None)
         }
         "blmpop" | "bzmpop" => numbered(2, None),
-        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" => numbered(2, None),
+        "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" => {
+            // Redis reads numkeys strictly here, and no keys is a valid set.
+            match cmd.get(2).and_then(|a| parse_i64(a)) {
+                Some(n) if n >= 1 && n <= cmd.len() as i64 - 3 => (3..3 + n as usize).collect(),
+                _ => Vec::new(),
+            }
+        }
         "sort" | "sort_ro" => {
             // The key, and the last STORE's destination (SORT skips the
             // arguments of LIMIT, GET and BY while looking for it).

@@ -71,10 +71,7 @@ pub(crate) struct Library {
 /// Whether `name` is a valid library or function name: letters, digits
 /// and underscores, at least one.
 pub(crate) fn valid_name(name: &[u8]) -> bool {
-    !name.is_empty()
-        && name
-            .iter()
-            .all(|b| b.is_ascii_alphanumeric() || *b == b'_')
+    !name.is_empty() && name.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_')
 }
 
 /// Reads a library's first line, `#!lua name=<name>`: its name, or the
@@ -83,7 +80,9 @@ pub(crate) fn metadata(code: &[u8]) -> Result<String, String> {
     if !code.starts_with(b"#!") {
         return Err("ERR Missing library metadata".into());
     }
-    let end = code.iter().position(|&b| b == b'\n').unwrap_or(code.len());
+    let Some(end) = code.iter().position(|&b| b == b'\n') else {
+        return Err("ERR Invalid library metadata".into());
+    };
     let line = String::from_utf8_lossy(&code[2..end]).into_owned();
     let mut parts = line.split(' ').filter(|p| !p.is_empty());
     let engine = parts.next().unwrap_or("");
@@ -93,6 +92,11 @@ pub(crate) fn metadata(code: &[u8]) -> Result<String, String> {
     let mut name = None;
     for p in parts {
         match p.strip_prefix("name=") {
+            Some(_) if name.is_some() => {
+                return Err(
+                    "ERR Invalid metadata value, name argument was given multiple times".into(),
+                )
+            }
             Some(n) => name = Some(n.to_string()),
             None => return Err(format!("ERR Invalid metadata value given: {p}")),
         }
@@ -168,7 +172,10 @@ pub(crate) fn load(dir: &Path) -> std::io::Result<Vec<Vec<u8>>> {
         Ok(bytes) => decode(&bytes).ok_or_else(|| {
             std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
-                format!("{} is damaged (bad magic, version or checksum)", path.display()),
+                format!(
+                    "{} is damaged (bad magic, version or checksum)",
+                    path.display()
+                ),
             )
         }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
@@ -200,11 +207,25 @@ mod tests {
     #[test]
     fn metadata_line_rules() {
         assert_eq!(metadata(b"#!lua name=lib\nreturn").unwrap(), "lib");
-        assert_eq!(metadata(b"#!LUA  name=x").unwrap(), "x");
-        assert!(metadata(b"return 1").unwrap_err().contains("Missing library metadata"));
-        assert!(metadata(b"#!lua\n").unwrap_err().contains("name was not given"));
-        assert!(metadata(b"#!py name=x").unwrap_err().contains("Engine 'py'"));
-        assert!(metadata(b"#!lua name=x a=b").unwrap_err().contains("a=b"));
-        assert!(metadata(b"#!lua name=a-b").unwrap_err().contains("Library names"));
+        assert_eq!(metadata(b"#!LUA  name=x\n").unwrap(), "x");
+        assert!(metadata(b"return 1")
+            .unwrap_err()
+            .contains("Missing library metadata"));
+        assert!(metadata(b"#!lua name=x")
+            .unwrap_err()
+            .contains("Invalid library metadata"));
+        assert!(metadata(b"#!lua\n")
+            .unwrap_err()
+            .contains("name was not given"));
+        assert!(metadata(b"#!py name=x\n")
+            .unwrap_err()
+            .contains("Engine 'py'"));
+        assert!(metadata(b"#!lua name=x a=b\n").unwrap_err().contains("a=b"));
+        assert!(metadata(b"#!lua name=a name=b\n")
+            .unwrap_err()
+            .contains("multiple times"));
+        assert!(metadata(b"#!lua name=a-b\n")
+            .unwrap_err()
+            .contains("Library names"));
     }
 }

@@ -10,9 +10,9 @@
 //! * `struct` — lua-struct: binary `pack`, `unpack` and `size` with the C format language.
 //!
 //! Behaviour was checked against redis-server 7.0.15. Errors are raised as plain Lua strings
-//! (not mlua error userdata): every library function is a Rust function wrapped in a tiny Lua
-//! closure that calls `error(msg, 0)`, so `pcall(cjson.decode, "x")` yields the same message as
-//! Redis. Argument errors read `bad argument #N to 'name' (...)` with the library name of the
+//! (not mlua error userdata): every library function is a Rust function behind a C closure
+//! that raises its message with the caller's position, as `luaL_error` does, so
+//! `pcall(cjson.decode, "x")` and a script's error line read as in Redis. Argument errors read `bad argument #N to 'name' (...)` with the library name of the
 //! function, whereas C Lua names the function as it was called (`'f'` for a local alias, `'?'`
 //! under `pcall`).
 //!
@@ -36,10 +36,17 @@ const MAX_NESTING: usize = 1000;
 /// Lua 5.1's `LUAI_MAXCSTACK`: the C libraries fail `lua_checkstack` beyond this many slots.
 const LUA_MAX_CSTACK: usize = 8000;
 
-/// Chunk name of the small Lua wrapper that raises the libraries' errors. An error handler that,
-/// like Redis's, reports the line of the script that called a failing library function should
-/// skip frames whose `source` is this (in Redis that frame is the C function itself).
-pub const WRAPPER_CHUNK_NAME: &str = "=basalt_script_libs";
+/// A Lua function from `f` that raises its `Err(message)` as `luaL_error` does in a C
+/// library function (prefixed with the calling Lua code's position).
+pub(crate) fn raising_function<F>(lua: &Lua, f: F) -> mlua::Result<Function>
+where
+    F: Fn(&Lua, &[Value]) -> Result<Vec<Value>, String> + Send + 'static,
+{
+    let w = Wrapper::new(lua)?;
+    w.func(lua, move |lua, a| {
+        f(lua, a).map_err(|m| Raise::Msg(m.into_bytes()))
+    })
+}
 
 /// Installs the `bit`, `cjson`, `cmsgpack` and `struct` tables as globals of `lua`.
 pub fn register(lua: &Lua) -> mlua::Result<()> {
@@ -181,35 +188,43 @@ fn bytes_value(lua: &Lua, b: &[u8]) -> Res<Value> {
 
 /// Turns Rust functions into Lua functions that raise string errors.
 ///
-/// The Rust side returns `(true, results...)` or `(false, message)`; a small Lua closure
-/// forwards the results or calls `error(message, 0)` (no position prefix, like `luaL_error`
-/// inside a C function).
+/// The Rust side returns `(true, results...)` or `(false, message)`; a C closure around it
+/// (see [`raise_where`]) forwards the results or raises the message prefixed with the
+/// caller's position, exactly as `luaL_error` does in a C library function.
 struct Wrapper {
-    shim: Function,
     /// Lua's `next` (cjson walks objects with it).
     next: Function,
 }
 
+/// The C closure of [`Wrapper::func`]: calls its upvalue (the Rust function) with the
+/// arguments, returns its results after the leading `true`, or raises `where .. message`
+/// where `where` is the calling Lua code's `chunk:line: ` (empty when the caller is C, such
+/// as `pcall`).
+unsafe extern "C-unwind" fn raise_where(state: *mut mlua::ffi::lua_State) -> std::ffi::c_int {
+    use mlua::ffi;
+    // SAFETY: Lua calls this with a valid state; a C function may use LUA_MINSTACK slots and
+    // this one pushes at most two above its arguments and the callee's results. `lua_call`
+    // and `lua_error` may unwind or longjmp through this frame, which owns nothing to drop.
+    unsafe {
+        let n = ffi::lua_gettop(state);
+        ffi::lua_pushvalue(state, ffi::lua_upvalueindex(1));
+        ffi::lua_insert(state, 1);
+        ffi::lua_call(state, n, ffi::LUA_MULTRET);
+        let total = ffi::lua_gettop(state);
+        if ffi::lua_toboolean(state, 1) != 0 {
+            return total - 1;
+        }
+        ffi::luaL_where(state, 1);
+        ffi::lua_pushvalue(state, 2);
+        ffi::lua_concat(state, 2);
+        ffi::lua_error(state);
+    }
+}
+
 impl Wrapper {
     fn new(lua: &Lua) -> mlua::Result<Self> {
-        let error: Function = lua.globals().get("error")?;
-        let shim = lua
-            .load(
-                r#"
-                local error = ...
-                local function check(ok, ...)
-                    if ok then return ... end
-                    error((...), 0)
-                end
-                return function(raw)
-                    return function(...) return check(raw(...)) end
-                end
-                "#,
-            )
-            .set_name(WRAPPER_CHUNK_NAME)
-            .call::<Function>(error)?;
         let next = lua.globals().get("next")?;
-        Ok(Wrapper { shim, next })
+        Ok(Wrapper { next })
     }
 
     fn func<F>(&self, lua: &Lua, f: F) -> mlua::Result<Function>
@@ -229,7 +244,13 @@ impl Wrapper {
             ])),
             Err(Raise::Lua(e)) => Err(e),
         })?;
-        self.shim.call(raw)
+        // SAFETY: `raw` is pushed as the only argument; `lua_pushcclosure` pops it as the
+        // closure's upvalue and leaves the closure, the one result.
+        unsafe {
+            lua.exec_raw::<Function>(raw, |state| {
+                mlua::ffi::lua_pushcclosure(state, raise_where, 1);
+            })
+        }
     }
 }
 
@@ -527,7 +548,6 @@ mod cjson {
 
         // `cjson.new()` returns an independent module with its own configuration.
         let shim = Wrapper {
-            shim: w.shim.clone(),
             next: w.next.clone(),
         };
         t.set(
@@ -2186,9 +2206,17 @@ mod tests {
     /// Runs `code` (which returns one value) and renders the result with `tostring`.
     fn run(lua: &Lua, code: &str) -> String {
         let chunk = format!("{PRELUDE}\nreturn tostring((function() {code} end)())");
-        lua.load(&chunk)
+        let e = lua
+            .load(&chunk)
+            .set_name("=t")
             .eval::<String>()
-            .unwrap_or_else(|e| panic!("{code}: {e}"))
+            .unwrap_or_else(|e| panic!("{code}: {e}"));
+        // Raised from a Lua function, the message carries its position, as
+        // luaL_error's does (`t:<line>: `); the tests compare the rest.
+        match e.strip_prefix("t:").and_then(|r| r.split_once(": ")) {
+            Some((line, rest)) if line.bytes().all(|b| b.is_ascii_digit()) => rest.to_string(),
+            _ => e,
+        }
     }
 
     /// Runs `code`, which must raise, and returns the error value (which must be a string).
@@ -2197,9 +2225,17 @@ mod tests {
             "{PRELUDE}\nlocal ok, e = pcall(function() {code} end)\n\
              assert(not ok, 'no error')\nassert(type(e) == 'string', type(e))\nreturn e"
         );
-        lua.load(&chunk)
+        let e = lua
+            .load(&chunk)
+            .set_name("=t")
             .eval::<String>()
-            .unwrap_or_else(|e| panic!("{code}: {e}"))
+            .unwrap_or_else(|e| panic!("{code}: {e}"));
+        // Raised from a Lua function, the message carries its position, as
+        // luaL_error's does (`t:<line>: `); the tests compare the rest.
+        match e.strip_prefix("t:").and_then(|r| r.split_once(": ")) {
+            Some((line, rest)) if line.bytes().all(|b| b.is_ascii_digit()) => rest.to_string(),
+            _ => e,
+        }
     }
 
     fn check(cases: &[(&str, &str)]) {

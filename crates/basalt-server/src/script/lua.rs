@@ -21,6 +21,8 @@
 //! `pairs(_G)` iterates nothing.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use mlua::{Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value, VmState};
 
@@ -100,10 +102,12 @@ pub(crate) struct Interp {
     globals: Table,
     /// The read-only environment scripts and libraries run in.
     env: Table,
-    /// The `redis` table scripts see (a proxy).
-    redis: Table,
-    /// The `redis` table FUNCTION LOAD's code sees.
-    load_api: Table,
+    /// `mode(m)`: switches the environment to EVAL's globals (0), FUNCTION
+    /// LOAD's (1: only `redis.register_function` and `redis.log`) or
+    /// functions' (2).
+    mode: Function,
+    /// The mode set last.
+    current: std::sync::atomic::AtomicU8,
     xpcall: Function,
     /// `xpcall2(f, handler, keys, args)`: xpcall of `f(keys, args)`.
     xpcall2: Function,
@@ -120,46 +124,46 @@ impl std::fmt::Debug for Interp {
 /// from the Rust functions in `api`.
 const SETUP: &str = r#"
 local G, api, version, version_num = ...
-local error, type, tostring, select = error, type, tostring, select
-local rawset, setmetatable, loadstring, load, setfenv = rawset, setmetatable, loadstring, load, setfenv
+local error, type, tostring, select, next, ipairs = error, type, tostring, select, next, ipairs
+local rawget, rawset, setmetatable, loadstring, load, setfenv = rawget, rawset, setmetatable, loadstring, load, setfenv
+local pcall, unpack, floor = pcall, unpack, math.floor
 local tinsert, tremove, tsort = table.insert, table.remove, table.sort
-local readonly = setmetatable({}, {__mode = 'k'})
+-- proxy -> the table it shows (weak keys: proxies are kept by their users).
+local real_of = setmetatable({}, {__mode = 'k'})
 
 local function deny() error('Attempt to modify a readonly table', 2) end
 local function protect(real)
   local proxy = {}
-  readonly[proxy] = true
-  setmetatable(proxy, {__index = real, __newindex = deny, __metatable = false})
-  return proxy
+  local mt = {__index = real, __newindex = deny}
+  real_of[proxy] = real
+  -- getmetatable() shows a read-only view of the metatable.
+  local view = {}
+  real_of[view] = mt
+  setmetatable(view, {__index = mt, __newindex = deny, __metatable = false})
+  mt.__metatable = view
+  setmetatable(proxy, mt)
+  return proxy, mt
 end
 local function guard(t)
-  if readonly[t] then error('Attempt to modify a readonly table', 0) end
+  if real_of[t] then error('Attempt to modify a readonly table', 0) end
+end
+local function strict(t)
+  setmetatable(t, {__index = function(_, k)
+    error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
+  end})
+  return t
 end
 
-local function raising(f) return f end
-
-local rcall = api.rcall
 local redis = {}
 redis.call = api.call
-redis.pcall = function(...)
-  return (rcall(...))
-end
-local function reply_table(field)
-  return function(...)
-    local v = ...
-    if select('#', ...) ~= 1 or (type(v) ~= 'string' and type(v) ~= 'number') then
-      return {err = 'ERR wrong number or type of arguments'}
-    end
-    return {[field] = tostring(v)}
-  end
-end
-redis.error_reply = reply_table('err')
-redis.status_reply = reply_table('ok')
-redis.sha1hex = raising(api.sha1hex)
-redis.log = raising(api.log)
-redis.setresp = raising(api.setresp)
-redis.set_repl = raising(api.set_repl)
-redis.acl_check_cmd = raising(api.acl_check_cmd)
+redis.pcall = api.pcall
+redis.error_reply = api.error_reply
+redis.status_reply = api.status_reply
+redis.sha1hex = api.sha1hex
+redis.log = api.log
+redis.setresp = api.setresp
+redis.set_repl = api.set_repl
+redis.acl_check_cmd = api.acl_check_cmd
 redis.replicate_commands = function() return true end
 redis.breakpoint = function() return false end
 redis.debug = function() end
@@ -168,19 +172,20 @@ local consts = {
   REPL_NONE = 0, REPL_AOF = 1, REPL_SLAVE = 2, REPL_REPLICA = 2, REPL_ALL = 3,
   REDIS_VERSION = version, REDIS_VERSION_NUM = version_num,
 }
-for k, v in pairs(consts) do redis[k] = v end
+for k, v in next, consts do redis[k] = v end
 
--- What FUNCTION LOAD's code sees as `redis`.
-local load_api = {register_function = raising(api.register_function), log = redis.log,
-  setresp = redis.setresp}
-for k, v in pairs(consts) do load_api[k] = v end
+-- What FUNCTION LOAD's code sees: `redis` with register_function and log,
+-- and no other global.
+local load_api = {register_function = api.register_function, log = redis.log}
+for k, v in next, consts do load_api[k] = v end
+local load_globals = strict({redis = protect(strict(load_api))})
 
 for _, name in ipairs({'dofile', 'loadfile', 'print', 'getfenv', 'setfenv', 'newproxy',
     'module', 'require', 'package', 'os', 'io', 'debug'}) do
   G[name] = nil
 end
 
-local ENV = protect(G)
+local ENV, env_mt = protect(G)
 G._G = ENV
 G.loadstring = function(s, name)
   local f, e = loadstring(s, name)
@@ -194,39 +199,67 @@ G.load = function(fn, name)
 end
 G.rawset = function(t, k, v) guard(t) return rawset(t, k, v) end
 G.setmetatable = function(t, m) guard(t) return setmetatable(t, m) end
+-- Iteration sees through the proxies.
+local function see(t) return real_of[t] or t end
+G.next = function(t, k) return next(see(t), k) end
+G.pairs = function(t) return next, see(t), nil end
+G.ipairs = function(t) return ipairs(see(t)) end
+G.unpack = function(t, ...) return unpack(see(t), ...) end
+-- A caught error table reads as its message (Redis 7.0's pcall).
+local function caught(ok, ...)
+  if ok then return ok, ... end
+  local e = ...
+  if type(e) == 'table' then
+    local m = rawget(e, 'err')
+    if type(m) == 'string' or type(m) == 'number' then return false, m end
+  end
+  return false, e
+end
+G.pcall = function(...) return caught(pcall(...)) end
+G.__redis__err__handler = api.handler
 local tablelib = {}
-for k, v in pairs(G.table) do tablelib[k] = v end
+for k, v in next, G.table do tablelib[k] = v end
 tablelib.insert = function(t, ...) guard(t) return tinsert(t, ...) end
 tablelib.remove = function(t, ...) guard(t) return tremove(t, ...) end
 tablelib.sort = function(t, ...) guard(t) return tsort(t, ...) end
 G.table = tablelib
+-- Redis's generator (rand48), so a seeded sequence is Redis's.
+G.math.random = api.random
+G.math.randomseed = api.randomseed
 for _, name in ipairs({'string', 'table', 'math', 'coroutine', 'bit', 'cjson', 'cmsgpack', 'struct'}) do
   if G[name] ~= nil then G[name] = protect(G[name]) end
 end
--- Methods on strings read the protected string table.
+-- Methods on strings read the protected string table, and the string
+-- metatable itself is read-only.
 local smt = getmetatable('')
 smt.__index = G.string
-smt.__metatable = false
-local function strict(t)
-  setmetatable(t, {__index = function(_, k)
-    error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
-  end})
-  return t
-end
-strict(redis)
-strict(load_api)
-local redis_proxy = protect(redis)
-G.redis = redis_proxy
-setmetatable(G, {__index = function(_, k)
-  error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
-end})
+local _, view_mt = protect(smt)
+smt.__metatable = view_mt.__metatable
+G.redis = protect(redis)
+strict(G)
+-- What functions see: the same, less EVAL's error handler global and
+-- EVAL's debugging and replication calls (as in Redis's function engine).
+local fredis = {}
+for k, v in next, redis do fredis[k] = v end
+fredis.breakpoint, fredis.debug, fredis.replicate_commands = nil, nil, nil
+local FG = {}
+for k, v in next, G do FG[k] = v end
+FG.__redis__err__handler = nil
+FG.redis = protect(fredis)
+strict(FG)
 -- Lua 5.1's xpcall passes no arguments: FCALL's keys and args go
 -- through a closure.
 local xpcall = xpcall
 local function xpcall2(f, h, k, a)
   return xpcall(function() return f(k, a) end, h)
 end
-return ENV, redis_proxy, protect(load_api), xpcall2
+-- The globals scripts (0), FUNCTION LOAD (1) and functions (2) see.
+local modes = {[0] = G, [1] = load_globals, [2] = FG}
+local function mode(m)
+  env_mt.__index = modes[m]
+  real_of[ENV] = modes[m]
+end
+return ENV, xpcall2, mode
 "#;
 
 impl Interp {
@@ -243,7 +276,49 @@ impl Interp {
         let globals = lua.globals();
         let xpcall: Function = globals.raw_get("xpcall")?;
         let api = lua.create_table()?;
-        api.raw_set("rcall", lua.create_function(call)?)?;
+        api.raw_set("pcall", lua.create_function(call)?)?;
+        api.raw_set("error_reply", lua.create_function(error_reply)?)?;
+        api.raw_set("status_reply", lua.create_function(status_reply)?)?;
+        let handler = lua.create_function(error_handler)?;
+        api.raw_set("handler", handler.clone())?;
+        let state = Arc::new(AtomicU64::new(rand48_seed(0)));
+        let s = state.clone();
+        api.raw_set(
+            "random",
+            super::libs::raising_function(&lua, move |_, args| {
+                let r = rand48_next(&s);
+                let int = |i: usize| to_number(args.get(i)).floor();
+                let v = match args.len() {
+                    0 => r,
+                    1 => {
+                        let m = int(0);
+                        if m < 1.0 {
+                            return Err("bad argument #1 to 'random' (interval is empty)".into());
+                        }
+                        (r * m).floor() + 1.0
+                    }
+                    2 => {
+                        let (l, u) = (int(0), int(1));
+                        if l > u {
+                            return Err("bad argument #2 to 'random' (interval is empty)".into());
+                        }
+                        (r * (u - l + 1.0)).floor() + l
+                    }
+                    _ => return Err("wrong number of arguments".into()),
+                };
+                Ok(vec![Value::Number(v)])
+            })?,
+        )?;
+        api.raw_set(
+            "randomseed",
+            lua.create_function(move |_, seed: Value| {
+                state.store(
+                    rand48_seed(to_number(Some(&seed)) as i64 as i32),
+                    Ordering::Relaxed,
+                );
+                Ok(())
+            })?,
+        )?;
         // Each API function is a Rust function returning (value, failed),
         // kept in the registry, behind a C function that raises `value`
         // when `failed`: raised from C, the error keeps the caller's
@@ -251,7 +326,7 @@ impl Interp {
         // it if the raiser were Lua), so it names the script's line.
         type Api = fn(&Lua, MultiValue) -> mlua::Result<(Value, bool)>;
         let raising: [(&str, Api, mlua::ffi::lua_CFunction); 7] = [
-            ("call", call, raise_from::<0>),
+            ("call", call_raising, raise_from::<0>),
             ("sha1hex", sha1hex, raise_from::<1>),
             ("log", log, raise_from::<2>),
             ("setresp", setresp, raise_from::<3>),
@@ -260,7 +335,10 @@ impl Interp {
             ("register_function", register, raise_from::<6>),
         ];
         for (i, (name, f, shim)) in raising.into_iter().enumerate() {
-            lua.set_named_registry_value(RAISING_KEYS[i].to_str().unwrap_or_default(), lua.create_function(f)?)?;
+            lua.set_named_registry_value(
+                RAISING_KEYS[i].to_str().unwrap_or_default(),
+                lua.create_function(f)?,
+            )?;
             // SAFETY: `raise_from` follows the Lua C API protocol (see there).
             let shim = unsafe { lua.create_c_function(shim)? };
             api.raw_set(name, shim)?;
@@ -269,11 +347,10 @@ impl Interp {
         let num = version
             .split('.')
             .fold(0i64, |n, p| (n << 8) | p.parse::<i64>().unwrap_or(0));
-        let (env, redis, load_api, xpcall2): (Table, Table, Table, Function) = lua
+        let (env, xpcall2, mode): (Table, Function, Function) = lua
             .load(SETUP)
             .set_name(INTERNAL)
             .call((globals.clone(), api, version, num))?;
-        let handler = lua.create_function(error_handler)?;
         lua.set_global_hook(
             HookTriggers::new().every_nth_instruction(HOOK_EVERY),
             |_, _| {
@@ -289,8 +366,8 @@ impl Interp {
             lua,
             globals,
             env,
-            redis,
-            load_api,
+            mode,
+            current: std::sync::atomic::AtomicU8::new(0),
             xpcall,
             xpcall2,
             handler,
@@ -314,16 +391,26 @@ impl Interp {
     /// Runs a FUNCTION library's top-level code with `redis` being the
     /// load-time API (`redis.register_function`).
     pub fn run_library(&self, chunk: &Function) -> Result<(), String> {
-        self.globals
-            .raw_set("redis", self.load_api.clone())
-            .map_err(|e| e.to_string())?;
+        self.set_mode(MODE_LOAD).map_err(|e| e.to_string())?;
         let r = self.call_protected(chunk, MultiValue::new());
-        let _ = self.globals.raw_set("redis", self.redis.clone());
         match r {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(msg)) => Err(msg),
             Err(e) => Err(e.to_string()),
         }
+    }
+
+    /// Bytes the interpreter holds.
+    pub fn used_memory(&self) -> usize {
+        self.lua.used_memory()
+    }
+
+    /// Switches the globals scripts see (see [`Interp::mode`]).
+    fn set_mode(&self, m: u8) -> mlua::Result<()> {
+        if self.current.swap(m, Ordering::Relaxed) != m {
+            self.mode.call::<()>(m)?;
+        }
+        Ok(())
     }
 
     /// Calls `f` under the error handler: `Ok(Ok(values))`, or
@@ -378,6 +465,10 @@ impl Interp {
         let Ok((k, a)) = tables else {
             return Outcome::Failed("ERR out of memory building KEYS and ARGV".into());
         };
+        let switched = self.set_mode(if as_args { MODE_FUNCTION } else { MODE_EVAL });
+        if let Err(e) = switched {
+            return Outcome::Failed(format!("ERR {}", one_line(&e.to_string())));
+        }
         let args = if as_args {
             MultiValue::from_iter([Value::Table(k), Value::Table(a)])
         } else {
@@ -445,6 +536,13 @@ unsafe extern "C-unwind" fn raise_from<const K: usize>(
     }
 }
 
+/// [`Interp::set_mode`]: EVAL scripts.
+const MODE_EVAL: u8 = 0;
+/// [`Interp::set_mode`]: a FUNCTION library's top-level code.
+const MODE_LOAD: u8 = 1;
+/// [`Interp::set_mode`]: FCALL.
+const MODE_FUNCTION: u8 = 2;
+
 /// The text of SCRIPT KILL's error in the killed script.
 const KILLED: &str = "ERR Script killed by user with SCRIPT KILL...";
 
@@ -496,6 +594,8 @@ fn error_handler(lua: &Lua, err: Value) -> mlua::Result<Table> {
         match &err {
             Value::Table(t) => match t.raw_get::<Value>("err")? {
                 Value::String(s) => s.as_bytes().to_vec(),
+                Value::Integer(i) => i.to_string().into_bytes(),
+                Value::Number(n) => number_arg(n).into_bytes(),
                 _ => b"ERR unknown error".to_vec(),
             },
             Value::String(s) => [&b"ERR "[..], &s.as_bytes()].concat(),
@@ -517,12 +617,7 @@ fn error_handler(lua: &Lua, err: Value) -> mlua::Result<Table> {
         };
         let (what, source, line) = found;
         match source {
-            Some(s)
-                if what != "C"
-                    && what != "tail"
-                    && s != INTERNAL
-                    && s != super::libs::WRAPPER_CHUNK_NAME =>
-            {
+            Some(s) if what != "C" && what != "tail" && s != INTERNAL => {
                 t.raw_set("source", s)?;
                 t.raw_set("line", line)?;
                 break;
@@ -533,14 +628,114 @@ fn error_handler(lua: &Lua, err: Value) -> mlua::Result<Table> {
     Ok(t)
 }
 
-/// Formats a Lua number as Redis passes it to a command: integers without
-/// a fraction, others in the shortest form that reads back the same.
+/// Formats a Lua number as Redis passes it to a command: a number that
+/// is a 64-bit integer as that integer, any other as C's `%.17g`.
 fn number_arg(n: f64) -> String {
-    if n.fract() == 0.0 && n.abs() < 1e17 {
+    // 2^63: the first double past i64.
+    const TWO_63: f64 = 9_223_372_036_854_775_808.0;
+    if n.fract() == 0.0 && (-TWO_63..TWO_63).contains(&n) {
         format!("{}", n as i64)
     } else {
-        format!("{n}")
+        format_g17(n)
     }
+}
+
+/// C's `printf("%.17g", n)`.
+fn format_g17(n: f64) -> String {
+    if n.is_nan() {
+        return if n.is_sign_negative() { "-nan" } else { "nan" }.into();
+    }
+    if n.is_infinite() {
+        return if n < 0.0 { "-inf" } else { "inf" }.into();
+    }
+    const P: i32 = 17;
+    let sci = format!("{:.*e}", (P - 1) as usize, n);
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let trim = |s: &str| -> String {
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    if !(-4..P).contains(&exp) {
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{}e{sign}{:02}", trim(mantissa), exp.abs())
+    } else {
+        trim(&format!("{:.*}", (P - 1 - exp) as usize, n))
+    }
+}
+
+/// Redis's `redisSrand48`: the rand48 state for `seed`.
+fn rand48_seed(seed: i32) -> u64 {
+    ((seed as u32 as u64) << 16) | 0x330e
+}
+
+/// Redis's `redisLrand48` step and `math.random`'s scaling to [0, 1).
+fn rand48_next(state: &AtomicU64) -> f64 {
+    const MASK: u64 = (1 << 48) - 1;
+    let x = state.load(Ordering::Relaxed);
+    let x = (x.wrapping_mul(0x5_DEEC_E66D).wrapping_add(0xb)) & MASK;
+    state.store(x, Ordering::Relaxed);
+    let r = (x >> 17) as i64;
+    const MAX: i64 = i32::MAX as i64;
+    (r % MAX) as f64 / MAX as f64
+}
+
+/// How Redis 7.0 stores an error in Lua (`luaPushErrorBuff`): from
+/// `-CODE message` (a leading `-` is added if missing) the text
+/// `CODE message`, or `ERR text` when there is no space to take a code
+/// from; line breaks at the ends are trimmed.
+fn error_text(raw: &[u8]) -> Vec<u8> {
+    let body = raw.strip_prefix(b"-").unwrap_or(raw);
+    let (code, msg): (&[u8], &[u8]) = match body.iter().position(|&b| b == b' ') {
+        Some(i) => (&body[..i], &body[i + 1..]),
+        None => (b"ERR", body),
+    };
+    let is_break = |b: &u8| *b == b'\r' || *b == b'\n';
+    let start = msg.iter().position(|b| !is_break(b)).unwrap_or(msg.len());
+    let end = msg
+        .iter()
+        .rposition(|b| !is_break(b))
+        .map_or(start, |i| i + 1);
+    let mut out = code.to_vec();
+    out.push(b' ');
+    out.extend_from_slice(&msg[start..end.max(start)]);
+    out
+}
+
+/// `redis.error_reply(text)`.
+fn error_reply(lua: &Lua, args: MultiValue) -> mlua::Result<Value> {
+    match args.front() {
+        Some(Value::String(s)) if args.len() == 1 => error_table(lua, &error_text(&s.as_bytes())),
+        _ => error_table(lua, b"ERR wrong number or type of arguments"),
+    }
+}
+
+/// `redis.status_reply(text)`.
+fn status_reply(lua: &Lua, args: MultiValue) -> mlua::Result<Value> {
+    let text = match args.front() {
+        Some(Value::String(s)) if args.len() == 1 => s.as_bytes().to_vec(),
+        Some(Value::Integer(i)) if args.len() == 1 => i.to_string().into_bytes(),
+        Some(Value::Number(n)) if args.len() == 1 => number_arg(*n).into_bytes(),
+        _ => return error_table(lua, b"ERR wrong number or type of arguments"),
+    };
+    let t = lua.create_table()?;
+    t.raw_set("ok", lua.create_string(text)?)?;
+    Ok(Value::Table(t))
+}
+
+/// `redis.call`: [`call`], and an error it raises says that the command
+/// already counted it (`ignore_error_stats_update`, as in Redis).
+fn call_raising(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, bool)> {
+    let (v, failed) = call(lua, args)?;
+    if failed {
+        if let Value::Table(t) = &v {
+            t.raw_set("ignore_error_stats_update", true)?;
+        }
+    }
+    Ok((v, failed))
 }
 
 /// `redis.call` and `redis.pcall`: runs a command; returns its reply as a
@@ -586,7 +781,9 @@ fn call(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, bool)> {
 /// Runs one command for a script: the checks Redis makes for scripts, then
 /// the command table, then the reply as a Lua value.
 fn run_command(lua: &Lua, env: &mut CallEnv<'_>, argv: &[Vec<u8>]) -> mlua::Result<(Value, bool)> {
-    let fail = |msg: &str| -> mlua::Result<(Value, bool)> { Ok((error_table(lua, msg.as_bytes())?, true)) };
+    let fail = |msg: &str| -> mlua::Result<(Value, bool)> {
+        Ok((error_table(lua, msg.as_bytes())?, true))
+    };
     let Some(cmd) = commands::lookup(&argv[0]) else {
         return fail("ERR Unknown Redis command called from script");
     };
@@ -596,10 +793,11 @@ fn run_command(lua: &Lua, env: &mut CallEnv<'_>, argv: &[Vec<u8>]) -> mlua::Resu
     if cmd.flags & flags::NOSCRIPT != 0 {
         return fail("ERR This Redis command is not allowed from script");
     }
+    // A read-only script may not write, nor publish (which replicates).
+    if env.read_only && (cmd.is_write() || cmd.flags & flags::MAY_REPLICATE != 0) {
+        return fail("ERR Write commands are not allowed from read-only scripts.");
+    }
     if cmd.is_write() {
-        if env.read_only {
-            return fail("ERR Write commands are not allowed from read-only scripts.");
-        }
         env.wrote.store(true, std::sync::atomic::Ordering::Relaxed);
     }
     let mut wire = Vec::with_capacity(16 + argv.iter().map(|a| a.len() + 16).sum::<usize>());
@@ -650,7 +848,7 @@ fn frame_to_lua(lua: &Lua, frame: Frame, resp3: bool) -> mlua::Result<Value> {
     };
     Ok(match frame {
         Frame::Simple(s) => single("ok", Value::String(lua.create_string(&s)?))?,
-        Frame::Error(e) | Frame::BlobError(e) => error_table(lua, &e)?,
+        Frame::Error(e) | Frame::BlobError(e) => error_table(lua, &error_text(&e))?,
         Frame::Integer(n) => Value::Number(n as f64),
         Frame::Bulk(b) => Value::String(lua.create_string(&b)?),
         Frame::NullBulk | Frame::NullArray => Value::Boolean(false),
@@ -809,6 +1007,8 @@ fn sha1hex(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, bool)> {
         Some(Value::String(s)) if args.len() == 1 => s.as_bytes().to_vec(),
         Some(Value::Integer(i)) if args.len() == 1 => i.to_string().into_bytes(),
         Some(Value::Number(n)) if args.len() == 1 => number_arg(*n).into_bytes(),
+        // Redis hashes what lua_tolstring gives: nothing for other types.
+        Some(_) if args.len() == 1 => Vec::new(),
         _ => return raise(lua, "ERR wrong number of arguments"),
     };
     let hex = super::sha1_hex(&bytes);
@@ -847,12 +1047,25 @@ fn log(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, bool)> {
     Ok((Value::Nil, false))
 }
 
+/// Lua's `lua_tonumber`: numbers, and strings that read as numbers; else 0.
+fn to_number(v: Option<&Value>) -> f64 {
+    match v {
+        Some(Value::Integer(i)) => *i as f64,
+        Some(Value::Number(n)) => *n,
+        Some(Value::String(s)) => s
+            .to_str()
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0.0),
+        _ => 0.0,
+    }
+}
+
 fn setresp(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, bool)> {
-    let n = match args.front() {
-        Some(Value::Integer(i)) if args.len() == 1 => *i,
-        Some(Value::Number(n)) if args.len() == 1 => *n as i64,
-        _ => return raise(lua, "ERR redis.setresp() requires one argument."),
-    };
+    if args.len() != 1 {
+        return raise(lua, "ERR redis.setresp() requires one argument.");
+    }
+    let n = to_number(args.front()) as i64;
     if n != 2 && n != 3 {
         return raise(lua, "ERR RESP version must be 2 or 3.");
     }
@@ -861,11 +1074,11 @@ fn setresp(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, bool)> {
 }
 
 fn set_repl(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, bool)> {
-    let n = match args.front() {
-        Some(Value::Integer(i)) if args.len() == 1 => *i,
-        Some(Value::Number(n)) if args.len() == 1 => *n as i64,
-        _ => return raise(lua, "ERR redis.set_repl() requires one argument."),
-    };
+    if args.len() != 1 {
+        // Redis 7.0's words.
+        return raise(lua, "ERR redis.set_repl() requires two arguments.");
+    }
+    let n = to_number(args.front()) as i64;
     if !(0..=3).contains(&n) {
         return raise(
             lua,
@@ -880,12 +1093,20 @@ fn set_repl(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, bool)> {
 fn acl_check_cmd(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, bool)> {
     let name = match args.front() {
         Some(Value::String(s)) => s.as_bytes().to_vec(),
-        _ => return raise(lua, "ERR Please specify at least one argument for this redis lib call"),
+        _ => {
+            return raise(
+                lua,
+                "ERR Please specify at least one argument for this redis lib call",
+            )
+        }
     };
     match commands::lookup(&name) {
         // No ACL users: the default user may run every command.
         Some(c) if c.arity_ok(args.len()) => Ok((Value::Boolean(true), false)),
-        Some(_) => raise(lua, "ERR Wrong number of args calling Redis command from script"),
+        Some(_) => raise(
+            lua,
+            "ERR Wrong number of args calling Redis command from script",
+        ),
         None => raise(lua, "ERR Invalid command passed to redis.acl_check_cmd()"),
     }
 }

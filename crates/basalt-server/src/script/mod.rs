@@ -18,13 +18,13 @@
 //! SCRIPT LOAD's stay until SCRIPT FLUSH. FUNCTION libraries are kept on
 //! disk (`functions`) and loaded again at start-up.
 
-pub mod libs;
 mod functions;
+pub mod libs;
 mod lua;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
 use mlua::{Function, MultiValue, Value};
@@ -33,8 +33,8 @@ use parking_lot::Mutex;
 use basalt_resp::{Args, Limits, Parsed, RequestParser};
 
 use crate::commands::{
-    def, flags::*, int_arg, is, sub_arity, unknown_subcommand, After, CommandDef, Conn, Ctx,
-    Error, Group, Result,
+    def, flags::*, is, sub_arity, unknown_subcommand, After, CommandDef, Conn, Ctx, Error, Group,
+    Result,
 };
 use crate::state::Shared;
 use functions::{FunctionDef, Library};
@@ -51,7 +51,7 @@ pub const COMMANDS: &[CommandDef] = &[
     def(
         "eval",
         -3,
-        NOSCRIPT | SKIP_MONITOR | MAY_REPLICATE | STALE | MOVABLE_KEYS | RUNS_SCRIPT,
+        NOSCRIPT | SKIP_MONITOR | STALE | NO_MANDATORY_KEYS | MOVABLE_KEYS | RUNS_SCRIPT,
         (0, 0, 0),
         Group::Scripting,
         "2.6.0",
@@ -61,7 +61,7 @@ pub const COMMANDS: &[CommandDef] = &[
     def(
         "evalsha",
         -3,
-        NOSCRIPT | SKIP_MONITOR | MAY_REPLICATE | STALE | MOVABLE_KEYS | RUNS_SCRIPT,
+        NOSCRIPT | SKIP_MONITOR | STALE | NO_MANDATORY_KEYS | MOVABLE_KEYS | RUNS_SCRIPT,
         (0, 0, 0),
         Group::Scripting,
         "2.6.0",
@@ -71,7 +71,7 @@ pub const COMMANDS: &[CommandDef] = &[
     def(
         "eval_ro",
         -3,
-        NOSCRIPT | SKIP_MONITOR | READONLY | STALE | MOVABLE_KEYS | RUNS_SCRIPT,
+        NOSCRIPT | SKIP_MONITOR | READONLY | STALE | NO_MANDATORY_KEYS | MOVABLE_KEYS | RUNS_SCRIPT,
         (0, 0, 0),
         Group::Scripting,
         "7.0.0",
@@ -81,7 +81,7 @@ pub const COMMANDS: &[CommandDef] = &[
     def(
         "evalsha_ro",
         -3,
-        NOSCRIPT | SKIP_MONITOR | READONLY | STALE | MOVABLE_KEYS | RUNS_SCRIPT,
+        NOSCRIPT | SKIP_MONITOR | READONLY | STALE | NO_MANDATORY_KEYS | MOVABLE_KEYS | RUNS_SCRIPT,
         (0, 0, 0),
         Group::Scripting,
         "7.0.0",
@@ -91,7 +91,7 @@ pub const COMMANDS: &[CommandDef] = &[
     def(
         "fcall",
         -3,
-        NOSCRIPT | SKIP_MONITOR | MAY_REPLICATE | STALE | MOVABLE_KEYS | RUNS_SCRIPT,
+        NOSCRIPT | SKIP_MONITOR | STALE | NO_MANDATORY_KEYS | MOVABLE_KEYS | RUNS_SCRIPT,
         (0, 0, 0),
         Group::Scripting,
         "7.0.0",
@@ -101,7 +101,7 @@ pub const COMMANDS: &[CommandDef] = &[
     def(
         "fcall_ro",
         -3,
-        NOSCRIPT | SKIP_MONITOR | READONLY | STALE | MOVABLE_KEYS | RUNS_SCRIPT,
+        NOSCRIPT | SKIP_MONITOR | READONLY | STALE | NO_MANDATORY_KEYS | MOVABLE_KEYS | RUNS_SCRIPT,
         (0, 0, 0),
         Group::Scripting,
         "7.0.0",
@@ -179,6 +179,9 @@ pub struct Scripts {
     thread: OnceLock<std::sync::mpsc::Sender<Job>>,
     /// The server, for the script thread.
     shared: OnceLock<Weak<Shared>>,
+    /// Loaded libraries and functions, readable while a script holds
+    /// `engine` (FUNCTION STATS runs during a busy script).
+    counts: (AtomicUsize, AtomicUsize),
 }
 
 impl std::fmt::Debug for Scripts {
@@ -228,17 +231,24 @@ fn register_function(lua: &mlua::Lua, args: MultiValue) -> mlua::Result<(Value, 
             let (mut name, mut callback, mut flags, mut description) = (None, None, 0, None);
             for pair in t.clone().pairs::<Value, Value>() {
                 let (k, v) = pair?;
-                let key = match &k {
-                    Value::String(s) => s.to_string_lossy(),
-                    _ => return fail("named argument key given to redis.register_function is not a string"),
-                };
+                let key =
+                    match &k {
+                        Value::String(s) => s.to_string_lossy(),
+                        _ => return fail(
+                            "named argument key given to redis.register_function is not a string",
+                        ),
+                    };
                 match key.as_str() {
                     "function_name" => match v {
                         Value::String(s) => name = Some(s.as_bytes().to_vec()),
+                        Value::Integer(i) => name = Some(i.to_string().into_bytes()),
+                        Value::Number(n) => name = Some(n.to_string().into_bytes()),
                         _ => return fail("function_name argument given to redis.register_function must be a string"),
                     },
                     "description" => match v {
                         Value::String(s) => description = Some(s.as_bytes().to_vec()),
+                        Value::Integer(i) => description = Some(i.to_string().into_bytes()),
+                        Value::Number(n) => description = Some(n.to_string().into_bytes()),
                         _ => return fail("description argument given to redis.register_function must be a string"),
                     },
                     "callback" => match v {
@@ -274,6 +284,8 @@ fn register_function(lua: &mlua::Lua, args: MultiValue) -> mlua::Result<(Value, 
         2 => {
             let name = match args.front() {
                 Some(Value::String(s)) => s.as_bytes().to_vec(),
+                Some(Value::Integer(i)) => i.to_string().into_bytes(),
+                Some(Value::Number(n)) => n.to_string().into_bytes(),
                 _ => return fail("first argument to redis.register_function must be a string"),
             };
             let callback = match args.get(1) {
@@ -294,7 +306,7 @@ fn register_function(lua: &mlua::Lua, args: MultiValue) -> mlua::Result<(Value, 
         let Some(list) = r.as_mut() else {
             return Err("redis.register_function can only be called on FUNCTION LOAD command");
         };
-        if list.iter().any(|f| f.name == name) {
+        if list.iter().any(|f| f.name.eq_ignore_ascii_case(&name)) {
             return Err("Function already exists in the library");
         }
         list.push(FunctionDef {
@@ -329,9 +341,16 @@ impl Scripts {
             let lib = engine
                 .compile_library(&code)
                 .map_err(|e| anyhow::anyhow!("loading a saved function library: {e}"))?;
-            engine.install(lib, false).map_err(|e| anyhow::anyhow!("{e}"))?;
+            engine
+                .install(lib, false)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
         }
+        let counts = (
+            AtomicUsize::new(engine.libs.len()),
+            AtomicUsize::new(engine.index.len()),
+        );
         Ok(Scripts {
+            counts,
             engine: Mutex::new(engine),
             running: Running::default(),
             dir,
@@ -401,13 +420,17 @@ impl Scripts {
     fn kill(&self, eval: bool) -> Result {
         let what = self.running.what.lock();
         let Some((name, _)) = what.as_ref() else {
-            return Err(Error::Msg("NOTBUSY No scripts in execution right now.".into()));
+            return Err(Error::Msg(
+                "NOTBUSY No scripts in execution right now.".into(),
+            ));
         };
         if self.running.wrote.load(Ordering::Relaxed) {
             return Err(Error::Msg("UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.".into()));
         }
         if name.is_empty() != eval {
-            return Err(Error::Msg("NOTBUSY No scripts in execution right now.".into()));
+            // The other kind runs: the BUSY reply names the right command.
+            drop(what);
+            return Err(Error::Msg(self.busy_reply().into()));
         }
         self.running.killed.store(true, Ordering::Relaxed);
         Ok(())
@@ -415,12 +438,16 @@ impl Scripts {
 
     /// Number of loaded libraries and functions (INFO, FUNCTION STATS).
     fn counts(&self) -> (usize, usize) {
-        let e = self.engine.lock();
-        (e.libs.len(), e.index.len())
+        (
+            self.counts.0.load(Ordering::Relaxed),
+            self.counts.1.load(Ordering::Relaxed),
+        )
     }
 
     /// Saves the libraries to disk (after a change).
     fn persist(&self, engine: &Engine) -> Result {
+        self.counts.0.store(engine.libs.len(), Ordering::Relaxed);
+        self.counts.1.store(engine.index.len(), Ordering::Relaxed);
         let bytes = engine.dump();
         functions::save(&self.dir, &bytes)
             .map_err(|e| Error::err(format!("saving the functions failed: {e}")))
@@ -497,7 +524,9 @@ impl Engine {
             .map_err(|m| format!("ERR Error compiling function: {m}"))?;
         REGISTERING.with(|r| *r.borrow_mut() = Some(Vec::new()));
         let ran = self.interp.run_library(&chunk);
-        let registered = REGISTERING.with(|r| r.borrow_mut().take()).unwrap_or_default();
+        let registered = REGISTERING
+            .with(|r| r.borrow_mut().take())
+            .unwrap_or_default();
         if let Err(msg) = ran {
             let msg = msg.split('\u{0}').next().unwrap_or_default().to_string();
             return Err(format!("ERR Error registering functions: {msg}"));
@@ -518,7 +547,7 @@ impl Engine {
             return Err(format!("ERR Library '{}' already exists", lib.name));
         }
         for f in &lib.functions {
-            if let Some(owner) = self.index.get(&f.name) {
+            if let Some(owner) = self.index.get(&f.name.to_ascii_lowercase()) {
                 if *owner != lib.name {
                     return Err(format!("ERR Function {} already exists", f.name));
                 }
@@ -526,23 +555,34 @@ impl Engine {
         }
         if let Some(old) = self.libs.remove(&lib.name) {
             for f in old.functions {
-                self.index.remove(&f.name);
+                self.index.remove(&f.name.to_ascii_lowercase());
             }
         }
         for f in &lib.functions {
-            self.index.insert(f.name.clone(), lib.name.clone());
+            self.index
+                .insert(f.name.to_ascii_lowercase(), lib.name.clone());
         }
         self.libs.insert(lib.name.clone(), lib);
         Ok(())
     }
 
+    /// A function by name, case-insensitively (as Redis finds them).
     fn function(&self, name: &str) -> Option<&FunctionDef> {
-        let lib = self.libs.get(self.index.get(name)?)?;
-        lib.functions.iter().find(|f| f.name == name)
+        let lower = name.to_ascii_lowercase();
+        let lib = self.libs.get(self.index.get(&lower)?)?;
+        lib.functions
+            .iter()
+            .find(|f| f.name.eq_ignore_ascii_case(&lower))
     }
 
     fn dump(&self) -> Vec<u8> {
-        functions::encode(self.libs.values().map(|l| l.code.as_slice()).collect::<Vec<_>>().into_iter())
+        functions::encode(
+            self.libs
+                .values()
+                .map(|l| l.code.as_slice())
+                .collect::<Vec<_>>()
+                .into_iter(),
+        )
     }
 
     fn clear_functions(&mut self) {
@@ -558,11 +598,13 @@ fn shebang(body: &[u8]) -> Result<(u32, &[u8])> {
     if !body.starts_with(b"#!") {
         return Ok((0, body));
     }
-    let end = body.iter().position(|&b| b == b'\n').unwrap_or(body.len());
-    let line = String::from_utf8_lossy(&body[2..end]).into_owned();
+    let Some(end) = body.iter().position(|&b| b == b'\n') else {
+        return Err(Error::err("Invalid script shebang"));
+    };
+    let line = String::from_utf8_lossy(&body[..end]).into_owned();
     let mut parts = line.split(' ').filter(|p| !p.is_empty());
     let engine = parts.next().unwrap_or("");
-    if !engine.eq_ignore_ascii_case("lua") {
+    if engine != "#!lua" {
         return Err(Error::err(format!(
             "Unexpected engine in script shebang: {engine}"
         )));
@@ -576,7 +618,9 @@ fn shebang(body: &[u8]) -> Result<(u32, &[u8])> {
             match functions::flag(f.as_bytes()) {
                 Some(b) => flags |= b,
                 None => {
-                    return Err(Error::err(format!("Unexpected flag in script shebang: {f}")))
+                    return Err(Error::err(format!(
+                        "Unexpected flag in script shebang: {f}"
+                    )))
                 }
             }
         }
@@ -585,8 +629,15 @@ fn shebang(body: &[u8]) -> Result<(u32, &[u8])> {
 }
 
 /// `numkeys` of EVAL / FCALL: the keys and the arguments after them.
-fn split_keys<'a>(args: &Args<'a>) -> Result<(Vec<&'a [u8]>, Vec<&'a [u8]>)> {
-    let n = int_arg(&args[2])?;
+/// A script's keys and its other arguments.
+type KeysAndArgs<'a> = (Vec<&'a [u8]>, Vec<&'a [u8]>);
+
+fn split_keys<'a>(args: &Args<'a>, fcall: bool) -> Result<KeysAndArgs<'a>> {
+    let n = match crate::commands::parse_i64(&args[2]) {
+        Some(n) => n,
+        None if fcall => return Err(Error::err("Bad number of keys provided")),
+        None => return Err(Error::NotInteger),
+    };
     if n < 0 {
         return Err(Error::err("Number of keys can't be negative"));
     }
@@ -619,7 +670,11 @@ fn run(
     scripts.running.killed.store(false, Ordering::Relaxed);
     scripts.running.wrote.store(false, Ordering::Relaxed);
     *scripts.running.what.lock() = Some((
-        if function { name.to_string() } else { String::new() },
+        if function {
+            name.to_string()
+        } else {
+            String::new()
+        },
         command,
     ));
     ctx.shared.gate.busy().start(crate::state::now_ns());
@@ -636,7 +691,9 @@ fn run(
             killed: &scripts.running.killed,
         };
         let mut out = std::mem::take(ctx.out);
-        let o = engine.interp.run(&mut env, f, keys, argv, function, &mut out);
+        let o = engine
+            .interp
+            .run(&mut env, f, keys, argv, function, &mut out);
         *ctx.out = out;
         o
     };
@@ -658,7 +715,7 @@ fn eval(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let name = ctx.cmd.name;
     let by_sha = name.starts_with("evalsha");
     let ro_cmd = name.ends_with("_ro");
-    let (keys, argv) = split_keys(&args)?;
+    let (keys, argv) = split_keys(&args, false)?;
     let command = args.to_vec();
     let scripts = &ctx.shared.scripts;
     let mut engine = scripts.engine.lock();
@@ -683,7 +740,9 @@ fn eval(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         ));
     }
     let read_only = ro_cmd || flags & functions::NO_WRITES != 0;
-    run(ctx, &engine, &f, &sha, false, read_only, &keys, &argv, command);
+    run(
+        ctx, &engine, &f, &sha, false, read_only, &keys, &argv, command,
+    );
     drop(engine);
     Ok(())
 }
@@ -696,7 +755,7 @@ fn fcall(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let Some(def) = engine.function(&fname).cloned() else {
         return Err(Error::err("Function not found"));
     };
-    let (keys, argv) = split_keys(&args)?;
+    let (keys, argv) = split_keys(&args, true)?;
     if ro_cmd && def.flags & functions::NO_WRITES == 0 {
         return Err(Error::err(
             "Can not execute a script with write flag using *_ro command.",
@@ -704,12 +763,16 @@ fn fcall(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     }
     let read_only = ro_cmd || def.flags & functions::NO_WRITES != 0;
     let command = args.to_vec();
-    run(ctx, &engine, &def.f, &fname, true, read_only, &keys, &argv, command);
+    run(
+        ctx, &engine, &def.f, &fname, true, read_only, &keys, &argv, command,
+    );
     Ok(())
 }
 
 const SCRIPT_HELP: &[&str] = &[
     "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "DEBUG (YES|SYNC|NO)",
+    "    Set the debug mode for subsequent scripts executed.",
     "EXISTS <sha1> [<sha1> ...]",
     "    Return information about the existence of the scripts in the script cache.",
     "FLUSH [ASYNC|SYNC]",
@@ -733,16 +796,17 @@ fn help(ctx: &mut Ctx<'_>, lines: &[&str]) {
     }
 }
 
-/// FLUSH's optional ASYNC | SYNC.
-fn flush_mode(args: &Args<'_>, full: &'static str) -> Result {
+/// FLUSH's optional ASYNC | SYNC (`script`: SCRIPT's words for a bad
+/// one, else FUNCTION's).
+fn flush_mode(args: &Args<'_>, script: bool) -> Result {
     match args.len() {
         2 => Ok(()),
         3 if is(&args[2], "async") || is(&args[2], "sync") => Ok(()),
-        3 => Err(Error::err(format!(
-            "{} only supports SYNC|ASYNC option",
-            full.replace('|', " ").to_ascii_uppercase()
-        ))),
-        _ => Err(Error::Arity(full.into())),
+        _ if script => Err(Error::err("SCRIPT FLUSH only support SYNC|ASYNC option")),
+        3 => Err(Error::err("FUNCTION FLUSH only supports SYNC|ASYNC option")),
+        _ => Err(Error::err(
+            "unknown subcommand or wrong number of arguments for 'FLUSH'. Try FUNCTION HELP.",
+        )),
     }
 }
 
@@ -773,7 +837,7 @@ fn script(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             ctx.int(f as i64);
         }
     } else if is(sub, "flush") {
-        flush_mode(&args, "script|flush")?;
+        flush_mode(&args, true)?;
         let mut engine = scripts.engine.lock();
         engine.scripts.clear();
         engine.evictable.clear();
@@ -782,7 +846,20 @@ fn script(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         sub_arity("script|kill", 2, &args)?;
         scripts.kill(true)?;
         ctx.ok();
-    } else if is(sub, "help") && args.len() == 2 {
+    } else if is(sub, "debug") {
+        sub_arity("script|debug", 3, &args)?;
+        // Basalt has no Lua debugger (LDB): debugging stays off.
+        if is(&args[2], "no") {
+            ctx.ok();
+        } else if is(&args[2], "yes") || is(&args[2], "sync") {
+            return Err(Error::err(
+                "SCRIPT DEBUG is not supported: Basalt has no Lua debugger",
+            ));
+        } else {
+            return Err(Error::err("Use SCRIPT DEBUG YES/SYNC/NO"));
+        }
+    } else if is(sub, "help") {
+        sub_arity("script|help", 2, &args)?;
         help(ctx, SCRIPT_HELP);
     } else {
         return Err(unknown_subcommand("script", sub));
@@ -830,7 +907,7 @@ const FUNCTION_HELP: &[&str] = &[
     "      libraries with the new libraries (notice that even on this option there is a chance of failure",
     "      in case of functions name collision with another library).",
     "HELP",
-    "    Print this help.",
+    "    Prints this help.",
 ];
 
 /// FUNCTION LOAD | DELETE | FLUSH | LIST | DUMP | RESTORE | KILL | STATS | HELP.
@@ -839,15 +916,27 @@ fn function(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let scripts = &ctx.shared.scripts;
     if is(sub, "load") {
         sub_arity("function|load", -3, &args)?;
-        let (replace, code) = match args.len() {
-            3 => (false, &args[2]),
-            4 if is(&args[2], "replace") => (true, &args[3]),
-            _ => return Err(Error::err(format!("Unknown option given: {}", String::from_utf8_lossy(&args[2])))),
-        };
+        // Options, then the code (the last argument).
+        let code = &args[args.len() - 1];
+        let mut replace = false;
+        for opt in args.iter().skip(2).take(args.len() - 3) {
+            if is(opt, "replace") {
+                replace = true;
+            } else {
+                return Err(Error::err(format!(
+                    "Unknown option given: {}",
+                    String::from_utf8_lossy(opt)
+                )));
+            }
+        }
         let mut engine = scripts.engine.lock();
-        let lib = engine.compile_library(code).map_err(|m| Error::Msg(m.into()))?;
+        let lib = engine
+            .compile_library(code)
+            .map_err(|m| Error::Msg(m.into()))?;
         let name = lib.name.clone();
-        engine.install(lib, replace).map_err(|m| Error::Msg(m.into()))?;
+        engine
+            .install(lib, replace)
+            .map_err(|m| Error::Msg(m.into()))?;
         scripts.persist(&engine)?;
         drop(engine);
         ctx.bulk(name.as_bytes());
@@ -859,12 +948,12 @@ fn function(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             return Err(Error::err("Library not found"));
         };
         for f in lib.functions {
-            engine.index.remove(&f.name);
+            engine.index.remove(&f.name.to_ascii_lowercase());
         }
         scripts.persist(&engine)?;
         ctx.ok();
     } else if is(sub, "flush") {
-        flush_mode(&args, "function|flush")?;
+        flush_mode(&args, false)?;
         let mut engine = scripts.engine.lock();
         engine.clear_functions();
         scripts.persist(&engine)?;
@@ -885,6 +974,9 @@ fn function(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     } else if is(sub, "stats") {
         sub_arity("function|stats", 2, &args)?;
         let running = scripts.running.what.lock().clone();
+        if running.as_ref().is_some_and(|(name, _)| name.is_empty()) {
+            return Err(Error::Msg(scripts.busy_reply().into()));
+        }
         let (libs, funcs) = scripts.counts();
         let started = ctx.shared.gate.busy().since_ns();
         ctx.enc().map(2);
@@ -913,7 +1005,8 @@ fn function(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         ctx.int(libs as i64);
         ctx.bulk(b"functions_count");
         ctx.int(funcs as i64);
-    } else if is(sub, "help") && args.len() == 2 {
+    } else if is(sub, "help") {
+        sub_arity("function|help", 2, &args)?;
         help(ctx, FUNCTION_HELP);
     } else {
         return Err(unknown_subcommand("function", sub));
@@ -971,7 +1064,7 @@ fn function_list(ctx: &mut Ctx<'_>, args: &Args<'_>) -> Result {
                 .collect();
             ctx.enc().set(names.len());
             for n in names {
-                ctx.bulk(n.as_bytes());
+                ctx.simple(n.as_bytes());
             }
         }
         if with_code {
@@ -1002,7 +1095,9 @@ fn function_restore(ctx: &mut Ctx<'_>, args: &Args<'_>) -> Result {
         }
     };
     if args.len() > 4 {
-        return Err(Error::Syntax);
+        return Err(Error::err(
+            "unknown subcommand or wrong number of arguments for 'RESTORE'. Try FUNCTION HELP.",
+        ));
     }
     let Some(codes) = functions::decode(&args[2]) else {
         return Err(Error::err("DUMP payload version or checksum are wrong"));
@@ -1012,7 +1107,11 @@ fn function_restore(ctx: &mut Ctx<'_>, args: &Args<'_>) -> Result {
     // Compile every library first: a payload that fails changes nothing.
     let mut libs = Vec::with_capacity(codes.len());
     for code in &codes {
-        libs.push(engine.compile_library(code).map_err(|m| Error::Msg(m.into()))?);
+        libs.push(
+            engine
+                .compile_library(code)
+                .map_err(|m| Error::Msg(m.into()))?,
+        );
     }
     let saved: Vec<Vec<u8>> = engine.libs.values().map(|l| l.code.clone()).collect();
     if policy == Policy::Flush {
@@ -1020,6 +1119,8 @@ fn function_restore(ctx: &mut Ctx<'_>, args: &Args<'_>) -> Result {
     }
     for lib in libs {
         if let Err(m) = engine.install(lib, policy == Policy::Replace) {
+            // RESTORE words a clash without the quotes LOAD uses.
+            let m = m.replace('\'', "");
             // Put the previous set back as it was.
             engine.clear_functions();
             for code in &saved {
@@ -1040,4 +1141,9 @@ fn function_restore(ctx: &mut Ctx<'_>, args: &Args<'_>) -> Result {
 pub fn info(scripts: &Scripts) -> (usize, usize, usize) {
     let e = scripts.engine.lock();
     (e.scripts.len(), e.libs.len(), e.index.len())
+}
+
+/// Bytes the Lua interpreter uses (INFO `used_memory_vm_eval`).
+pub fn lua_memory(scripts: &Scripts) -> usize {
+    scripts.engine.lock().interp.used_memory()
 }
