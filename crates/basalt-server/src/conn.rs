@@ -135,7 +135,7 @@ pub(crate) async fn serve(
         tx: Default::default(),
         batch_clock: 0,
         tick: 0,
-        script: None,
+        script: Vec::new(),
     };
     let moving = Moving {
         conn,
@@ -247,6 +247,9 @@ fn sync_all(shared: &Shared) -> basalt_engine::Result<()> {
     shared.keyspace.sync_batch_log()
 }
 
+/// Most script commands of one batch handed to the script thread at once.
+const MAX_HANDED_OVER: usize = 256;
+
 async fn run(
     stream: &mut TcpStream,
     shared: &Shared,
@@ -307,7 +310,10 @@ async fn run(
         let mut writes = 0u64;
         let mut last: Option<&'static str> = None;
         // Held while commands run, released before every await (crate::tx).
-        let mut gate = shared.gate.enter();
+        // Taken by the first command that needs it (`tx::run`): a batch of
+        // script commands, which the script thread runs under the gate,
+        // never takes it here.
+        let mut gate = shared.gate.lazy();
         // Contention noted on this thread before the batch is not its own.
         let _ = workers::take_contention();
         // One clock read for the batch; anything that waits below resets it.
@@ -374,7 +380,6 @@ async fn run(
                 Some(After::Sleep(d)) => {
                     gate.release();
                     tokio::time::sleep(d).await;
-                    gate.hold();
                     conn.batch_clock = 0;
                     conn.tick = now_ns();
                 }
@@ -383,16 +388,39 @@ async fn run(
                     // exclusively; this connection lets go of its share and
                     // waits (its worker keeps serving the others).
                     gate.release();
-                    let args = conn.script.take().unwrap_or_default();
-                    let Some(done) = shared.scripts.offload(conn, args).await else {
+                    // The script commands right behind it go in the same
+                    // hand-over (`conn.script` holds them as RESP): a
+                    // pipeline of EVALs is one round trip to the script
+                    // thread, not one per command.
+                    let mut handed = 1;
+                    while handed < MAX_HANDED_OVER {
+                        match parser.parse(&buf[pos..]) {
+                            Ok(Parsed::Command { args, consumed })
+                                if crate::script::handed_over(&args).is_some() =>
+                            {
+                                basalt_resp::write_command(&mut conn.script, args.iter());
+                                pos += consumed;
+                                count += 1;
+                                handed += 1;
+                            }
+                            // Anything else (an incomplete command too) is
+                            // parsed again, from its start, by the loop.
+                            _ => {
+                                parser.reset();
+                                break;
+                            }
+                        }
+                    }
+                    // The replies go straight into this batch's output.
+                    let Some(done) = shared.scripts.offload(conn, std::mem::take(&mut out)).await
+                    else {
                         return Ok(Ended::Closed);
                     };
-                    out.extend_from_slice(&done.out);
+                    out = done.out;
                     if done.wrote {
                         wrote = true;
                         writes += 1;
                     }
-                    gate.hold();
                     conn.batch_clock = 0;
                     conn.tick = now_ns();
                     match done.after {
@@ -413,7 +441,6 @@ async fn run(
                     flush(stream, shared, &info, &mut out, &mut wrote).await?;
                     let parked =
                         park(stream, shared, &info, conn.protocol, buf, &mut shutdown).await?;
-                    gate.hold();
                     conn.batch_clock = 0;
                     conn.tick = now_ns();
                     match parked {
@@ -456,7 +483,6 @@ async fn run(
             if out.len() >= OUTPUT_FLUSH {
                 gate.release();
                 flush(stream, shared, &info, &mut out, &mut wrote).await?;
-                gate.hold();
                 conn.batch_clock = 0;
                 conn.tick = now_ns();
             }

@@ -197,6 +197,15 @@ impl Gate {
         Entered { gate: self, held }
     }
 
+    /// A hold that does not hold yet: [`Entered::hold`] takes the gate when
+    /// a command needs it.
+    pub fn lazy(&self) -> Entered<'_> {
+        Entered {
+            gate: self,
+            held: false,
+        }
+    }
+
     /// Holds the gate shared, waiting for as long as a script runs (the
     /// HTTP API, which has no busy mode).
     pub fn enter_wait(&self) -> Entered<'_> {
@@ -478,6 +487,15 @@ pub fn run(
     args: Args<'_>,
     gate: &mut Entered<'_>,
 ) -> Ran {
+    if !conn.tx.in_multi() && !shared.gate.busy().is_busy() {
+        if let Some(cmd) = crate::script::handed_over(&args) {
+            // The connection hands it to the script thread, which takes the
+            // gate itself: this batch need not hold it.
+            conn.script.clear();
+            basalt_resp::write_command(&mut conn.script, args.iter());
+            return (Some(cmd), Some(After::Script), 0);
+        }
+    }
     gate.hold();
     if !gate.held() {
         return busy(shared, conn, out, args);
@@ -495,15 +513,6 @@ pub fn run(
         return (None, None, 0);
     }
     if !conn.tx.in_multi() {
-        if matches!(args[0].first(), Some(b'e' | b'E' | b'f' | b'F')) {
-            if let Some(cmd) = commands::lookup(&args[0]) {
-                if cmd.flags & flags::RUNS_SCRIPT != 0 && cmd.arity_ok(args.len()) {
-                    // The connection hands it to the script thread.
-                    conn.script = Some(args.to_vec());
-                    return (Some(cmd), Some(After::Script), 0);
-                }
-            }
-        }
         let (found, after) = commands::execute(shared, conn, out, args);
         let writes = found.is_some_and(|c| c.is_write()) as u64;
         return (found, after, writes);

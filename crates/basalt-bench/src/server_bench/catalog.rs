@@ -84,12 +84,24 @@ pub(super) struct TestSpec {
     /// Whether it reads or writes the `key:__rand_int__` string keys (so the
     /// unmeasured SET warm-up matters to it).
     pub(super) string_keys: bool,
+    /// A custom command redis-benchmark sends instead of `-t <name>` (the
+    /// scripting tests), reported under `name` in upper case.
+    pub(super) command: Option<&'static [&'static str]>,
 }
+
+/// The script of the `eval` and `evalsha` tests (issue 19's benchmark).
+pub(super) const SET_SCRIPT: &str = "return redis.call('set',KEYS[1],ARGV[1])";
+
+/// `SET_SCRIPT`'s SHA1, which `SCRIPT LOAD` (run before `evalsha`) returns.
+pub(super) const SET_SCRIPT_SHA: &str = "c686f316aaf1eb01d5a4de1b0b63cd233010e63d";
 
 impl TestSpec {
     /// How redis-benchmark is told to run it: `-t <name>`, or for
     /// `lrange_N` the custom command (its fill is done beforehand).
     pub(super) fn invocation(&self) -> Vec<String> {
+        if let Some(command) = self.command {
+            return command.iter().map(|s| s.to_string()).collect();
+        }
         match self.collection {
             Some((coll, Effect::Range(n))) => vec![
                 "LRANGE".into(),
@@ -104,6 +116,9 @@ impl TestSpec {
     /// The name redis-benchmark's CSV gives the custom `LRANGE` command,
     /// replaced by the name `-t lrange_N` would print.
     pub(super) fn rename(&self, csv_test: &str) -> String {
+        if self.command.is_some() {
+            return self.name.to_ascii_uppercase();
+        }
         match self.collection {
             Some((_, Effect::Range(n))) if csv_test.eq_ignore_ascii_case(&self.custom_title()) => {
                 format!("LRANGE_{n} (first {n} elements)")
@@ -122,6 +137,7 @@ const fn plain(name: &'static str, string_keys: bool) -> TestSpec {
         name,
         collection: None,
         string_keys,
+        command: None,
     }
 }
 
@@ -130,6 +146,16 @@ const fn coll(name: &'static str, c: Coll, e: Effect) -> TestSpec {
         name,
         collection: Some((c, e)),
         string_keys: false,
+        command: None,
+    }
+}
+
+const fn custom(name: &'static str, command: &'static [&'static str]) -> TestSpec {
+    TestSpec {
+        name,
+        collection: None,
+        string_keys: true,
+        command: Some(command),
     }
 }
 
@@ -157,6 +183,13 @@ pub(super) const CATALOG: &[TestSpec] = &[
     coll("lrange_500", Coll::List, Effect::Range(500)),
     coll("lrange_600", Coll::List, Effect::Range(600)),
     plain("mset", true),
+    // Not redis-benchmark tests: its custom-command mode with a script that
+    // SETs `key:__rand_int__` (EVALSHA after an unmeasured SCRIPT LOAD).
+    custom("eval", &["EVAL", SET_SCRIPT, "1", "key:__rand_int__", "v"]),
+    custom(
+        "evalsha",
+        &["EVALSHA", SET_SCRIPT_SHA, "1", "key:__rand_int__", "v"],
+    ),
 ];
 
 /// Resolves `--tests` into catalogue entries in redis-benchmark's order,

@@ -348,8 +348,8 @@ pub enum After {
     Close,
     /// Wait this long before the next command (DEBUG SLEEP).
     Sleep(Duration),
-    /// Hand the script command stored in [`Conn::script`] to the script
-    /// thread and wait for its reply (`crate::script`).
+    /// Hand the script commands stored in [`Conn::script`] to the script
+    /// thread and wait for their replies (`crate::script`).
     Script,
     /// Close without replying and shut the server down (SHUTDOWN).
     Shutdown,
@@ -378,9 +378,10 @@ pub struct Conn {
     /// anything it waited on, and after each command, which is charged the
     /// time since the previous reading (`crate::cmdstats`).
     pub tick: u64,
-    /// A script command waiting to be handed to the script thread
-    /// ([`After::Script`]).
-    pub script: Option<Vec<Vec<u8>>>,
+    /// Script commands (RESP) waiting to be handed to the script thread
+    /// ([`After::Script`]); the buffer travels with the connection and is
+    /// reused.
+    pub script: Vec<u8>,
 }
 
 /// Everything a handler needs.

@@ -551,7 +551,7 @@ impl Req {
             tx: Default::default(),
             batch_clock: 0,
             tick: crate::state::now_ns(),
-            script: None,
+            script: Vec::new(),
         };
         let mut out = Vec::new();
         let (found, _) = self.locked(|sh| commands::execute(sh, &mut conn, &mut out, args));

@@ -445,19 +445,19 @@ impl Interp {
         &self,
         env: &mut CallEnv<'_>,
         f: &Function,
-        keys: &[&[u8]],
-        argv: &[&[u8]],
+        args: &basalt_resp::Args<'_>,
+        nkeys: usize,
         as_args: bool,
         out: &mut Vec<u8>,
     ) -> Outcome {
         let lua = &self.lua;
         let tables = (|| -> mlua::Result<(Table, Table)> {
-            let k = lua.create_table_with_capacity(keys.len(), 0)?;
-            for (i, key) in keys.iter().enumerate() {
+            let k = lua.create_table_with_capacity(nkeys, 0)?;
+            for (i, key) in args.iter().skip(3).take(nkeys).enumerate() {
                 k.raw_set(i + 1, lua.create_string(key)?)?;
             }
-            let a = lua.create_table_with_capacity(argv.len(), 0)?;
-            for (i, arg) in argv.iter().enumerate() {
+            let a = lua.create_table_with_capacity(args.len() - 3 - nkeys, 0)?;
+            for (i, arg) in args.iter().skip(3 + nkeys).enumerate() {
                 a.raw_set(i + 1, lua.create_string(arg)?)?;
             }
             Ok((k, a))
@@ -738,103 +738,190 @@ fn call_raising(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, bool)> {
     Ok((v, failed))
 }
 
-/// `redis.call` and `redis.pcall`: runs a command; returns its reply as a
-/// Lua value and whether it is an error (the Lua wrapper raises it for
-/// `redis.call`).
-fn call(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, bool)> {
-    let mut argv: Vec<Vec<u8>> = Vec::with_capacity(args.len());
-    for a in args.iter() {
-        match a {
-            Value::String(s) => argv.push(s.as_bytes().to_vec()),
-            Value::Integer(i) => argv.push(i.to_string().into_bytes()),
-            Value::Number(n) => argv.push(number_arg(*n).into_bytes()),
-            _ => {
-                return Ok((
-                    error_table(
-                        lua,
-                        b"ERR Lua redis lib command arguments must be strings or integers",
-                    )?,
-                    true,
-                ))
-            }
+/// Buffers `redis.call` reuses: the command as RESP, its parser, and the
+/// reply. Commands run from scripts never run a script, so a call never
+/// finds them borrowed.
+struct Scratch {
+    wire: Vec<u8>,
+    parser: RequestParser,
+    out: Vec<u8>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch {
+        wire: Vec::new(),
+        parser: RequestParser::new(Limits {
+            max_bulk_len: usize::MAX,
+            ..Limits::default()
+        }),
+        out: Vec::new(),
+    });
+}
+
+/// `n` in decimal, written into `buf`.
+fn itoa(n: i64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut at = buf.len();
+    let mut v = n.unsigned_abs();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
         }
     }
-    if argv.is_empty() {
-        return Ok((
-            error_table(
-                lua,
-                b"ERR Please specify at least one argument for this redis lib call",
-            )?,
-            true,
-        ));
+    if n < 0 {
+        at -= 1;
+        buf[at] = b'-';
     }
-    let r = with_env(|env| run_command(lua, env, &argv));
-    match r {
+    &buf[at..]
+}
+
+/// Appends one RESP bulk string.
+fn push_bulk(wire: &mut Vec<u8>, bytes: &[u8]) {
+    use std::io::Write as _;
+    let _ = write!(wire, "${}\r\n", bytes.len());
+    wire.extend_from_slice(bytes);
+    wire.extend_from_slice(b"\r\n");
+}
+
+/// `redis.call` and `redis.pcall`: runs a command; returns its reply as a
+/// Lua value and whether it is an error (the C wrapper raises it for
+/// `redis.call`).
+fn call(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, bool)> {
+    if args.is_empty() {
+        return raise(
+            lua,
+            "ERR Please specify at least one argument for this redis lib call",
+        );
+    }
+    let ran = SCRATCH.with(|cell| {
+        let Ok(mut scratch) = cell.try_borrow_mut() else {
+            return Some(raise(lua, "ERR redis.call cannot run here"));
+        };
+        let Scratch { wire, parser, out } = &mut *scratch;
+        wire.clear();
+        {
+            use std::io::Write as _;
+            let _ = write!(wire, "*{}\r\n", args.len());
+        }
+        for a in args.iter() {
+            match a {
+                Value::String(s) => push_bulk(wire, &s.as_bytes()),
+                Value::Integer(i) => push_bulk(wire, itoa(*i, &mut [0; 20])),
+                Value::Number(n) => push_bulk(wire, number_arg(*n).as_bytes()),
+                _ => {
+                    return Some(raise(
+                        lua,
+                        "ERR Lua redis lib command arguments must be strings or integers",
+                    ))
+                }
+            }
+        }
+        parser.reset();
+        let Ok(Parsed::Command { args, .. }) = parser.parse(wire) else {
+            return Some(raise(lua, "ERR command too large to run from a script"));
+        };
+        with_env(|env| run_command(lua, env, args, out))
+    });
+    match ran {
         Some(r) => r,
-        None => Ok((
-            error_table(lua, b"ERR redis.call is only available while a script runs")?,
-            true,
-        )),
+        None => raise(lua, "ERR redis.call is only available while a script runs"),
     }
 }
 
 /// Runs one command for a script: the checks Redis makes for scripts, then
 /// the command table, then the reply as a Lua value.
-fn run_command(lua: &Lua, env: &mut CallEnv<'_>, argv: &[Vec<u8>]) -> mlua::Result<(Value, bool)> {
-    let fail = |msg: &str| -> mlua::Result<(Value, bool)> {
-        Ok((error_table(lua, msg.as_bytes())?, true))
+fn run_command(
+    lua: &Lua,
+    env: &mut CallEnv<'_>,
+    args: basalt_resp::Args<'_>,
+    out: &mut Vec<u8>,
+) -> mlua::Result<(Value, bool)> {
+    let Some(cmd) = commands::lookup(&args[0]) else {
+        return raise(lua, "ERR Unknown Redis command called from script");
     };
-    let Some(cmd) = commands::lookup(&argv[0]) else {
-        return fail("ERR Unknown Redis command called from script");
-    };
-    if !cmd.arity_ok(argv.len()) {
-        return fail("ERR Wrong number of args calling Redis command from script");
+    if !cmd.arity_ok(args.len()) {
+        return raise(
+            lua,
+            "ERR Wrong number of args calling Redis command from script",
+        );
     }
     if cmd.flags & flags::NOSCRIPT != 0 {
-        return fail("ERR This Redis command is not allowed from script");
+        return raise(lua, "ERR This Redis command is not allowed from script");
     }
     // A read-only script may not write, nor publish (which replicates).
     if env.read_only && (cmd.is_write() || cmd.flags & flags::MAY_REPLICATE != 0) {
-        return fail("ERR Write commands are not allowed from read-only scripts.");
+        return raise(
+            lua,
+            "ERR Write commands are not allowed from read-only scripts.",
+        );
     }
     if cmd.is_write() {
         env.wrote.store(true, std::sync::atomic::Ordering::Relaxed);
     }
-    let mut wire = Vec::with_capacity(16 + argv.iter().map(|a| a.len() + 16).sum::<usize>());
-    basalt_resp::write_command(&mut wire, argv.iter());
-    let mut parser = RequestParser::new(Limits {
-        max_bulk_len: usize::MAX,
-        ..Limits::default()
-    });
-    let Ok(Parsed::Command { args, .. }) = parser.parse(&wire) else {
-        return fail("ERR command too large to run from a script");
-    };
     let saved = env.conn.protocol;
     env.conn.protocol = if env.resp3 {
         Protocol::Resp3
     } else {
         Protocol::Resp2
     };
-    let mut out = Vec::new();
-    let (found, after) = commands::execute(env.shared, env.conn, &mut out, args);
+    out.clear();
+    let (found, after) = commands::execute(env.shared, env.conn, out, args);
     env.conn.protocol = saved;
     if after == Some(After::Block) {
         // Scripts never block: a blocking command that would wait answers
         // as it does on timeout.
         env.shared.blocking.finish(env.conn.info.id);
         out.clear();
-        let mut e = Encoder::new(&mut out, env.conn.protocol);
+        let mut e = Encoder::new(out, env.conn.protocol);
         match found.map(|c| c.name) {
             Some("blmove" | "brpoplpush") => e.null(),
             _ => e.null_array(),
         }
     }
-    let frame = match Frame::parse(&out) {
+    if let Some(v) = simple_reply(lua, out)? {
+        return Ok(v);
+    }
+    let frame = match Frame::parse(out) {
         Ok(Some((f, _))) => f,
-        _ => return fail("ERR a command's reply could not be read back"),
+        _ => return raise(lua, "ERR a command's reply could not be read back"),
     };
     let failed = matches!(frame, Frame::Error(_) | Frame::BlobError(_));
     Ok((frame_to_lua(lua, frame, env.resp3)?, failed))
+}
+
+/// The common one-line replies (and bulk strings) converted without
+/// building a [`Frame`]; `None` for the others.
+fn simple_reply(lua: &Lua, out: &[u8]) -> mlua::Result<Option<(Value, bool)>> {
+    let Some(eol) = out.windows(2).position(|w| w == b"\r\n") else {
+        return Ok(None);
+    };
+    let line = &out[1..eol];
+    Ok(match out.first() {
+        Some(b':') => std::str::from_utf8(line)
+            .ok()
+            .and_then(|t| t.parse::<i64>().ok())
+            .map(|n| (Value::Number(n as f64), false)),
+        Some(b'$') => match std::str::from_utf8(line)
+            .ok()
+            .and_then(|t| t.parse::<i64>().ok())
+        {
+            Some(-1) => Some((Value::Boolean(false), false)),
+            Some(len) if len >= 0 && out.len() >= eol + 2 + len as usize => {
+                let body = &out[eol + 2..eol + 2 + len as usize];
+                Some((Value::String(lua.create_string(body)?), false))
+            }
+            _ => None,
+        },
+        Some(b'+') => {
+            let t = lua.create_table()?;
+            t.raw_set("ok", lua.create_string(line)?)?;
+            Some((Value::Table(t), false))
+        }
+        Some(b'-') => Some((error_table(lua, &error_text(line))?, true)),
+        _ => None,
+    })
 }
 
 /// A command's reply as a Lua value, by Redis's conversion rules (RESP2:

@@ -135,6 +135,28 @@ pub fn sha1_hex(bytes: &[u8]) -> String {
     sha1_smol::Sha1::from(bytes).digest().to_string()
 }
 
+/// A script's id: its SHA1 in lower-case hex.
+type Sha = [u8; 40];
+
+/// [`sha1_hex`] without allocating.
+fn sha_of(bytes: &[u8]) -> Sha {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digest = sha1_smol::Sha1::from(bytes).digest().bytes();
+    let mut out = [0u8; 40];
+    for (i, b) in digest.iter().enumerate() {
+        out[2 * i] = HEX[(b >> 4) as usize];
+        out[2 * i + 1] = HEX[(b & 15) as usize];
+    }
+    out
+}
+
+/// An SHA argument as a cache key (lower-cased), if it is 40 bytes long.
+fn sha_key(arg: &[u8]) -> Option<Sha> {
+    let mut k: Sha = arg.try_into().ok()?;
+    k.make_ascii_lowercase();
+    Some(k)
+}
+
 /// A compiled script.
 #[derive(Debug)]
 struct Cached {
@@ -148,9 +170,9 @@ struct Cached {
 struct Engine {
     interp: Interp,
     /// Compiled scripts by SHA1 (lower-case hex).
-    scripts: HashMap<String, Cached>,
+    scripts: HashMap<Sha, Cached>,
     /// SHAs that came by EVAL, oldest first (evictable).
-    evictable: VecDeque<String>,
+    evictable: VecDeque<Sha>,
     /// Loaded libraries by name.
     libs: std::collections::BTreeMap<String, Library>,
     /// Function name -> library name.
@@ -166,9 +188,18 @@ pub struct Running {
     wrote: AtomicBool,
     /// SCRIPT KILL / FUNCTION KILL asked it to stop.
     killed: AtomicBool,
-    /// What runs: (function name or empty for EVAL, the command line).
-    what: Mutex<Option<(String, Vec<Vec<u8>>)>>,
+    /// What runs: [`IDLE`], [`EVAL`] or [`FUNCTION`].
+    kind: std::sync::atomic::AtomicU8,
+    /// The running function's name and command line (FUNCTION STATS).
+    function: Mutex<Option<(String, Vec<Vec<u8>>)>>,
 }
+
+/// [`Running::kind`]: no script runs.
+const IDLE: u8 = 0;
+/// [`Running::kind`]: an EVAL script runs.
+const EVAL: u8 = 1;
+/// [`Running::kind`]: a function runs.
+const FUNCTION: u8 = 2;
 
 /// Scripting's server-wide state.
 pub struct Scripts {
@@ -190,12 +221,17 @@ impl std::fmt::Debug for Scripts {
     }
 }
 
-/// One script command handed to the script thread.
+/// Script commands of one connection handed to the script thread (the
+/// ones in a row in its read buffer, as RESP in `conn.script`: a pipeline
+/// of EVALs is one job), and the output buffer their replies go to.
 struct Job {
     conn: Conn,
-    args: Vec<Vec<u8>>,
+    out: Vec<u8>,
     done: tokio::sync::oneshot::Sender<Done>,
 }
+
+/// Most jobs the script thread runs under one hold of the gate.
+const JOBS_PER_HOLD: usize = 64;
 
 /// What the script thread hands back.
 pub(crate) struct Done {
@@ -364,11 +400,11 @@ impl Scripts {
         let _ = self.shared.set(Arc::downgrade(shared));
     }
 
-    /// Runs the script command `args` of `conn` on the script thread and
-    /// waits for it; `None` if the script thread is gone (the server is
-    /// stopping), in which case `conn` is a stand-in and the connection
+    /// Runs the script commands `commands` of `conn` on the script thread
+    /// and waits for them; `None` if the script thread is gone (the server
+    /// is stopping), in which case `conn` is a stand-in and the connection
     /// must close.
-    pub(crate) async fn offload(&self, conn: &mut Conn, args: Vec<Vec<u8>>) -> Option<Done> {
+    pub(crate) async fn offload(&self, conn: &mut Conn, out: Vec<u8>) -> Option<Done> {
         let sender = self.thread.get_or_init(|| {
             let (tx, rx) = std::sync::mpsc::channel::<Job>();
             let weak = self.shared.get().cloned().unwrap_or_default();
@@ -385,14 +421,14 @@ impl Scripts {
             tx: Default::default(),
             batch_clock: 0,
             tick: 0,
-            script: None,
+            script: Vec::new(),
         };
         let owned = std::mem::replace(conn, stand_in);
         let (done, wait) = tokio::sync::oneshot::channel();
         sender
             .send(Job {
                 conn: owned,
-                args,
+                out,
                 done,
             })
             .ok()?;
@@ -403,13 +439,7 @@ impl Scripts {
 
     /// What `-BUSY` says while a script is past the threshold.
     pub(crate) fn busy_reply(&self) -> &'static str {
-        let function = self
-            .running
-            .what
-            .lock()
-            .as_ref()
-            .is_some_and(|(name, _)| !name.is_empty());
-        if function {
+        if self.running.kind.load(Ordering::Acquire) == FUNCTION {
             "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE."
         } else {
             "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."
@@ -418,18 +448,17 @@ impl Scripts {
 
     /// SCRIPT KILL (`eval`) or FUNCTION KILL.
     fn kill(&self, eval: bool) -> Result {
-        let what = self.running.what.lock();
-        let Some((name, _)) = what.as_ref() else {
+        let kind = self.running.kind.load(Ordering::Acquire);
+        if kind == IDLE {
             return Err(Error::Msg(
                 "NOTBUSY No scripts in execution right now.".into(),
             ));
-        };
+        }
         if self.running.wrote.load(Ordering::Relaxed) {
             return Err(Error::Msg("UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.".into()));
         }
-        if name.is_empty() != eval {
+        if (kind == EVAL) != eval {
             // The other kind runs: the BUSY reply names the right command.
-            drop(what);
             return Err(Error::Msg(self.busy_reply().into()));
         }
         self.running.killed.store(true, Ordering::Relaxed);
@@ -454,52 +483,85 @@ impl Scripts {
     }
 }
 
-/// The script thread: runs each handed-over script command holding the
-/// exec gate exclusively.
+/// The script thread: runs the handed-over script commands holding the
+/// exec gate exclusively, every job waiting (up to [`JOBS_PER_HOLD`]) under
+/// one hold.
 fn script_thread(shared: Weak<Shared>, jobs: std::sync::mpsc::Receiver<Job>) {
-    while let Ok(mut job) = jobs.recv() {
+    let mut parser = RequestParser::new(Limits {
+        max_bulk_len: usize::MAX,
+        ..Limits::default()
+    });
+    while let Ok(first) = jobs.recv() {
         let Some(shared) = shared.upgrade() else {
             break;
         };
-        let mut wire = Vec::new();
-        basalt_resp::write_command(&mut wire, job.args.iter());
-        let mut parser = RequestParser::new(Limits {
-            max_bulk_len: usize::MAX,
-            ..Limits::default()
+        let mut batch = vec![first];
+        while batch.len() < JOBS_PER_HOLD {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        let mut done = Vec::with_capacity(batch.len());
+        shared.gate.exclusive(|| {
+            for mut job in batch {
+                let mut after = None;
+                let mut wrote = false;
+                let wire = std::mem::take(&mut job.conn.script);
+                let mut at = 0;
+                parser.reset();
+                while at < wire.len() {
+                    let Ok(Parsed::Command { args, consumed }) = parser.parse(&wire[at..]) else {
+                        break;
+                    };
+                    at += consumed;
+                    job.conn.batch_clock = 0;
+                    job.conn.tick = crate::state::now_ns();
+                    after = crate::commands::execute(&shared, &mut job.conn, &mut job.out, args).1;
+                    wrote |= shared.scripts.running.wrote.swap(false, Ordering::Relaxed);
+                }
+                // The buffer goes back with the connection, to be reused.
+                job.conn.script = wire;
+                job.conn.script.clear();
+                let out = std::mem::take(&mut job.out);
+                done.push((job, out, after, wrote));
+            }
         });
-        let mut out = Vec::new();
-        let mut after = None;
-        if let Ok(Parsed::Command { args, .. }) = parser.parse(&wire) {
-            shared.gate.exclusive(|| {
-                job.conn.batch_clock = 0;
-                job.conn.tick = crate::state::now_ns();
-                after = crate::commands::execute(&shared, &mut job.conn, &mut out, args).1;
+        drop(shared);
+        for (job, out, after, wrote) in done {
+            let _ = job.done.send(Done {
+                conn: job.conn,
+                out,
+                after,
+                wrote,
             });
         }
-        let wrote = shared.scripts.running.wrote.swap(false, Ordering::Relaxed);
-        drop(shared);
-        let _ = job.done.send(Done {
-            conn: job.conn,
-            out,
-            after,
-            wrote,
-        });
     }
+}
+
+/// Whether `args` is a script command the connection hands to the script
+/// thread (outside MULTI): EVAL and friends with a valid arity.
+pub(crate) fn handed_over(args: &Args<'_>) -> Option<&'static CommandDef> {
+    if !matches!(args[0].first(), Some(b'e' | b'E' | b'f' | b'F')) {
+        return None;
+    }
+    crate::commands::lookup(&args[0])
+        .filter(|cmd| cmd.flags & RUNS_SCRIPT != 0 && cmd.arity_ok(args.len()))
 }
 
 impl Engine {
     /// Compiles (or finds) the script `body`; `evictable` for EVAL.
-    fn script(&mut self, body: &[u8], evictable: bool) -> Result<(String, &Cached)> {
-        let sha = sha1_hex(body);
+    fn script(&mut self, body: &[u8], evictable: bool) -> Result<(Sha, &Cached)> {
+        let sha = sha_of(body);
         if !self.scripts.contains_key(&sha) {
             let (flags, code) = shebang(body)?;
             let f = self
                 .interp
                 .compile(code, lua::SCRIPT_SOURCE)
                 .map_err(|m| Error::err(format!("Error compiling script (new function): {m}")))?;
-            self.scripts.insert(sha.clone(), Cached { f, flags });
+            self.scripts.insert(sha, Cached { f, flags });
             if evictable {
-                self.evictable.push_back(sha.clone());
+                self.evictable.push_back(sha);
                 while self.evictable.len() > MAX_EVAL_SCRIPTS {
                     if let Some(old) = self.evictable.pop_front() {
                         self.scripts.remove(&old);
@@ -629,10 +691,8 @@ fn shebang(body: &[u8]) -> Result<(u32, &[u8])> {
 }
 
 /// `numkeys` of EVAL / FCALL: the keys and the arguments after them.
-/// A script's keys and its other arguments.
-type KeysAndArgs<'a> = (Vec<&'a [u8]>, Vec<&'a [u8]>);
-
-fn split_keys<'a>(args: &Args<'a>, fcall: bool) -> Result<KeysAndArgs<'a>> {
+/// How many of the arguments after `numkeys` are keys.
+fn split_keys(args: &Args<'_>, fcall: bool) -> Result<usize> {
     let n = match crate::commands::parse_i64(&args[2]) {
         Some(n) => n,
         None if fcall => return Err(Error::err("Bad number of keys provided")),
@@ -647,9 +707,7 @@ fn split_keys<'a>(args: &Args<'a>, fcall: bool) -> Result<KeysAndArgs<'a>> {
             "Number of keys can't be greater than number of args",
         ));
     }
-    let all: Vec<&[u8]> = args.iter().skip(3).collect();
-    let (k, a) = all.split_at(n as usize);
-    Ok((k.to_vec(), a.to_vec()))
+    Ok(n as usize)
 }
 
 /// Runs a compiled script or function on `ctx`'s connection, as one
@@ -662,22 +720,22 @@ fn run(
     name: &str,
     function: bool,
     read_only: bool,
-    keys: &[&[u8]],
-    argv: &[&[u8]],
-    command: Vec<Vec<u8>>,
+    args: &Args<'_>,
+    nkeys: usize,
+    command: Option<Vec<Vec<u8>>>,
 ) {
     let scripts = &ctx.shared.scripts;
     scripts.running.killed.store(false, Ordering::Relaxed);
     scripts.running.wrote.store(false, Ordering::Relaxed);
-    *scripts.running.what.lock() = Some((
-        if function {
-            name.to_string()
-        } else {
-            String::new()
-        },
-        command,
-    ));
-    ctx.shared.gate.busy().start(crate::state::now_ns());
+    if let Some(command) = command {
+        *scripts.running.function.lock() = Some((name.to_string(), command));
+    }
+    scripts
+        .running
+        .kind
+        .store(if function { FUNCTION } else { EVAL }, Ordering::Release);
+    // The clock was read when the command started (`tick`).
+    ctx.shared.gate.busy().start(ctx.conn.tick);
     let (db, clock) = (ctx.conn.db, ctx.conn.batch_clock);
     ctx.conn.batch_clock = ctx.now_ms;
     let outcome = {
@@ -693,14 +751,17 @@ fn run(
         let mut out = std::mem::take(ctx.out);
         let o = engine
             .interp
-            .run(&mut env, f, keys, argv, function, &mut out);
+            .run(&mut env, f, args, nkeys, function, &mut out);
         *ctx.out = out;
         o
     };
     ctx.conn.db = db;
     ctx.conn.batch_clock = clock;
     ctx.shared.gate.busy().stop();
-    *scripts.running.what.lock() = None;
+    scripts.running.kind.store(IDLE, Ordering::Release);
+    if function {
+        *scripts.running.function.lock() = None;
+    }
     if let Outcome::Failed(msg) = outcome {
         let line = match msg.split_once('\u{0}') {
             Some((err, at)) => format!("{err} script: {name}, on {at}."),
@@ -715,15 +776,14 @@ fn eval(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let name = ctx.cmd.name;
     let by_sha = name.starts_with("evalsha");
     let ro_cmd = name.ends_with("_ro");
-    let (keys, argv) = split_keys(&args, false)?;
-    let command = args.to_vec();
+    let nkeys = split_keys(&args, false)?;
     let scripts = &ctx.shared.scripts;
     let mut engine = scripts.engine.lock();
     let (sha, f, flags) = if by_sha {
-        let sha = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
-        match engine.scripts.get(&sha) {
-            Some(c) if args[1].len() == 40 => (sha, c.f.clone(), c.flags),
-            _ => {
+        let found = sha_key(&args[1]).and_then(|k| Some((k, engine.scripts.get(&k)?)));
+        match found {
+            Some((k, c)) => (k, c.f.clone(), c.flags),
+            None => {
                 return Err(Error::Msg(
                     "NOSCRIPT No matching script. Please use EVAL.".into(),
                 ))
@@ -740,9 +800,8 @@ fn eval(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         ));
     }
     let read_only = ro_cmd || flags & functions::NO_WRITES != 0;
-    run(
-        ctx, &engine, &f, &sha, false, read_only, &keys, &argv, command,
-    );
+    let name = std::str::from_utf8(&sha).unwrap_or_default();
+    run(ctx, &engine, &f, name, false, read_only, &args, nkeys, None);
     drop(engine);
     Ok(())
 }
@@ -755,16 +814,16 @@ fn fcall(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let Some(def) = engine.function(&fname).cloned() else {
         return Err(Error::err("Function not found"));
     };
-    let (keys, argv) = split_keys(&args, true)?;
+    let nkeys = split_keys(&args, true)?;
     if ro_cmd && def.flags & functions::NO_WRITES == 0 {
         return Err(Error::err(
             "Can not execute a script with write flag using *_ro command.",
         ));
     }
     let read_only = ro_cmd || def.flags & functions::NO_WRITES != 0;
-    let command = args.to_vec();
+    let command = Some(args.to_vec());
     run(
-        ctx, &engine, &def.f, &fname, true, read_only, &keys, &argv, command,
+        ctx, &engine, &def.f, &fname, true, read_only, &args, nkeys, command,
     );
     Ok(())
 }
@@ -817,19 +876,14 @@ fn script(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     if is(sub, "load") {
         sub_arity("script|load", 3, &args)?;
         let sha = scripts.engine.lock().script(&args[2], false)?.0;
-        ctx.bulk(sha.as_bytes());
+        ctx.bulk(&sha);
     } else if is(sub, "exists") {
         sub_arity("script|exists", -3, &args)?;
         let engine = scripts.engine.lock();
         let found: Vec<bool> = args
             .iter()
             .skip(2)
-            .map(|s| {
-                s.len() == 40
-                    && engine
-                        .scripts
-                        .contains_key(&String::from_utf8_lossy(s).to_ascii_lowercase())
-            })
+            .map(|s| sha_key(s).is_some_and(|k| engine.scripts.contains_key(&k)))
             .collect();
         drop(engine);
         ctx.array(found.len());
@@ -973,16 +1027,16 @@ fn function(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         ctx.ok();
     } else if is(sub, "stats") {
         sub_arity("function|stats", 2, &args)?;
-        let running = scripts.running.what.lock().clone();
-        if running.as_ref().is_some_and(|(name, _)| name.is_empty()) {
+        if scripts.running.kind.load(Ordering::Acquire) == EVAL {
             return Err(Error::Msg(scripts.busy_reply().into()));
         }
+        let running = scripts.running.function.lock().clone();
         let (libs, funcs) = scripts.counts();
         let started = ctx.shared.gate.busy().since_ns();
         ctx.enc().map(2);
         ctx.bulk(b"running_script");
         match running {
-            Some((name, command)) if !name.is_empty() => {
+            Some((name, command)) => {
                 ctx.enc().map(3);
                 ctx.bulk(b"name");
                 ctx.bulk(name.as_bytes());
