@@ -206,17 +206,6 @@ impl Gate {
         }
     }
 
-    /// Holds the gate shared, waiting for as long as a script runs (the
-    /// HTTP API, which has no busy mode).
-    pub fn enter_wait(&self) -> Entered<'_> {
-        self.0.lock_shared();
-        self.mark(true);
-        Entered {
-            gate: self,
-            held: true,
-        }
-    }
-
     /// Runs `f` holding the gate exclusively (the script thread).
     pub(crate) fn exclusive<R>(&self, f: impl FnOnce() -> R) -> R {
         self.0.lock_exclusive();
@@ -636,7 +625,10 @@ fn exec(shared: &Shared, conn: &mut Conn, out: &mut Vec<u8>, gate: &mut Entered<
             };
             pos += consumed;
             let (found, a) = commands::execute(shared, conn, out, args);
-            if found.is_some_and(|c| c.is_write()) {
+            // A script wrote if it called a write command.
+            let script_wrote = found.is_some_and(|c| c.flags & flags::RUNS_SCRIPT != 0)
+                && shared.scripts.take_wrote();
+            if found.is_some_and(|c| c.is_write()) || script_wrote {
                 writes += 1;
             }
             match a {

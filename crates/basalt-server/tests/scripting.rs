@@ -504,6 +504,85 @@ fn commands_run_by_scripts_notify_and_wake_blocked_clients() {
     );
 }
 
+/// INFO's `rdb_changes_since_last_save`.
+fn changes(r: &mut common::Raw) -> i64 {
+    let info = r.cmd_text(&["INFO", "persistence"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix("rdb_changes_since_last_save:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("rdb_changes_since_last_save in INFO")
+}
+
+#[test]
+fn scripts_queued_in_multi_run_inside_exec_and_count_as_writes() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    let before = changes(&mut r);
+    assert_eq!(r.cmd(&["MULTI"]), ok());
+    assert_eq!(
+        r.cmd(&[
+            "EVAL",
+            "return redis.call('set', KEYS[1], ARGV[1])",
+            "1",
+            "k",
+            "v"
+        ]),
+        simple("QUEUED")
+    );
+    assert_eq!(
+        r.cmd(&["EVAL", "return redis.call('get', KEYS[1])", "1", "k"]),
+        simple("QUEUED")
+    );
+    assert_eq!(r.cmd(&["EXEC"]), arr(vec![ok(), bulk("v")]));
+    assert_eq!(
+        changes(&mut r),
+        before + 1,
+        "the writing script counts, the reading one not"
+    );
+    assert_eq!(
+        r.cmd(&["EVAL", "return redis.call('incr', 'n')", "0"]),
+        int(1)
+    );
+    assert_eq!(changes(&mut r), before + 2);
+    assert_eq!(
+        r.cmd(&["EVAL", "return redis.call('get', 'n')", "0"]),
+        bulk("1")
+    );
+    assert_eq!(changes(&mut r), before + 2);
+}
+
+#[test]
+fn a_pipeline_of_scripts_and_commands_replies_in_order() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    let mut wire = Vec::new();
+    for i in 0..300 {
+        let n = i.to_string();
+        basalt_resp::write_command(
+            &mut wire,
+            [
+                &b"EVAL"[..],
+                b"return redis.call('rpush', KEYS[1], ARGV[1])",
+                b"1",
+                b"l",
+                n.as_bytes(),
+            ]
+            .iter()
+            .copied(),
+        );
+        if i % 7 == 0 {
+            basalt_resp::write_command(&mut wire, [&b"LLEN"[..], b"l"].iter().copied());
+        }
+    }
+    r.send(&wire);
+    for i in 0..300 {
+        assert_eq!(r.read(), int(i + 1), "EVAL {i}");
+        if i % 7 == 0 {
+            assert_eq!(r.read(), int(i + 1), "LLEN after EVAL {i}");
+        }
+    }
+}
+
 #[test]
 fn a_script_runs_isolated_from_other_clients() {
     let s = TestServer::start();
@@ -538,7 +617,11 @@ fn a_script_runs_isolated_from_other_clients() {
 
 #[test]
 fn a_long_script_gets_busy_replies_and_script_kill_stops_it() {
-    let s = TestServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = basalt_server::Config::ephemeral(dir.path());
+    config.http_port = Some(0);
+    let s = TestServer::start_with(config, dir);
+    let http = s.handle.as_ref().unwrap().http_addr().unwrap();
     let mut admin = s.raw();
     assert_eq!(
         admin.cmd(&["CONFIG", "SET", "busy-reply-threshold", "100"]),
@@ -564,6 +647,9 @@ fn a_long_script_gets_busy_replies_and_script_kill_stops_it() {
         busy,
         "FUNCTION KILL does not stop an EVAL"
     );
+    // The HTTP API answers 503 BUSY too.
+    let status = http_status(http, "/v1/keys/x");
+    assert!(status.contains(" 503 "), "{status}");
     assert_eq!(other.cmd(&["SCRIPT", "KILL"]), ok());
     assert_eq!(
         runner.read(),
@@ -584,6 +670,21 @@ fn a_long_script_gets_busy_replies_and_script_kill_stops_it() {
     );
     assert!(matches!(runner.read(), Frame::Integer(n) if n > 0));
     assert_eq!(other.cmd(&["GET", "w"]), bulk("1"));
+}
+
+/// The status line of `GET path` on the HTTP API.
+fn http_status(addr: std::net::SocketAddr, path: &str) -> String {
+    use std::io::{BufRead, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(s).read_line(&mut line).unwrap();
+    line
 }
 
 /// Waits until `c` answers BUSY (a script has run past the threshold).

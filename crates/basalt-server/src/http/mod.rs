@@ -338,6 +338,14 @@ impl ApiError {
         )
     }
 
+    fn busy() -> ApiError {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "BUSY",
+            "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
+        )
+    }
+
     fn loading() -> ApiError {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -510,10 +518,15 @@ impl Req {
     }
 
     /// Runs `f` holding the exec gate shared, as a RESP batch runs its
-    /// commands: EXEC never interleaves with it. `f` must not block on
-    /// anything but the keyspace's own locks.
-    fn locked<T>(&self, f: impl FnOnce(&Shared) -> T) -> T {
-        let _gate = self.shared.gate.enter_wait();
+    /// commands: EXEC and scripts never interleave with it. While a script
+    /// has run past `busy-reply-threshold` the answer is 503 `BUSY`, as a
+    /// RESP client gets `-BUSY`. `f` must not block on anything but the
+    /// keyspace's own locks.
+    fn locked<T>(&self, f: impl FnOnce(&Shared) -> ApiResult<T>) -> ApiResult<T> {
+        let gate = self.shared.gate.enter();
+        if !gate.held() {
+            return Err(ApiError::busy());
+        }
         f(&self.shared)
     }
 
@@ -554,7 +567,7 @@ impl Req {
             script: Vec::new(),
         };
         let mut out = Vec::new();
-        let (found, _) = self.locked(|sh| commands::execute(sh, &mut conn, &mut out, args));
+        let (found, _) = self.locked(|sh| Ok(commands::execute(sh, &mut conn, &mut out, args)))?;
         self.shared
             .stats
             .commands

@@ -437,6 +437,12 @@ impl Scripts {
         Some(done)
     }
 
+    /// Whether the last script run called a write command (and forgets it):
+    /// the caller counts the write (dirty counter, `appendfsync always`).
+    pub(crate) fn take_wrote(&self) -> bool {
+        self.running.wrote.swap(false, Ordering::Relaxed)
+    }
+
     /// What `-BUSY` says while a script is past the threshold.
     pub(crate) fn busy_reply(&self) -> &'static str {
         if self.running.kind.load(Ordering::Acquire) == FUNCTION {
@@ -518,7 +524,7 @@ fn script_thread(shared: Weak<Shared>, jobs: std::sync::mpsc::Receiver<Job>) {
                     job.conn.batch_clock = 0;
                     job.conn.tick = crate::state::now_ns();
                     after = crate::commands::execute(&shared, &mut job.conn, &mut job.out, args).1;
-                    wrote |= shared.scripts.running.wrote.swap(false, Ordering::Relaxed);
+                    wrote |= shared.scripts.take_wrote();
                 }
                 // The buffer goes back with the connection, to be reused.
                 job.conn.script = wire;
