@@ -535,6 +535,18 @@ pub fn execute(
         unknown_command(conn.protocol, out, args);
         return (None, None);
     };
+    execute_found(shared, conn, out, args, cmd, idx)
+}
+
+/// [`execute`] of a command already looked up ([`lookup_indexed`]).
+pub fn execute_found(
+    shared: &Shared,
+    conn: &mut Conn,
+    out: &mut Vec<u8>,
+    args: Args<'_>,
+    cmd: &'static CommandDef,
+    idx: usize,
+) -> (Option<&'static CommandDef>, Option<After>) {
     if !cmd.arity_ok(args.len()) {
         shared.cmdstats.reject(idx);
         let mut e = Encoder::new(out, conn.protocol);

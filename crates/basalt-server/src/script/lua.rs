@@ -63,6 +63,9 @@ pub(crate) struct CallEnv<'a> {
 thread_local! {
     /// The [`CallEnv`] of the script running on this thread, or null.
     static ENV: Cell<*mut CallEnv<'static>> = const { Cell::new(std::ptr::null_mut()) };
+    /// The interpreter running a script on this thread (for `redis_call`'s
+    /// replies built with mlua), or null.
+    static LUA: Cell<Option<*const Lua>> = const { Cell::new(None) };
 }
 
 /// Runs `f` with the running script's [`CallEnv`], or fails outside a run
@@ -276,7 +279,14 @@ impl Interp {
         let globals = lua.globals();
         let xpcall: Function = globals.raw_get("xpcall")?;
         let api = lua.create_table()?;
-        api.raw_set("pcall", lua.create_function(call)?)?;
+        // SAFETY: `redis_call` follows the Lua C API protocol (see there).
+        api.raw_set("pcall", unsafe {
+            lua.create_c_function(redis_call::<false>)?
+        })?;
+        // SAFETY: as above.
+        api.raw_set("call", unsafe {
+            lua.create_c_function(redis_call::<true>)?
+        })?;
         api.raw_set("error_reply", lua.create_function(error_reply)?)?;
         api.raw_set("status_reply", lua.create_function(status_reply)?)?;
         let handler = lua.create_function(error_handler)?;
@@ -325,14 +335,13 @@ impl Interp {
         // frame (`return redis.call(...)` is a tail call, which would drop
         // it if the raiser were Lua), so it names the script's line.
         type Api = fn(&Lua, MultiValue) -> mlua::Result<(Value, bool)>;
-        let raising: [(&str, Api, mlua::ffi::lua_CFunction); 7] = [
-            ("call", call_raising, raise_from::<0>),
-            ("sha1hex", sha1hex, raise_from::<1>),
-            ("log", log, raise_from::<2>),
-            ("setresp", setresp, raise_from::<3>),
-            ("set_repl", set_repl, raise_from::<4>),
-            ("acl_check_cmd", acl_check_cmd, raise_from::<5>),
-            ("register_function", register, raise_from::<6>),
+        let raising: [(&str, Api, mlua::ffi::lua_CFunction); 6] = [
+            ("sha1hex", sha1hex, raise_from::<0>),
+            ("log", log, raise_from::<1>),
+            ("setresp", setresp, raise_from::<2>),
+            ("set_repl", set_repl, raise_from::<3>),
+            ("acl_check_cmd", acl_check_cmd, raise_from::<4>),
+            ("register_function", register, raise_from::<5>),
         ];
         for (i, (name, f, shim)) in raising.into_iter().enumerate() {
             lua.set_named_registry_value(
@@ -450,59 +459,102 @@ impl Interp {
         as_args: bool,
         out: &mut Vec<u8>,
     ) -> Outcome {
-        let lua = &self.lua;
-        let tables = (|| -> mlua::Result<(Table, Table)> {
-            let k = lua.create_table_with_capacity(nkeys, 0)?;
-            for (i, key) in args.iter().skip(3).take(nkeys).enumerate() {
-                k.raw_set(i + 1, lua.create_string(key)?)?;
-            }
-            let a = lua.create_table_with_capacity(args.len() - 3 - nkeys, 0)?;
-            for (i, arg) in args.iter().skip(3 + nkeys).enumerate() {
-                a.raw_set(i + 1, lua.create_string(arg)?)?;
-            }
-            Ok((k, a))
-        })();
-        let Ok((k, a)) = tables else {
-            return Outcome::Failed("ERR out of memory building KEYS and ARGV".into());
-        };
         let switched = self.set_mode(if as_args { MODE_FUNCTION } else { MODE_EVAL });
         if let Err(e) = switched {
             return Outcome::Failed(format!("ERR {}", one_line(&e.to_string())));
         }
-        let args = if as_args {
-            MultiValue::from_iter([Value::Table(k), Value::Table(a)])
-        } else {
-            let _ = self.globals.raw_set("KEYS", k);
-            let _ = self.globals.raw_set("ARGV", a);
-            MultiValue::new()
-        };
         ENV.with(|c| c.set((env as *mut CallEnv<'_>).cast::<CallEnv<'static>>()));
+        LUA.with(|c| c.set(Some(&self.lua as *const Lua)));
         struct Reset;
         impl Drop for Reset {
             fn drop(&mut self) {
                 ENV.with(|c| c.set(std::ptr::null_mut()));
+                LUA.with(|c| c.set(None));
             }
         }
         let reset = Reset;
-        let r = self.call_protected(f, args);
+        let r = self.call_raw(f, args, nkeys, as_args);
         drop(reset);
         let resp3 = env.resp3;
         match r {
-            Ok(Ok(values)) => {
-                let v = values.into_iter().next().unwrap_or(Value::Nil);
+            Ok((true, v)) => {
                 let mut enc = Encoder::new(out, env.conn.protocol);
                 write_reply(&mut enc, &v, resp3, 0);
                 Outcome::Replied
             }
-            Ok(Err(msg)) => Outcome::Failed(msg),
+            Ok((false, e)) => Outcome::Failed(describe_failure(e)),
             Err(e) => Outcome::Failed(format!("ERR {}", one_line(&e.to_string()))),
+        }
+    }
+
+    /// Builds KEYS and ARGV from `args` (the keys after `numkeys`, then the
+    /// rest) and calls `f` under the error handler, with the Lua C API in
+    /// one protected call (this is every script's path, and one mlua call
+    /// instead of one per key). For EVAL the tables become the globals
+    /// KEYS and ARGV; for FCALL (`as_args`) they are `f`'s arguments.
+    /// Returns whether `f` succeeded, and its first result or the handler's
+    /// error table.
+    fn call_raw(
+        &self,
+        f: &Function,
+        args: &basalt_resp::Args<'_>,
+        nkeys: usize,
+        as_args: bool,
+    ) -> mlua::Result<(bool, Value)> {
+        use mlua::ffi;
+        let keys = args.iter().skip(3).take(nkeys);
+        let argv = args.iter().skip(3 + nkeys);
+        let nargv = args.len() - 3 - nkeys;
+        let pushed = (f.clone(), self.handler.clone(), self.globals.clone());
+        // SAFETY: `exec_raw` runs the closure in protected mode with the
+        // three values above at stack indices 1 (f), 2 (the handler) and 3
+        // (the real globals); it leaves exactly two values (whether f
+        // succeeded, and its result or error) for the caller. The closure
+        // owns nothing that needs dropping, so a Lua error (out of memory)
+        // unwinding through it leaks nothing; mlua reports it as `Err`.
+        unsafe {
+            self.lua.exec_raw::<(bool, Value)>(pushed, |state| {
+                let fill = |state: *mut ffi::lua_State,
+                            n: usize,
+                            items: &mut dyn Iterator<Item = &[u8]>| {
+                    ffi::lua_createtable(state, n as std::ffi::c_int, 0);
+                    for (i, item) in items.enumerate() {
+                        ffi::lua_pushlstring(state, item.as_ptr().cast(), item.len());
+                        ffi::lua_rawseti(state, -2, (i + 1) as ffi::lua_Integer);
+                    }
+                };
+                ffi::luaL_checkstack(state, 8, std::ptr::null());
+                fill(state, nkeys, &mut keys.clone()); // 4: KEYS
+                fill(state, nargv, &mut argv.clone()); // 5: ARGV
+                let nargs = if as_args {
+                    // f, handler, G, keys, args -> f, handler, G, f, keys, args
+                    ffi::lua_pushvalue(state, 1);
+                    ffi::lua_insert(state, 4);
+                    2
+                } else {
+                    ffi::lua_pushstring(state, c"ARGV".as_ptr());
+                    ffi::lua_insert(state, -2);
+                    ffi::lua_rawset(state, 3);
+                    ffi::lua_pushstring(state, c"KEYS".as_ptr());
+                    ffi::lua_insert(state, -2);
+                    ffi::lua_rawset(state, 3);
+                    ffi::lua_pushvalue(state, 1);
+                    0
+                };
+                let status = ffi::lua_pcall(state, nargs, 1, 2);
+                // f, handler, G, result -> ok, result
+                ffi::lua_pushboolean(state, (status == 0) as std::ffi::c_int);
+                ffi::lua_insert(state, 4);
+                ffi::lua_remove(state, 1);
+                ffi::lua_remove(state, 1);
+                ffi::lua_remove(state, 1);
+            })
         }
     }
 }
 
 /// Registry keys of the API functions behind [`raise_from`], by index.
-const RAISING_KEYS: [&std::ffi::CStr; 7] = [
-    c"basalt.call",
+const RAISING_KEYS: [&std::ffi::CStr; 6] = [
     c"basalt.sha1hex",
     c"basalt.log",
     c"basalt.setresp",
@@ -726,18 +778,6 @@ fn status_reply(lua: &Lua, args: MultiValue) -> mlua::Result<Value> {
     Ok(Value::Table(t))
 }
 
-/// `redis.call`: [`call`], and an error it raises says that the command
-/// already counted it (`ignore_error_stats_update`, as in Redis).
-fn call_raising(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, bool)> {
-    let (v, failed) = call(lua, args)?;
-    if failed {
-        if let Value::Table(t) = &v {
-            t.raw_set("ignore_error_stats_update", true)?;
-        }
-    }
-    Ok((v, failed))
-}
-
 /// Buffers `redis.call` reuses: the command as RESP, its parser, and the
 /// reply. Commands run from scripts never run a script, so a call never
 /// finds them borrowed.
@@ -758,25 +798,6 @@ thread_local! {
     });
 }
 
-/// `n` in decimal, written into `buf`.
-fn itoa(n: i64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut at = buf.len();
-    let mut v = n.unsigned_abs();
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    if n < 0 {
-        at -= 1;
-        buf[at] = b'-';
-    }
-    &buf[at..]
-}
-
 /// Appends one RESP bulk string.
 fn push_bulk(wire: &mut Vec<u8>, bytes: &[u8]) {
     use std::io::Write as _;
@@ -785,77 +806,259 @@ fn push_bulk(wire: &mut Vec<u8>, bytes: &[u8]) {
     wire.extend_from_slice(b"\r\n");
 }
 
-/// `redis.call` and `redis.pcall`: runs a command; returns its reply as a
-/// Lua value and whether it is an error (the C wrapper raises it for
-/// `redis.call`).
-fn call(lua: &Lua, args: MultiValue) -> mlua::Result<(Value, bool)> {
-    if args.is_empty() {
-        return raise(
-            lua,
-            "ERR Please specify at least one argument for this redis lib call",
-        );
-    }
-    let ran = SCRATCH.with(|cell| {
+/// `redis.call` (`RAISE`) and `redis.pcall`, on the Lua C API: this is
+/// every script's hot path, so it reads its arguments from the stack and
+/// pushes the common replies (integers, bulk strings, nulls, statuses,
+/// errors) without going through mlua values. It works in two phases: the
+/// first only reads the stack and runs Rust (the command), the second only
+/// pushes onto the stack, with nothing to drop pending (the buffers are
+/// held in `ManuallyDrop`), so a Lua error there (out of memory, or the
+/// raise itself) leaves no Rust frame with a destructor. Other replies
+/// (arrays, RESP3 types) are built with mlua and passed through the
+/// registry.
+unsafe extern "C-unwind" fn redis_call<const RAISE: bool>(
+    state: *mut mlua::ffi::lua_State,
+) -> std::ffi::c_int {
+    use mlua::ffi;
+    use std::mem::ManuallyDrop;
+    // Phase 1: read the arguments and run the command.
+    let (wire, out, what) = SCRATCH.with(|cell| {
         let Ok(mut scratch) = cell.try_borrow_mut() else {
-            return Some(raise(lua, "ERR redis.call cannot run here"));
+            return (
+                Vec::new(),
+                Vec::new(),
+                Pushed::Fail("ERR redis.call cannot run here"),
+            );
         };
-        let Scratch { wire, parser, out } = &mut *scratch;
-        wire.clear();
-        {
-            use std::io::Write as _;
-            let _ = write!(wire, "*{}\r\n", args.len());
+        let mut wire = std::mem::take(&mut scratch.wire);
+        let mut out = std::mem::take(&mut scratch.out);
+        // SAFETY: reading the caller's arguments: lua_gettop, lua_type,
+        // lua_tonumber and lua_tolstring of a string neither allocate nor
+        // raise.
+        let what = unsafe { prepare(state, &mut wire) };
+        let what = match what {
+            Some(msg) => Pushed::Fail(msg),
+            None => {
+                scratch.parser.reset();
+                match scratch.parser.parse(&wire) {
+                    Ok(Parsed::Command { args, .. }) => {
+                        match with_env(|env| run_command(env, args, &mut out)) {
+                            None => {
+                                Pushed::Fail("ERR redis.call is only available while a script runs")
+                            }
+                            Some(Err(msg)) => Pushed::Fail(msg),
+                            Some(Ok(resp3)) => classify(&out, resp3),
+                        }
+                    }
+                    _ => Pushed::Fail("ERR command too large to run from a script"),
+                }
+            }
+        };
+        (wire, out, what)
+    });
+    let wire = ManuallyDrop::new(wire);
+    let out = ManuallyDrop::new(out);
+    // Phase 2: push the reply (or the error table) and hand the buffers
+    // back before raising.
+    // SAFETY: a C function may use LUA_MINSTACK slots; this pushes at most
+    // three. Nothing with a destructor is live from here on (the buffers
+    // are ManuallyDrop and go back into SCRATCH before any raise).
+    unsafe {
+        let failed = match what {
+            Pushed::Number(n) => {
+                ffi::lua_pushnumber(state, n);
+                false
+            }
+            Pushed::False => {
+                ffi::lua_pushboolean(state, 0);
+                false
+            }
+            Pushed::Bulk(at, len) => {
+                ffi::lua_pushlstring(state, out.as_ptr().add(at).cast(), len);
+                false
+            }
+            Pushed::Status(at, len) => {
+                ffi::lua_createtable(state, 0, 1);
+                ffi::lua_pushlstring(state, out.as_ptr().add(at).cast(), len);
+                ffi::lua_setfield(state, -2, c"ok".as_ptr());
+                false
+            }
+            Pushed::Error(at, len) => {
+                push_error(state, &out[at..at + len]);
+                true
+            }
+            Pushed::Fail(msg) => {
+                push_error(state, msg.as_bytes());
+                true
+            }
+            Pushed::Registry(failed) => {
+                ffi::lua_getfield(state, ffi::LUA_REGISTRYINDEX, REPLY_KEY.as_ptr());
+                failed
+            }
+        };
+        if failed && RAISE {
+            // Redis marks what redis.call raises: the command already
+            // counted the error.
+            if ffi::lua_type(state, -1) == ffi::LUA_TTABLE {
+                ffi::lua_pushboolean(state, 1);
+                ffi::lua_setfield(state, -2, c"ignore_error_stats_update".as_ptr());
+            }
         }
-        for a in args.iter() {
-            match a {
-                Value::String(s) => push_bulk(wire, &s.as_bytes()),
-                Value::Integer(i) => push_bulk(wire, itoa(*i, &mut [0; 20])),
-                Value::Number(n) => push_bulk(wire, number_arg(*n).as_bytes()),
+        SCRATCH.with(|cell| {
+            if let Ok(mut scratch) = cell.try_borrow_mut() {
+                scratch.wire = ManuallyDrop::into_inner(wire);
+                scratch.out = ManuallyDrop::into_inner(out);
+            }
+        });
+        if failed && RAISE {
+            ffi::lua_error(state);
+        }
+        1
+    }
+}
+
+/// Registry key of a reply [`redis_call`] built with mlua.
+const REPLY_KEY: &std::ffi::CStr = c"basalt.reply";
+
+/// What [`redis_call`] pushes; offsets are into its reply buffer.
+enum Pushed {
+    Number(f64),
+    False,
+    Bulk(usize, usize),
+    Status(usize, usize),
+    Error(usize, usize),
+    /// An error of the call itself (not the command's reply).
+    Fail(&'static str),
+    /// A reply built with mlua, left in the registry (whether it is an error).
+    Registry(bool),
+}
+
+/// Writes the caller's arguments as one RESP command into `wire`; the
+/// error if one is neither a string nor a number.
+///
+/// # Safety
+/// `state` is the Lua state of a C function call.
+unsafe fn prepare(state: *mut mlua::ffi::lua_State, wire: &mut Vec<u8>) -> Option<&'static str> {
+    use mlua::ffi;
+    use std::io::Write as _;
+    // SAFETY: the caller's stack holds `n` arguments; these calls only read.
+    unsafe {
+        let n = ffi::lua_gettop(state);
+        if n == 0 {
+            return Some("ERR Please specify at least one argument for this redis lib call");
+        }
+        wire.clear();
+        let _ = write!(wire, "*{n}\r\n");
+        for i in 1..=n {
+            match ffi::lua_type(state, i) {
+                ffi::LUA_TSTRING => {
+                    let mut len = 0usize;
+                    let p = ffi::lua_tolstring(state, i, &mut len);
+                    push_bulk(wire, std::slice::from_raw_parts(p.cast::<u8>(), len));
+                }
+                ffi::LUA_TNUMBER => {
+                    push_bulk(wire, number_arg(ffi::lua_tonumber(state, i)).as_bytes())
+                }
                 _ => {
-                    return Some(raise(
-                        lua,
-                        "ERR Lua redis lib command arguments must be strings or integers",
-                    ))
+                    return Some("ERR Lua redis lib command arguments must be strings or integers")
                 }
             }
         }
-        parser.reset();
-        let Ok(Parsed::Command { args, .. }) = parser.parse(wire) else {
-            return Some(raise(lua, "ERR command too large to run from a script"));
+        None
+    }
+}
+
+/// Pushes `{err = <text>}` (the text as Redis stores errors in Lua).
+///
+/// # Safety
+/// `state` is the Lua state of a C function call with a free slot.
+unsafe fn push_error(state: *mut mlua::ffi::lua_State, raw: &[u8]) {
+    use mlua::ffi;
+    // SAFETY: see the caller; `error_text`'s buffer is dropped before the
+    // Lua calls, which copy from a stack array of at most 512 bytes, or
+    // from `raw` itself when it is longer (no code to split off).
+    unsafe {
+        let text = error_text(raw);
+        let mut buf = [0u8; 512];
+        let (ptr, len) = if text.len() <= buf.len() {
+            buf[..text.len()].copy_from_slice(&text);
+            (buf.as_ptr(), text.len())
+        } else {
+            (raw.as_ptr(), raw.len())
         };
-        with_env(|env| run_command(lua, env, args, out))
-    });
-    match ran {
-        Some(r) => r,
-        None => raise(lua, "ERR redis.call is only available while a script runs"),
+        drop(text);
+        ffi::lua_createtable(state, 0, 2);
+        ffi::lua_pushlstring(state, ptr.cast(), len);
+        ffi::lua_setfield(state, -2, c"err".as_ptr());
+    }
+}
+
+/// How the reply in `out` is pushed: directly for the one-line replies and
+/// bulk strings, else built with mlua into the registry.
+fn classify(out: &[u8], resp3: bool) -> Pushed {
+    let Some(eol) = out.windows(2).position(|w| w == b"\r\n") else {
+        return Pushed::Fail("ERR a command's reply could not be read back");
+    };
+    let line = &out[1..eol];
+    let int = || std::str::from_utf8(line).ok()?.parse::<i64>().ok();
+    match out.first() {
+        Some(b':') => {
+            if let Some(n) = int() {
+                return Pushed::Number(n as f64);
+            }
+        }
+        Some(b'$') => match int() {
+            Some(-1) => return Pushed::False,
+            Some(len) if len >= 0 && out.len() >= eol + 2 + len as usize => {
+                return Pushed::Bulk(eol + 2, len as usize)
+            }
+            _ => {}
+        },
+        Some(b'+') => return Pushed::Status(1, eol - 1),
+        Some(b'-') => return Pushed::Error(1, eol - 1),
+        _ => {}
+    }
+    let built = (|| -> Option<bool> {
+        let frame = match Frame::parse(out) {
+            Ok(Some((f, _))) => f,
+            _ => return None,
+        };
+        let failed = matches!(frame, Frame::Error(_) | Frame::BlobError(_));
+        let lua = LUA.with(Cell::get)?;
+        // SAFETY: `LUA` is set by `Interp::run` to the interpreter running
+        // this script, which outlives the call.
+        let lua = unsafe { &*lua };
+        let v = frame_to_lua(lua, frame, resp3).ok()?;
+        lua.set_named_registry_value(REPLY_KEY.to_str().ok()?, v)
+            .ok()?;
+        Some(failed)
+    })();
+    match built {
+        Some(failed) => Pushed::Registry(failed),
+        None => Pushed::Fail("ERR a command's reply could not be read back"),
     }
 }
 
 /// Runs one command for a script: the checks Redis makes for scripts, then
-/// the command table, then the reply as a Lua value.
+/// the command table, the reply left in `out`. `Ok(resp3)`: whether the
+/// reply is to be read with the RESP3 rules.
 fn run_command(
-    lua: &Lua,
     env: &mut CallEnv<'_>,
     args: basalt_resp::Args<'_>,
     out: &mut Vec<u8>,
-) -> mlua::Result<(Value, bool)> {
-    let Some(cmd) = commands::lookup(&args[0]) else {
-        return raise(lua, "ERR Unknown Redis command called from script");
+) -> Result<bool, &'static str> {
+    let Some((cmd, idx)) = commands::lookup_indexed(&args[0]) else {
+        return Err("ERR Unknown Redis command called from script");
     };
     if !cmd.arity_ok(args.len()) {
-        return raise(
-            lua,
-            "ERR Wrong number of args calling Redis command from script",
-        );
+        return Err("ERR Wrong number of args calling Redis command from script");
     }
     if cmd.flags & flags::NOSCRIPT != 0 {
-        return raise(lua, "ERR This Redis command is not allowed from script");
+        return Err("ERR This Redis command is not allowed from script");
     }
     // A read-only script may not write, nor publish (which replicates).
     if env.read_only && (cmd.is_write() || cmd.flags & flags::MAY_REPLICATE != 0) {
-        return raise(
-            lua,
-            "ERR Write commands are not allowed from read-only scripts.",
-        );
+        return Err("ERR Write commands are not allowed from read-only scripts.");
     }
     if cmd.is_write() {
         env.wrote.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -867,7 +1070,7 @@ fn run_command(
         Protocol::Resp2
     };
     out.clear();
-    let (found, after) = commands::execute(env.shared, env.conn, out, args);
+    let (found, after) = commands::execute_found(env.shared, env.conn, out, args, cmd, idx);
     env.conn.protocol = saved;
     if after == Some(After::Block) {
         // Scripts never block: a blocking command that would wait answers
@@ -880,48 +1083,7 @@ fn run_command(
             _ => e.null_array(),
         }
     }
-    if let Some(v) = simple_reply(lua, out)? {
-        return Ok(v);
-    }
-    let frame = match Frame::parse(out) {
-        Ok(Some((f, _))) => f,
-        _ => return raise(lua, "ERR a command's reply could not be read back"),
-    };
-    let failed = matches!(frame, Frame::Error(_) | Frame::BlobError(_));
-    Ok((frame_to_lua(lua, frame, env.resp3)?, failed))
-}
-
-/// The common one-line replies (and bulk strings) converted without
-/// building a [`Frame`]; `None` for the others.
-fn simple_reply(lua: &Lua, out: &[u8]) -> mlua::Result<Option<(Value, bool)>> {
-    let Some(eol) = out.windows(2).position(|w| w == b"\r\n") else {
-        return Ok(None);
-    };
-    let line = &out[1..eol];
-    Ok(match out.first() {
-        Some(b':') => std::str::from_utf8(line)
-            .ok()
-            .and_then(|t| t.parse::<i64>().ok())
-            .map(|n| (Value::Number(n as f64), false)),
-        Some(b'$') => match std::str::from_utf8(line)
-            .ok()
-            .and_then(|t| t.parse::<i64>().ok())
-        {
-            Some(-1) => Some((Value::Boolean(false), false)),
-            Some(len) if len >= 0 && out.len() >= eol + 2 + len as usize => {
-                let body = &out[eol + 2..eol + 2 + len as usize];
-                Some((Value::String(lua.create_string(body)?), false))
-            }
-            _ => None,
-        },
-        Some(b'+') => {
-            let t = lua.create_table()?;
-            t.raw_set("ok", lua.create_string(line)?)?;
-            Some((Value::Table(t), false))
-        }
-        Some(b'-') => Some((error_table(lua, &error_text(line))?, true)),
-        _ => None,
-    })
+    Ok(env.resp3)
 }
 
 /// A command's reply as a Lua value, by Redis's conversion rules (RESP2:

@@ -521,8 +521,9 @@ fn script_thread(shared: Weak<Shared>, jobs: std::sync::mpsc::Receiver<Job>) {
                         break;
                     };
                     at += consumed;
-                    job.conn.batch_clock = 0;
+                    // One clock read per command, as a connection batch.
                     job.conn.tick = crate::state::now_ns();
+                    job.conn.batch_clock = job.conn.tick / 1_000_000;
                     after = crate::commands::execute(&shared, &mut job.conn, &mut job.out, args).1;
                     wrote |= shared.scripts.take_wrote();
                 }
