@@ -656,6 +656,16 @@ fn a_long_script_gets_busy_replies_and_script_kill_stops_it() {
         raised("ERR Script killed by user with SCRIPT KILL...", body)
     );
     assert_eq!(other.cmd(&["SET", "x", "1"]), ok(), "serving again");
+    // A script cannot catch its kill with pcall and loop on.
+    let body =
+        "while true do pcall(function() local i = 0 while i < 1000000 do i = i + 1 end end) end";
+    runner.send_cmd(&[b"EVAL", body.as_bytes(), b"0"]);
+    assert!(eventually(Duration::from_secs(10), || other.cmd(&["PING"]) == busy));
+    assert_eq!(other.cmd(&["SCRIPT", "KILL"]), ok());
+    assert_eq!(
+        runner.read(),
+        raised("ERR Script killed by user with SCRIPT KILL...", body)
+    );
     // A script that wrote cannot be killed; it finishes on its own.
     let body = "redis.call('set', 'w', '1') local t = redis.call('time') \
         local stop = t[1] * 1000000 + t[2] + 600000 \

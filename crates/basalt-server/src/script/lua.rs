@@ -360,17 +360,7 @@ impl Interp {
             .load(SETUP)
             .set_name(INTERNAL)
             .call((globals.clone(), api, version, num))?;
-        lua.set_global_hook(
-            HookTriggers::new().every_nth_instruction(HOOK_EVERY),
-            |_, _| {
-                if with_env(|e| e.killed.load(std::sync::atomic::Ordering::Relaxed))
-                    .unwrap_or(false)
-                {
-                    return Err(mlua::Error::runtime(KILLED));
-                }
-                Ok(VmState::Continue)
-            },
-        )?;
+        set_hook(&lua, false)?;
         Ok(Interp {
             lua,
             globals,
@@ -475,6 +465,11 @@ impl Interp {
         let reset = Reset;
         let r = self.call_raw(f, args, nkeys, as_args);
         drop(reset);
+        if env.killed.load(std::sync::atomic::Ordering::Relaxed) {
+            // The hook went to every line for the killed script; back to
+            // its usual pace.
+            let _ = set_hook(&self.lua, false);
+        }
         let resp3 = env.resp3;
         match r {
             Ok((true, v)) => {
@@ -586,6 +581,28 @@ unsafe extern "C-unwind" fn raise_from<const K: usize>(
         }
         1
     }
+}
+
+/// Installs the hook that stops a killed script: every [`HOOK_EVERY`]
+/// instructions, or on every line once the script is killed (`fine`), as
+/// Redis does: an error raised inside a `pcall` is caught there, but the
+/// next line outside it raises again, so a script cannot loop on past a
+/// kill by catching it.
+fn set_hook(lua: &Lua, fine: bool) -> mlua::Result<()> {
+    let triggers = if fine {
+        HookTriggers::EVERY_LINE
+    } else {
+        HookTriggers::new().every_nth_instruction(HOOK_EVERY)
+    };
+    lua.set_global_hook(triggers, move |lua, _| {
+        if with_env(|e| e.killed.load(std::sync::atomic::Ordering::Relaxed)).unwrap_or(false) {
+            if !fine {
+                set_hook(lua, true)?;
+            }
+            return Err(mlua::Error::runtime(KILLED));
+        }
+        Ok(VmState::Continue)
+    })
 }
 
 /// [`Interp::set_mode`]: EVAL scripts.
