@@ -282,10 +282,16 @@ async fn accept_loop(
         // databases close.
         http.stop(SHUTDOWN_GRACE).await;
     }
+    // A script still running is stopped if it has written nothing; one
+    // that has is waited for: the databases close under the exec gate, so
+    // never in the middle of a script's (or an EXEC's) batch.
+    shared.scripts.stop_for_shutdown();
     let ks = shared.clone();
     tokio::task::spawn_blocking(move || {
-        ks.keyspace.sync_all()?;
-        ks.keyspace.close()
+        ks.gate.exclusive(|| {
+            ks.keyspace.sync_all()?;
+            ks.keyspace.close()
+        })
     })
     .await
     .context("closing the databases panicked")?

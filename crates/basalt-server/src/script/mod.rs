@@ -443,6 +443,16 @@ impl Scripts {
         self.running.wrote.swap(false, Ordering::Relaxed)
     }
 
+    /// At shutdown: stops the running script if it has not written (a
+    /// script that has runs to its end).
+    pub(crate) fn stop_for_shutdown(&self) {
+        if self.running.kind.load(Ordering::Acquire) != IDLE
+            && !self.running.wrote.load(Ordering::Relaxed)
+        {
+            self.running.killed.store(true, Ordering::Relaxed);
+        }
+    }
+
     /// What `-BUSY` says while a script is past the threshold.
     pub(crate) fn busy_reply(&self) -> &'static str {
         if self.running.kind.load(Ordering::Acquire) == FUNCTION {
