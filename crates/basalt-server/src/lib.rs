@@ -274,6 +274,9 @@ async fn accept_loop(
         "shutting down: {} connection(s) finishing",
         shared.clients.len()
     );
+    // A script still running is stopped now if it has written nothing (its
+    // client gets the kill error); one that has runs to its end.
+    shared.scripts.stop_for_shutdown();
     tokio::task::spawn_blocking(move || workers.finish())
         .await
         .context("a connection worker panicked")?;
@@ -282,9 +285,8 @@ async fn accept_loop(
         // databases close.
         http.stop(SHUTDOWN_GRACE).await;
     }
-    // A script still running is stopped if it has written nothing; one
-    // that has is waited for: the databases close under the exec gate, so
-    // never in the middle of a script's (or an EXEC's) batch.
+    // The databases close under the exec gate, so never in the middle of
+    // a script's (or an EXEC's) batch.
     shared.scripts.stop_for_shutdown();
     let ks = shared.clone();
     tokio::task::spawn_blocking(move || {
