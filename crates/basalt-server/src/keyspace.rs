@@ -61,6 +61,8 @@ pub const TAG_SET: u8 = 2;
 pub const TAG_ZSET: u8 = 3;
 /// Engine map tag of a Redis list.
 pub const TAG_LIST: u8 = 4;
+/// Engine map tag of a stream (`commands::stream`).
+pub const TAG_STREAM: u8 = 5;
 
 /// The Redis type of a key, from its engine metadata.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +77,8 @@ pub enum RedisType {
     ZSet,
     /// Map tagged [`TAG_LIST`].
     List,
+    /// Map tagged [`TAG_STREAM`].
+    Stream,
     /// A map with a tag this server does not know.
     Unknown,
 }
@@ -89,6 +93,7 @@ impl RedisType {
                 TAG_SET => RedisType::Set,
                 TAG_ZSET => RedisType::ZSet,
                 TAG_LIST => RedisType::List,
+                TAG_STREAM => RedisType::Stream,
                 _ => RedisType::Unknown,
             },
         }
@@ -102,6 +107,7 @@ impl RedisType {
             RedisType::Set => "set",
             RedisType::ZSet => "zset",
             RedisType::List => "list",
+            RedisType::Stream => "stream",
             RedisType::Unknown => "none",
         }
     }
@@ -114,6 +120,7 @@ impl RedisType {
             b"set" => RedisType::Set,
             b"zset" => RedisType::ZSet,
             b"list" => RedisType::List,
+            b"stream" => RedisType::Stream,
             _ => return None,
         })
     }

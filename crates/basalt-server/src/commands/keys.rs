@@ -18,7 +18,7 @@ use super::{
     def, int_arg, is, sub_arity, unknown_subcommand, CommandDef, Ctx, Error, Group, Result, Rng,
 };
 use crate::glob;
-use crate::keyspace::{RedisType, Slot, TAG_HASH, TAG_LIST, TAG_SET, TAG_ZSET};
+use crate::keyspace::{RedisType, Slot, TAG_HASH, TAG_LIST, TAG_SET, TAG_STREAM, TAG_ZSET};
 use crate::notify::{GENERIC, NEW};
 
 const G: Group = Group::Generic;
@@ -491,6 +491,7 @@ fn encoding(db: &Db, key: &[u8]) -> Result<Option<&'static str>> {
             TAG_ZSET if len <= 128 => "listpack",
             TAG_ZSET => "skiplist",
             TAG_LIST => "quicklist",
+            TAG_STREAM => "stream",
             _ => "hashtable",
         },
     }))

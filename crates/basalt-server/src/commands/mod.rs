@@ -19,6 +19,7 @@ pub mod pubsub;
 pub mod server;
 pub mod set;
 pub mod sort;
+pub mod stream;
 pub mod strings;
 pub mod transaction;
 pub mod version;
@@ -126,6 +127,8 @@ pub enum Group {
     Transactions,
     /// EVAL, FUNCTION and friends.
     Scripting,
+    /// Streams.
+    Stream,
 }
 
 impl Group {
@@ -143,6 +146,7 @@ impl Group {
             Group::Pubsub => "pubsub",
             Group::Transactions => "transactions",
             Group::Scripting => "scripting",
+            Group::Stream => "stream",
         }
     }
 }
@@ -210,6 +214,7 @@ const FAMILIES: &[&[CommandDef]] = &[
     transaction::COMMANDS,
     version::COMMANDS,
     crate::script::COMMANDS,
+    stream::COMMANDS,
 ];
 
 /// Every command, in table order.

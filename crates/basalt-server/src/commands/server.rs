@@ -159,6 +159,7 @@ fn categories(c: &CommandDef) -> Vec<&'static str> {
         Group::Transactions => "@transaction",
         // Redis lists @scripting after @slow (its category table's order).
         Group::Scripting => "@slow",
+        Group::Stream => "@stream",
     });
     if c.group == Group::Scripting {
         v.push("@scripting");

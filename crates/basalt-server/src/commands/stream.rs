@@ -1,0 +1,876 @@
+//! Streams, first part: XADD, XLEN, XRANGE, XREVRANGE, XDEL and XTRIM
+//! (issue 20; consumer groups, XREAD and XINFO come next).
+//!
+//! The one idea: **a stream is an engine map whose entries are fields named
+//! by their id**, so an append is one field record, a deletion or a trim one
+//! deletion record per entry, and a range reads only the entries in it
+//! (one disk read each), never the whole stream. The map is tagged
+//! [`TAG_STREAM`]. Its fields:
+//!
+//! - `e` + the id (ms and seq, 8 bytes each, big-endian: 17 bytes): one
+//!   entry; the value is its field/value pairs, each a u32 length
+//!   (little-endian) and the bytes, after a u32 pair count.
+//! - `m`: the stream's metadata ([`Meta`], 48 bytes): the last id handed
+//!   out (which deletions do not lower), entries ever added, the largest id
+//!   deleted, and the number of entries.
+//!
+//! The order of the ids is not kept by the engine (its maps are hash
+//! tables): each stream in use has an index of its ids (a `BTreeSet`),
+//! cached process-wide by (slot generation, key) and stamped with the
+//! key's engine version, like the sorted sets' `ZCache`; any write to the
+//! key by another command makes the stamp stale and the next stream
+//! command rebuilds the index from the map's field names (names live in
+//! memory: no disk read). Stream commands hold the key's stripe while they
+//! use an index.
+
+use std::collections::{BTreeSet, HashMap};
+
+use basalt_engine::{Db, KeyKind};
+use basalt_resp::Args;
+use parking_lot::Mutex;
+
+use super::{def, flags::*, is, parse_i64, CommandDef, Ctx, Error, Group, Result};
+use crate::keyspace::TAG_STREAM;
+use crate::notify::{NEW, STREAM};
+
+const G: Group = Group::Stream;
+
+/// The stream commands.
+pub const COMMANDS: &[CommandDef] = &[
+    def(
+        "xadd",
+        -5,
+        WRITE | DENYOOM | FAST,
+        (1, 1, 1),
+        G,
+        "5.0.0",
+        "Appends a new message to a stream. Creates the key if it doesn't exist.",
+        xadd,
+    ),
+    def(
+        "xlen",
+        2,
+        READONLY | FAST,
+        (1, 1, 1),
+        G,
+        "5.0.0",
+        "Return the number of messages in a stream.",
+        xlen,
+    ),
+    def(
+        "xrange",
+        -4,
+        READONLY,
+        (1, 1, 1),
+        G,
+        "5.0.0",
+        "Returns the messages from a stream within a range of IDs.",
+        xrange,
+    ),
+    def(
+        "xrevrange",
+        -4,
+        READONLY,
+        (1, 1, 1),
+        G,
+        "5.0.0",
+        "Returns the messages from a stream within a range of IDs in reverse order.",
+        xrevrange,
+    ),
+    def(
+        "xdel",
+        -3,
+        WRITE | FAST,
+        (1, 1, 1),
+        G,
+        "5.0.0",
+        "Returns the number of messages after removing them from a stream.",
+        xdel,
+    ),
+    def(
+        "xtrim",
+        -4,
+        WRITE,
+        (1, 1, 1),
+        G,
+        "5.0.0",
+        "Deletes messages from the beginning of a stream.",
+        xtrim,
+    ),
+];
+
+/// A stream entry id: milliseconds and a sequence number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct Id {
+    /// Milliseconds part.
+    pub ms: u64,
+    /// Sequence part.
+    pub seq: u64,
+}
+
+impl Id {
+    const MIN: Id = Id { ms: 0, seq: 0 };
+    const MAX: Id = Id {
+        ms: u64::MAX,
+        seq: u64::MAX,
+    };
+
+    /// `ms-seq`, as replies show it.
+    fn text(self) -> String {
+        format!("{}-{}", self.ms, self.seq)
+    }
+
+    /// The entry's field name.
+    fn field(self) -> [u8; 17] {
+        let mut f = [0u8; 17];
+        f[0] = b'e';
+        f[1..9].copy_from_slice(&self.ms.to_be_bytes());
+        f[9..].copy_from_slice(&self.seq.to_be_bytes());
+        f
+    }
+
+    fn from_field(f: &[u8]) -> Option<Id> {
+        if f.len() != 17 || f[0] != b'e' {
+            return None;
+        }
+        Some(Id {
+            ms: u64::from_be_bytes(f[1..9].try_into().ok()?),
+            seq: u64::from_be_bytes(f[9..].try_into().ok()?),
+        })
+    }
+
+    /// The next id after this one, if any.
+    fn next(self) -> Option<Id> {
+        if self.seq < u64::MAX {
+            Some(Id {
+                ms: self.ms,
+                seq: self.seq + 1,
+            })
+        } else if self.ms < u64::MAX {
+            Some(Id {
+                ms: self.ms + 1,
+                seq: 0,
+            })
+        } else {
+            None
+        }
+    }
+
+    /// The id before this one, if any.
+    fn prev(self) -> Option<Id> {
+        if self.seq > 0 {
+            Some(Id {
+                ms: self.ms,
+                seq: self.seq - 1,
+            })
+        } else if self.ms > 0 {
+            Some(Id {
+                ms: self.ms - 1,
+                seq: u64::MAX,
+            })
+        } else {
+            None
+        }
+    }
+}
+
+const INVALID_ID: &str = "ERR Invalid stream ID specified as stream command argument";
+
+/// Redis's `string2ull`: digits only, fitting a u64.
+fn parse_u64(s: &[u8]) -> Option<u64> {
+    if s.is_empty() || s.len() > 20 || !s.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(s).ok()?.parse().ok()
+}
+
+/// Parses `ms[-seq]`; a missing seq is `missing_seq`. `-` and `+` are the
+/// smallest and largest ids when `specials`.
+fn parse_id(s: &[u8], missing_seq: u64, specials: bool) -> Result<Id> {
+    if specials && s == b"-" {
+        return Ok(Id::MIN);
+    }
+    if specials && s == b"+" {
+        return Ok(Id::MAX);
+    }
+    let bad = || Error::err(&INVALID_ID[4..]);
+    match s.iter().position(|&b| b == b'-') {
+        None => Ok(Id {
+            ms: parse_u64(s).ok_or_else(bad)?,
+            seq: missing_seq,
+        }),
+        Some(i) => Ok(Id {
+            ms: parse_u64(&s[..i]).ok_or_else(bad)?,
+            seq: parse_u64(&s[i + 1..]).ok_or_else(bad)?,
+        }),
+    }
+}
+
+/// A range bound of XRANGE: inclusive, or exclusive with `(`.
+fn parse_bound(s: &[u8], start: bool) -> Result<Option<Id>> {
+    let (exclusive, body) = match s.strip_prefix(b"(") {
+        Some(rest) => (true, rest),
+        None => (false, s),
+    };
+    if exclusive && (body == b"-" || body == b"+") {
+        return Err(Error::err(&INVALID_ID[4..]));
+    }
+    let id = parse_id(body, if start { 0 } else { u64::MAX }, true)?;
+    if !exclusive {
+        return Ok(Some(id));
+    }
+    match (start, if start { id.next() } else { id.prev() }) {
+        (_, Some(id)) => Ok(Some(id)),
+        (true, None) => Err(Error::err("invalid start ID for the interval")),
+        (false, None) => Err(Error::err("invalid end ID for the interval")),
+    }
+}
+
+/// The stream's metadata field.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Meta {
+    last: Id,
+    added: u64,
+    max_deleted: Id,
+    len: u64,
+}
+
+const META: &[u8] = b"m";
+
+impl Meta {
+    fn encode(&self) -> [u8; 48] {
+        let mut b = [0u8; 48];
+        for (i, v) in [
+            self.last.ms,
+            self.last.seq,
+            self.added,
+            self.max_deleted.ms,
+            self.max_deleted.seq,
+            self.len,
+        ]
+        .iter()
+        .enumerate()
+        {
+            b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        b
+    }
+
+    fn decode(b: &[u8]) -> Option<Meta> {
+        if b.len() != 48 {
+            return None;
+        }
+        let at = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
+        Some(Meta {
+            last: Id {
+                ms: at(0),
+                seq: at(1),
+            },
+            added: at(2),
+            max_deleted: Id {
+                ms: at(3),
+                seq: at(4),
+            },
+            len: at(5),
+        })
+    }
+}
+
+/// An entry's field/value pairs, encoded.
+fn encode_pairs<'a>(pairs: impl ExactSizeIterator<Item = &'a [u8]>) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&((pairs.len() / 2) as u32).to_le_bytes());
+    for p in pairs {
+        out.extend_from_slice(&(p.len() as u32).to_le_bytes());
+        out.extend_from_slice(p);
+    }
+    out
+}
+
+/// The items of an entry's encoded pairs (field, value, field, ...).
+fn decode_pairs(b: &[u8]) -> Result<Vec<&[u8]>> {
+    let damaged = || Error::err("stream entry is damaged");
+    let n = u32::from_le_bytes(
+        b.get(..4)
+            .ok_or_else(damaged)?
+            .try_into()
+            .map_err(|_| damaged())?,
+    ) as usize;
+    let mut at = 4;
+    let mut items = Vec::with_capacity(n.min(1024) * 2);
+    for _ in 0..n * 2 {
+        let len = u32::from_le_bytes(
+            b.get(at..at + 4)
+                .ok_or_else(damaged)?
+                .try_into()
+                .map_err(|_| damaged())?,
+        ) as usize;
+        at += 4;
+        items.push(b.get(at..at + len).ok_or_else(damaged)?);
+        at += len;
+    }
+    Ok(items)
+}
+
+/// The ids of streams in use, by (slot generation, key), stamped with the
+/// key's engine version.
+type Indexes = HashMap<(u64, Vec<u8>), (u64, BTreeSet<Id>)>;
+
+/// Most ids the cache keeps over all streams before it drops them all (they
+/// are rebuilt from the field names on their next use).
+const CACHE_IDS: usize = 16 << 20;
+
+fn cache() -> &'static Mutex<(Indexes, usize)> {
+    static CACHE: std::sync::OnceLock<Mutex<(Indexes, usize)>> = std::sync::OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+/// A stream open for a command: its metadata and its ids. The caller
+/// holds the key's stripe.
+struct Stream<'a> {
+    db: &'a Db,
+    generation: u64,
+    key: &'a [u8],
+    meta: Meta,
+    ids: BTreeSet<Id>,
+}
+
+impl<'a> Stream<'a> {
+    /// The stream at `key`: `None` if absent, WRONGTYPE if another type.
+    fn open(db: &'a Db, generation: u64, key: &'a [u8]) -> Result<Option<Stream<'a>>> {
+        let Some(m) = db.meta(key) else {
+            return Ok(None);
+        };
+        if !matches!(
+            m.kind,
+            KeyKind::Map {
+                tag: TAG_STREAM,
+                ..
+            }
+        ) {
+            return Err(Error::WrongType);
+        }
+        let meta = db
+            .get_field(key, META)?
+            .and_then(|b| Meta::decode(&b))
+            .ok_or_else(|| Error::err("stream metadata is damaged"))?;
+        let cached = {
+            let mut c = cache().lock();
+            match c.0.remove(&(generation, key.to_vec())) {
+                Some((version, ids)) if version == m.version => {
+                    c.1 -= ids.len();
+                    Some(ids)
+                }
+                Some((_, ids)) => {
+                    c.1 -= ids.len();
+                    None
+                }
+                None => None,
+            }
+        };
+        let ids = match cached {
+            Some(ids) => ids,
+            None => db
+                .field_names(key)?
+                .iter()
+                .filter_map(|f| Id::from_field(f))
+                .collect(),
+        };
+        Ok(Some(Stream {
+            db,
+            generation,
+            key,
+            meta,
+            ids,
+        }))
+    }
+
+    /// A new, empty stream (not written until something is added).
+    fn empty(db: &'a Db, generation: u64, key: &'a [u8]) -> Stream<'a> {
+        Stream {
+            db,
+            generation,
+            key,
+            meta: Meta::default(),
+            ids: BTreeSet::new(),
+        }
+    }
+
+    /// Writes the metadata field.
+    fn save_meta(&self) -> Result {
+        self.db
+            .put_field_tagged(self.key, TAG_STREAM, META, &self.meta.encode())?;
+        Ok(())
+    }
+
+    /// Deletes one entry (the caller updates the metadata).
+    fn remove(&mut self, id: Id) -> Result<bool> {
+        if !self.ids.remove(&id) {
+            return Ok(false);
+        }
+        self.db.delete_field(self.key, &id.field())?;
+        self.meta.len -= 1;
+        if id > self.meta.max_deleted {
+            self.meta.max_deleted = id;
+        }
+        Ok(true)
+    }
+
+    /// Trims by MAXLEN or MINID; at most `limit` entries (0 = no limit).
+    fn trim(&mut self, how: &Trim) -> Result<u64> {
+        let mut removed = 0u64;
+        loop {
+            if how.limit > 0 && removed >= how.limit {
+                break;
+            }
+            let Some(&first) = self.ids.iter().next() else {
+                break;
+            };
+            let go = match how.strategy {
+                Strategy::MaxLen(n) => self.meta.len > n,
+                Strategy::MinId(id) => first < id,
+            };
+            if !go {
+                break;
+            }
+            self.remove(first)?;
+            removed += 1;
+        }
+        Ok(removed)
+    }
+
+    /// Puts the index back into the cache under the key's current version.
+    fn close(self) {
+        let Some(m) = self.db.meta(self.key) else {
+            return;
+        };
+        let mut c = cache().lock();
+        if c.1 + self.ids.len() > CACHE_IDS {
+            c.0.clear();
+            c.1 = 0;
+        }
+        c.1 += self.ids.len();
+        c.0.insert((self.generation, self.key.to_vec()), (m.version, self.ids));
+    }
+
+    /// Writes the entries of `ids` (in that order) as XRANGE replies them.
+    fn reply(&self, ctx: &mut Ctx<'_>, ids: &[Id]) -> Result {
+        let mut values = Vec::with_capacity(ids.len());
+        for id in ids {
+            values.push(self.db.get_field(self.key, &id.field())?);
+        }
+        ctx.array(ids.len());
+        for (id, v) in ids.iter().zip(values) {
+            ctx.array(2);
+            ctx.bulk(id.text().as_bytes());
+            match v {
+                Some(v) => {
+                    let items = decode_pairs(&v)?;
+                    ctx.array(items.len());
+                    for item in items {
+                        ctx.bulk(item);
+                    }
+                }
+                None => ctx.enc().null_array(),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// MAXLEN or MINID and its threshold.
+#[derive(Debug)]
+enum Strategy {
+    MaxLen(u64),
+    MinId(Id),
+}
+
+/// A trimming request (XADD's options or XTRIM's arguments).
+#[derive(Debug)]
+struct Trim {
+    strategy: Strategy,
+    limit: u64,
+}
+
+/// Parses `MAXLEN|MINID [=|~] threshold [LIMIT count]` at `args[*i]`;
+/// advances `i`. `None` when `args[*i]` is neither word.
+fn parse_trim(args: &Args<'_>, i: &mut usize, limit_seen: &mut bool) -> Result<Option<Trim>> {
+    let maxlen = is(&args[*i], "maxlen");
+    if !maxlen && !is(&args[*i], "minid") {
+        return Ok(None);
+    }
+    *i += 1;
+    let mut approx = false;
+    if args.get(*i).is_some_and(|a| a == b"~") {
+        approx = true;
+        *i += 1;
+    } else if args.get(*i).is_some_and(|a| a == b"=") {
+        *i += 1;
+    }
+    let Some(threshold) = args.get(*i) else {
+        return Err(Error::Syntax);
+    };
+    *i += 1;
+    let strategy = if maxlen {
+        let n = super::int_arg(threshold)?;
+        if n < 0 {
+            return Err(Error::err("The MAXLEN argument must be >= 0."));
+        }
+        Strategy::MaxLen(n as u64)
+    } else {
+        Strategy::MinId(parse_id(threshold, 0, false)?)
+    };
+    let mut limit = 0u64;
+    if args.get(*i).is_some_and(|a| is(a, "limit")) {
+        let Some(n) = args.get(*i + 1) else {
+            return Err(Error::Syntax);
+        };
+        let n = super::int_arg(n)?;
+        if n < 0 {
+            return Err(Error::err("The LIMIT argument must be >= 0."));
+        }
+        if !approx {
+            return Err(Error::err(
+                "syntax error, LIMIT cannot be used without the special ~ option",
+            ));
+        }
+        *limit_seen = true;
+        limit = n as u64;
+        *i += 2;
+    } else if approx {
+        // Redis bounds an approximate trim by 100 nodes' worth of entries;
+        // Basalt trims exactly (which "~" allows), with the same bound.
+        limit = 100 * 100;
+    }
+    Ok(Some(Trim { strategy, limit }))
+}
+
+fn xadd(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let key = &args[1];
+    let mut nomk = false;
+    let mut trim = None;
+    let mut limit_seen = false;
+    let mut i = 2;
+    while i < args.len() {
+        if is(&args[i], "nomkstream") {
+            nomk = true;
+            i += 1;
+        } else if let Some(t) = parse_trim(&args, &mut i, &mut limit_seen)? {
+            trim = Some(t);
+        } else if is(&args[i], "limit") {
+            return Err(Error::err(
+                "syntax error, LIMIT cannot be used without specifying a trimming strategy",
+            ));
+        } else {
+            break;
+        }
+    }
+    // The id, then field/value pairs.
+    let Some(id_arg) = args.get(i) else {
+        return Err(Error::Arity("xadd".into()));
+    };
+    let pairs = args.len() - i - 1;
+    if pairs == 0 || !pairs.is_multiple_of(2) {
+        return Err(Error::Arity("xadd".into()));
+    }
+    // `*`, `ms-*` or an explicit id (a missing seq is 0).
+    enum Want {
+        Auto,
+        AutoSeq(u64),
+        Exact(Id),
+    }
+    let want = if id_arg == b"*" {
+        Want::Auto
+    } else if let Some(ms) = id_arg.strip_suffix(b"-*") {
+        Want::AutoSeq(parse_u64(ms).ok_or_else(|| Error::err(&INVALID_ID[4..]))?)
+    } else {
+        let id = parse_id(id_arg, 0, false)?;
+        if id == Id::MIN {
+            return Err(Error::err(
+                "The ID specified in XADD must be greater than 0-0",
+            ));
+        }
+        Want::Exact(id)
+    };
+    let slot = ctx.slot();
+    let generation = slot.generation();
+    drop(slot);
+    let db = ctx.db_w()?;
+    let _g = ctx.lock(key);
+    let existing = Stream::open(&db, generation, key)?;
+    let created = existing.is_none();
+    if created && nomk {
+        drop(db);
+        ctx.null();
+        return Ok(());
+    }
+    let mut s = existing.unwrap_or_else(|| Stream::empty(&db, generation, key));
+    let last = s.meta.last;
+    let exhausted =
+        || Error::err("The stream has exhausted the last possible ID, unable to add more items");
+    let too_small = || {
+        Error::err("The ID specified in XADD is equal or smaller than the target stream top item")
+    };
+    if last == Id::MAX {
+        return Err(exhausted());
+    }
+    let id = match want {
+        Want::Auto => {
+            let now = ctx.now_ms;
+            if now > last.ms {
+                Id { ms: now, seq: 0 }
+            } else {
+                last.next().ok_or_else(exhausted)?
+            }
+        }
+        Want::AutoSeq(ms) => {
+            if ms > last.ms {
+                Id { ms, seq: 0 }
+            } else if ms == last.ms {
+                if last.seq == u64::MAX {
+                    return Err(too_small());
+                }
+                Id {
+                    ms,
+                    seq: last.seq + 1,
+                }
+            } else {
+                return Err(too_small());
+            }
+        }
+        Want::Exact(id) => {
+            if id <= last {
+                return Err(too_small());
+            }
+            id
+        }
+    };
+    if id == Id::MIN {
+        return Err(Error::err(
+            "The ID specified in XADD must be greater than 0-0",
+        ));
+    }
+    let value = encode_pairs(args.iter().skip(i + 1));
+    db.put_field_tagged(key, TAG_STREAM, &id.field(), &value)?;
+    s.ids.insert(id);
+    s.meta.last = id;
+    s.meta.added += 1;
+    s.meta.len += 1;
+    let trimmed = match &trim {
+        Some(t) => s.trim(t)?,
+        None => 0,
+    };
+    s.save_meta()?;
+    s.close();
+    drop(db);
+    if created {
+        ctx.notify(NEW, "new", key);
+    }
+    ctx.notify(STREAM, "xadd", key);
+    if trimmed > 0 {
+        ctx.notify(STREAM, "xtrim", key);
+    }
+    ctx.bulk(id.text().as_bytes());
+    Ok(())
+}
+
+fn xlen(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let key = &args[1];
+    let slot = ctx.slot();
+    let n = match slot.db() {
+        Some(db) => {
+            let _g = ctx.lock(key);
+            Stream::open(db, slot.generation(), key)?.map(|s| {
+                let n = s.meta.len;
+                s.close();
+                n
+            })
+        }
+        None => None,
+    };
+    drop(slot);
+    if n.is_none() {
+        ctx.keymiss(key);
+    }
+    ctx.int(n.unwrap_or(0) as i64);
+    Ok(())
+}
+
+fn xrange(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    range(ctx, args, false)
+}
+
+fn xrevrange(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    range(ctx, args, true)
+}
+
+/// XRANGE key start end [COUNT n], XREVRANGE key end start [COUNT n].
+fn range(ctx: &mut Ctx<'_>, args: Args<'_>, rev: bool) -> Result {
+    let key = &args[1];
+    let (a, b) = if rev {
+        (&args[3], &args[2])
+    } else {
+        (&args[2], &args[3])
+    };
+    let start = parse_bound(a, true)?;
+    let end = parse_bound(b, false)?;
+    let mut count: Option<usize> = None;
+    let mut i = 4;
+    while i < args.len() {
+        if is(&args[i], "count") && i + 1 < args.len() {
+            let n = parse_i64(&args[i + 1]).ok_or(Error::NotInteger)?;
+            count = Some(n.max(0) as usize);
+            i += 2;
+        } else {
+            return Err(Error::Syntax);
+        }
+    }
+    let slot = ctx.slot();
+    let Some(db) = slot.db() else {
+        drop(slot);
+        ctx.keymiss(key);
+        ctx.array(0);
+        return Ok(());
+    };
+    let _g = ctx.lock(key);
+    let Some(s) = Stream::open(db, slot.generation(), key)? else {
+        drop(_g);
+        drop(slot);
+        ctx.keymiss(key);
+        ctx.array(0);
+        return Ok(());
+    };
+    if count == Some(0) {
+        // Redis answers COUNT 0 (or less) on an existing stream with a
+        // null array.
+        drop(_g);
+        drop(slot);
+        ctx.enc().null_array();
+        return Ok(());
+    }
+    let ids: Vec<Id> = match (start, end) {
+        (Some(lo), Some(hi)) if lo <= hi => {
+            let it = s.ids.range(lo..=hi);
+            let limit = count.unwrap_or(usize::MAX);
+            if rev {
+                it.rev().take(limit).copied().collect()
+            } else {
+                it.take(limit).copied().collect()
+            }
+        }
+        _ => Vec::new(),
+    };
+    let r = s.reply(ctx, &ids);
+    s.close();
+    r
+}
+
+fn xdel(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let key = &args[1];
+    // Every id is checked before anything is deleted.
+    let ids = args
+        .iter()
+        .skip(2)
+        .map(|a| parse_id(a, 0, false))
+        .collect::<Result<Vec<Id>>>()?;
+    let slot = ctx.slot();
+    let generation = slot.generation();
+    drop(slot);
+    let db = ctx.db_w()?;
+    let _g = ctx.lock(key);
+    let Some(mut s) = Stream::open(&db, generation, key)? else {
+        drop(db);
+        ctx.int(0);
+        return Ok(());
+    };
+    let mut deleted = 0;
+    for id in ids {
+        deleted += s.remove(id)? as i64;
+    }
+    if deleted > 0 {
+        s.save_meta()?;
+    }
+    s.close();
+    drop(db);
+    if deleted > 0 {
+        ctx.notify(STREAM, "xdel", key);
+    }
+    ctx.int(deleted);
+    Ok(())
+}
+
+fn xtrim(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let key = &args[1];
+    let mut i = 2;
+    let mut limit_seen = false;
+    let Some(trim) = parse_trim(&args, &mut i, &mut limit_seen)? else {
+        return Err(Error::Syntax);
+    };
+    if i != args.len() {
+        return Err(Error::Syntax);
+    }
+    let slot = ctx.slot();
+    let generation = slot.generation();
+    drop(slot);
+    let db = ctx.db_w()?;
+    let _g = ctx.lock(key);
+    let Some(mut s) = Stream::open(&db, generation, key)? else {
+        drop(db);
+        ctx.int(0);
+        return Ok(());
+    };
+    let removed = s.trim(&trim)?;
+    if removed > 0 {
+        s.save_meta()?;
+    }
+    s.close();
+    drop(db);
+    if removed > 0 {
+        ctx.notify(STREAM, "xtrim", key);
+    }
+    ctx.int(removed as i64);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_parse_order_and_encode_as_redis_does() {
+        assert_eq!(parse_id(b"5", 0, false).unwrap(), Id { ms: 5, seq: 0 });
+        assert_eq!(parse_id(b"5-3", 0, false).unwrap(), Id { ms: 5, seq: 3 });
+        assert_eq!(parse_id(b"5", u64::MAX, false).unwrap().seq, u64::MAX);
+        assert_eq!(parse_id(b"-", 0, true).unwrap(), Id::MIN);
+        assert_eq!(parse_id(b"+", 0, true).unwrap(), Id::MAX);
+        for bad in [
+            &b"x"[..],
+            b"1-",
+            b"-1",
+            b"1-x",
+            b"+1",
+            b"18446744073709551616",
+        ] {
+            assert!(parse_id(bad, 0, false).is_err(), "{bad:?}");
+        }
+        let id = Id { ms: 7, seq: 9 };
+        assert_eq!(Id::from_field(&id.field()), Some(id));
+        assert!(Id { ms: 1, seq: 9 } < Id { ms: 2, seq: 0 });
+        assert_eq!(
+            parse_bound(b"(5-3", true).unwrap(),
+            Some(Id { ms: 5, seq: 4 })
+        );
+        assert!(parse_bound(b"(0-0", false).is_err());
+        let m = Meta {
+            last: id,
+            added: 3,
+            max_deleted: Id { ms: 1, seq: 1 },
+            len: 2,
+        };
+        assert_eq!(Meta::decode(&m.encode()), Some(m));
+        let pairs: Vec<&[u8]> = vec![b"f", b"", b"g", b"v"];
+        let enc = encode_pairs(pairs.iter().copied());
+        assert_eq!(decode_pairs(&enc).unwrap(), pairs);
+        assert!(decode_pairs(&enc[..enc.len() - 1]).is_err());
+    }
+}
