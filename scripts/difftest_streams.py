@@ -65,6 +65,18 @@ CASES = [
         ["XTRIM", "s"], ["XTRIM", "s", "MAXLEN"], ["XTRIM", "s", "FOO", "1"], ["XTRIM", "s", "MAXLEN", "1", "x"],
         ["XTRIM", "s", "MAXLEN", "=", "0"], ["XTRIM", "nosuch", "MAXLEN", "0"], ["XLEN", "s"],
         ["XTRIM", "s", "MAXLEN", "=", "1", "LIMIT", "1"], ["XTRIM", "s", "MINID", "-1"]]),
+    ("xread", [
+        ["XADD", "s", "1-1", "a", "1"], ["XADD", "s", "2-1", "b", "2"], ["XADD", "t", "5-1", "c", "3"],
+        ["XREAD", "STREAMS", "s", "0"], ["XREAD", "COUNT", "1", "STREAMS", "s", "t", "0", "0"],
+        ["XREAD", "STREAMS", "s", "t", "1-1", "5-1"], ["XREAD", "STREAMS", "s", "$"],
+        ["XREAD", "COUNT", "0", "STREAMS", "s", "1"], ["XREAD", "COUNT", "-5", "STREAMS", "s", "0"],
+        ["XREAD", "STREAMS", "nosuch", "0"], ["XREAD", "STREAMS", "s", "t", "0"], ["XREAD", "STREAMS", "s", "x"],
+        ["XREAD", "STREAMS"], ["XREAD", "COUNT", "STREAMS", "s", "0"], ["XREAD", "FOO", "STREAMS", "s", "0"],
+        ["XREAD", "GROUP", "g", "c", "STREAMS", "s", "0"], ["XREAD", "NOACK", "STREAMS", "s", "0"],
+        ["XREAD", "BLOCK", "-1", "STREAMS", "s", "0"], ["XREAD", "BLOCK", "x", "STREAMS", "s", "0"],
+        ["XREAD", "BLOCK", "10", "STREAMS", "s", "0"], ["SET", "str", "x"], ["XREAD", "STREAMS", "s", "str", "0", "0"],
+        ["XREAD", "STREAMS", "str", "s", "x", "0"], ["COMMAND", "GETKEYS", "XREAD", "COUNT", "2", "STREAMS", "a", "b", "0", "0"],
+        ["XREAD", "BLOCK", "100", "STREAMS", "s", "$"]]),
     ("types and generic commands", [
         ["SET", "str", "x"], ["XADD", "str", "1-1", "a", "1"], ["XRANGE", "str", "-", "+"], ["XLEN", "str"],
         ["XDEL", "str", "1-1"], ["XTRIM", "str", "MAXLEN", "0"], ["XADD", "s", "1-1", "a", "1"],

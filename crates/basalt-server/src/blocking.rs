@@ -124,6 +124,9 @@ pub struct Waiter {
     /// 0 = no, 1 = CLIENT UNBLOCK TIMEOUT, 2 = CLIENT UNBLOCK ERROR.
     unblock: AtomicU8,
     notify: Notify,
+    /// What the first run decided and its re-runs must reuse (XREAD's `$`
+    /// ids: the last ids when it blocked, not when it is woken).
+    memo: parking_lot::Mutex<Option<Vec<u8>>>,
 }
 
 impl Waiter {
@@ -222,6 +225,7 @@ impl Blocking {
             turn: AtomicBool::new(false),
             unblock: AtomicU8::new(0),
             notify: Notify::new(),
+            memo: parking_lot::Mutex::new(None),
         });
         for k in &w.keys {
             inner
@@ -241,6 +245,18 @@ impl Blocking {
     /// BLPOP), while the first run replies WRONGTYPE.
     pub fn is_blocked(&self, client: u64) -> bool {
         self.count.load(Ordering::SeqCst) != 0 && self.inner.lock().by_client.contains_key(&client)
+    }
+
+    /// What the blocked `client`'s first run left for its re-runs.
+    pub fn memo(&self, client: u64) -> Option<Vec<u8>> {
+        self.waiter(client)?.memo.lock().clone()
+    }
+
+    /// Leaves `memo` for the re-runs of the blocked `client`'s command.
+    pub fn set_memo(&self, client: u64, memo: Vec<u8>) {
+        if let Some(w) = self.waiter(client) {
+            *w.memo.lock() = Some(memo);
+        }
     }
 
     /// The waiter of `client`, if it is blocked.

@@ -167,3 +167,36 @@ fn stream_writes_publish_keyspace_events() {
     assert_eq!(sub.read(), event("xtrim"));
     assert_eq!(sub.read(), event("xdel"));
 }
+
+#[test]
+fn blocked_xread_is_woken_by_xadd_and_sees_what_came_after_dollar() {
+    let s = TestServer::start();
+    let mut w = s.raw();
+    assert_eq!(w.cmd(&["XADD", "s", "1-1", "old", "x"]), bulk("1-1"));
+    let mut a = s.raw();
+    let mut b = s.raw();
+    a.send_cmd(&[b"XREAD", b"BLOCK", b"0", b"STREAMS", b"s", b"$"]);
+    b.send_cmd(&[
+        b"XREAD", b"COUNT", b"5", b"BLOCK", b"10000", b"STREAMS", b"other", b"s", b"0", b"$",
+    ]);
+    s.wait_blocked(2);
+    // Another write that is not to `s` wakes nobody.
+    assert_eq!(w.cmd(&["SET", "x", "1"]), ok());
+    assert_eq!(w.cmd(&["XADD", "s", "2-1", "new", "y"]), bulk("2-1"));
+    let want = arr(vec![arr(vec![
+        bulk("s"),
+        arr(vec![entry("2-1", &["new", "y"])]),
+    ])]);
+    assert_eq!(a.read(), want, "both readers get the entry added after `$`");
+    assert_eq!(b.read(), want);
+    s.wait_blocked(0);
+    // A timeout replies a null array.
+    assert_eq!(
+        a.cmd(&["XREAD", "BLOCK", "20", "STREAMS", "s", "$"]),
+        Frame::NullArray
+    );
+    // Inside MULTI it does not block.
+    assert_eq!(a.cmd(&["MULTI"]), ok());
+    a.cmd(&["XREAD", "BLOCK", "0", "STREAMS", "s", "$"]);
+    assert_eq!(a.cmd(&["EXEC"]), arr(vec![Frame::NullArray]));
+}

@@ -1338,6 +1338,17 @@ fn movable_keys(name: &str, cmd: &[&[u8]]) -> Vec<usize> {
             numbered(1, None)
         }
         "blmpop" | "bzmpop" => numbered(2, None),
+        "xread" | "xreadgroup" => {
+            // The keys are the first half of what follows STREAMS.
+            let Some(at) = cmd.iter().position(|a| is(a, "streams")) else {
+                return Vec::new();
+            };
+            let rest = cmd.len() - at - 1;
+            if rest == 0 || rest % 2 != 0 {
+                return Vec::new();
+            }
+            (at + 1..at + 1 + rest / 2).collect()
+        }
         "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro" => {
             // Redis reads numkeys strictly here, and no keys is a valid set.
             match cmd.get(2).and_then(|a| parse_i64(a)) {

@@ -1,5 +1,11 @@
-//! Streams, first part: XADD, XLEN, XRANGE, XREVRANGE, XDEL and XTRIM
-//! (issue 20; consumer groups, XREAD and XINFO come next).
+//! Streams, first part: XADD, XLEN, XRANGE, XREVRANGE, XDEL, XTRIM and
+//! XREAD (issue 20; consumer groups, XINFO and XSETID come next).
+//!
+//! XREAD BLOCK uses `crate::blocking` as the blocking pops do: XADD
+//! signals the key, the blocked XREAD runs again; its first run leaves the
+//! ids it resolved (`$`: the last id then) in the waiter's memo for the
+//! re-runs. An XADD wakes one waiter, whose finish wakes the next, so
+//! every reader blocked on the key is served in turn.
 //!
 //! The one idea: **a stream is an engine map whose entries are fields named
 //! by their id**, so an append is one field record, a deletion or a trim one
@@ -96,6 +102,16 @@ pub const COMMANDS: &[CommandDef] = &[
         "5.0.0",
         "Deletes messages from the beginning of a stream.",
         xtrim,
+    ),
+    def(
+        "xread",
+        -4,
+        READONLY | BLOCKING | MOVABLE_KEYS,
+        (0, 0, 0),
+        G,
+        "5.0.0",
+        "Return never seen elements in multiple streams, with IDs greater than the ones reported by the caller for each stream. Can block.",
+        xread,
     ),
 ];
 
@@ -667,6 +683,8 @@ fn xadd(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         ctx.notify(NEW, "new", key);
     }
     ctx.notify(STREAM, "xadd", key);
+    // Wakes XREADs blocked on the key.
+    ctx.shared.blocking.signal(ctx.conn.db, key);
     if trimmed > 0 {
         ctx.notify(STREAM, "xtrim", key);
     }
@@ -830,6 +848,156 @@ fn xtrim(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     }
     ctx.int(removed as i64);
     Ok(())
+}
+
+/// XREAD [COUNT n] [BLOCK ms] STREAMS key... id...
+fn xread(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let mut count = 0usize;
+    let mut block: Option<Option<std::time::Duration>> = None;
+    let mut streams_at = 0;
+    let mut i = 1;
+    while i < args.len() {
+        let more = args.len() - i - 1;
+        if is(&args[i], "block") && more > 0 {
+            let ms = parse_i64(&args[i + 1])
+                .ok_or_else(|| Error::err("timeout is not an integer or out of range"))?;
+            if ms < 0 {
+                return Err(Error::err("timeout is negative"));
+            }
+            block = Some((ms > 0).then(|| std::time::Duration::from_millis(ms as u64)));
+            i += 2;
+        } else if is(&args[i], "count") && more > 0 {
+            count = parse_i64(&args[i + 1]).ok_or(Error::NotInteger)?.max(0) as usize;
+            i += 2;
+        } else if is(&args[i], "streams") && more > 0 {
+            streams_at = i + 1;
+            break;
+        } else if is(&args[i], "group") && more >= 2 {
+            return Err(Error::err(
+                "The GROUP option is only supported by XREADGROUP. You called XREAD instead.",
+            ));
+        } else if is(&args[i], "noack") {
+            return Err(Error::err(
+                "The NOACK option is only supported by XREADGROUP. You called XREAD instead.",
+            ));
+        } else {
+            return Err(Error::Syntax);
+        }
+    }
+    if streams_at == 0 {
+        return Err(Error::Syntax);
+    }
+    let n = args.len() - streams_at;
+    if !n.is_multiple_of(2) {
+        return Err(Error::err(
+            "Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.",
+        ));
+    }
+    let n = n / 2;
+    let keys: Vec<&[u8]> = (0..n).map(|k| &args[streams_at + k]).collect();
+    let client = ctx.conn.info.id;
+    let rerun = block.is_some() && ctx.shared.blocking.is_blocked(client);
+    // A re-run uses the ids its first run resolved (`$` then).
+    let memo: Option<Vec<Id>> = if rerun {
+        ctx.shared.blocking.memo(client).map(|m| {
+            m.chunks_exact(16)
+                .map(|c| Id {
+                    ms: u64::from_be_bytes(c[..8].try_into().unwrap_or([0; 8])),
+                    seq: u64::from_be_bytes(c[8..].try_into().unwrap_or([0; 8])),
+                })
+                .collect()
+        })
+    } else {
+        None
+    };
+    let slot = ctx.slot();
+    let generation = slot.generation();
+    let db = slot.db();
+    let mut sorted: Vec<&[u8]> = keys.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let guards: Vec<_> = sorted.iter().map(|k| ctx.lock(k)).collect();
+    // The ids, resolved in order with the type checks (as Redis does).
+    let mut after: Vec<Id> = Vec::with_capacity(n);
+    let mut streams: Vec<Option<Stream<'_>>> = Vec::with_capacity(n);
+    for (k, key) in keys.iter().enumerate() {
+        let s = match db {
+            Some(db) => match Stream::open(db, generation, key) {
+                Ok(s) => s,
+                // A re-run treats a key of another type as empty.
+                Err(Error::WrongType) if rerun => None,
+                Err(e) => return Err(e),
+            },
+            None => None,
+        };
+        let arg = &args[streams_at + n + k];
+        let id = match &memo {
+            Some(m) if k < m.len() => m[k],
+            _ if arg == b"$" => s.as_ref().map_or(Id::MIN, |s| s.meta.last),
+            _ => parse_id(arg, 0, false)?,
+        };
+        after.push(id);
+        streams.push(s);
+    }
+    let limit = if count == 0 { usize::MAX } else { count };
+    let mut found: Vec<(usize, Vec<Id>)> = Vec::new();
+    for (k, s) in streams.iter().enumerate() {
+        let (Some(s), Some(from)) = (s, after[k].next()) else {
+            continue;
+        };
+        let ids: Vec<Id> = s.ids.range(from..).take(limit).copied().collect();
+        if !ids.is_empty() {
+            found.push((k, ids));
+        }
+    }
+    if found.is_empty() {
+        for s in streams.into_iter().flatten() {
+            s.close();
+        }
+        match block {
+            Some(timeout) => {
+                crate::blocking::block_on(ctx, &keys, timeout);
+                if !rerun {
+                    let mut m = Vec::with_capacity(16 * n);
+                    for id in &after {
+                        m.extend_from_slice(&id.ms.to_be_bytes());
+                        m.extend_from_slice(&id.seq.to_be_bytes());
+                    }
+                    ctx.shared.blocking.set_memo(client, m);
+                }
+            }
+            None => ctx.enc().null_array(),
+        }
+        drop(guards);
+        drop(slot);
+        return Ok(());
+    }
+    // RESP3 replies a map of key -> entries, RESP2 an array of pairs.
+    let resp3 = ctx.conn.protocol == basalt_resp::Protocol::Resp3;
+    if resp3 {
+        ctx.enc().map(found.len());
+    } else {
+        ctx.array(found.len());
+    }
+    let mut result = Ok(());
+    for (k, ids) in &found {
+        if !resp3 {
+            ctx.array(2);
+        }
+        ctx.bulk(keys[*k]);
+        if let Some(s) = &streams[*k] {
+            if let Err(e) = s.reply(ctx, ids) {
+                result = Err(e);
+                break;
+            }
+        }
+    }
+    for s in streams.into_iter().flatten() {
+        s.close();
+    }
+    drop(guards);
+    drop(slot);
+    result
 }
 
 #[cfg(test)]
