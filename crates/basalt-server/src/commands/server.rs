@@ -1344,7 +1344,7 @@ fn movable_keys(name: &str, cmd: &[&[u8]]) -> Vec<usize> {
                 return Vec::new();
             };
             let rest = cmd.len() - at - 1;
-            if rest == 0 || rest % 2 != 0 {
+            if rest == 0 || !rest.is_multiple_of(2) {
                 return Vec::new();
             }
             (at + 1..at + 1 + rest / 2).collect()
