@@ -99,7 +99,8 @@ pub struct ServerArgs {
     /// hset, spop, zadd, zpopmin, lrange (= lrange_100), lrange_300,
     /// lrange_500, lrange_600, mset; and `eval` / `evalsha`, a custom command
     /// running `return redis.call('set',KEYS[1],ARGV[1])` on
-    /// `key:__rand_int__`. Each test is its own invocation, so its
+    /// `key:__rand_int__`; `xadd` (`XADD mystream * myfield <rand>`) and
+    /// `xrange_100` (`XRANGE mystream - + COUNT 100`, run after xadd). Each test is its own invocation, so its
     /// server CPU time is its own; they run in redis-benchmark's own order
     /// (pushes before pops), whatever the order given here.
     #[arg(long, value_delimiter = ',', default_value = "set,get")]

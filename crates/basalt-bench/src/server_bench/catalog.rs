@@ -190,6 +190,16 @@ pub(super) const CATALOG: &[TestSpec] = &[
         "evalsha",
         &["EVALSHA", SET_SCRIPT_SHA, "1", "key:__rand_int__", "v"],
     ),
+    // Streams (issue 20): appends to one stream, then reads of its first
+    // 100 entries (the stream the xadd runs filled).
+    custom(
+        "xadd",
+        &["XADD", "mystream", "*", "myfield", "__rand_int__"],
+    ),
+    custom(
+        "xrange_100",
+        &["XRANGE", "mystream", "-", "+", "COUNT", "100"],
+    ),
 ];
 
 /// Resolves `--tests` into catalogue entries in redis-benchmark's order,

@@ -627,6 +627,8 @@ pub fn may_write_several(name: &str, argc: usize) -> bool {
         | "incrby" | "decrby" | "incrbyfloat" | "append" | "setrange" | "expire" | "pexpire"
         | "expireat" | "pexpireat" | "persist" | "hincrby" | "hincrbyfloat" | "hsetnx"
         | "zincrby" | "cas" | "blpop" | "brpop" | "bzpopmin" | "bzpopmax" => false,
+        // One record unless it trims, when it opens its own batch.
+        "xadd" => false,
         // One record without a count.
         "lpop" | "rpop" | "spop" | "zpopmin" | "zpopmax" | "del" | "unlink" => argc > 2,
         // One record with one member.

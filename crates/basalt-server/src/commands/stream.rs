@@ -242,27 +242,29 @@ fn parse_bound(s: &[u8], start: bool) -> Result<Option<Id>> {
     }
 }
 
-/// The stream's metadata field.
+/// The stream's metadata. The field `m` holds it as of the last command
+/// that deleted entries (XDEL, XTRIM, a trimming XADD); a plain XADD
+/// writes only its entry, and the exact values are derived when the index
+/// is built: the last id is the largest of the stored one and the entries',
+/// and every entry above the stored last id was added since.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Meta {
     last: Id,
     added: u64,
     max_deleted: Id,
-    len: u64,
 }
 
 const META: &[u8] = b"m";
 
 impl Meta {
-    fn encode(&self) -> [u8; 48] {
-        let mut b = [0u8; 48];
+    fn encode(&self) -> [u8; 40] {
+        let mut b = [0u8; 40];
         for (i, v) in [
             self.last.ms,
             self.last.seq,
             self.added,
             self.max_deleted.ms,
             self.max_deleted.seq,
-            self.len,
         ]
         .iter()
         .enumerate()
@@ -273,7 +275,7 @@ impl Meta {
     }
 
     fn decode(b: &[u8]) -> Option<Meta> {
-        if b.len() != 48 {
+        if b.len() != 40 {
             return None;
         }
         let at = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap_or([0; 8]));
@@ -287,7 +289,6 @@ impl Meta {
                 ms: at(3),
                 seq: at(4),
             },
-            len: at(5),
         })
     }
 }
@@ -328,16 +329,35 @@ fn decode_pairs(b: &[u8]) -> Result<Vec<&[u8]>> {
     Ok(items)
 }
 
-/// The ids of streams in use, by (slot generation, key), stamped with the
-/// key's engine version.
-type Indexes = HashMap<(u64, Vec<u8>), (u64, BTreeSet<Id>)>;
+/// A stream's state in memory: its exact metadata and its ids in order.
+#[derive(Debug, Default)]
+struct State {
+    meta: Meta,
+    ids: BTreeSet<Id>,
+}
+
+/// One cached stream: the key's engine version the state matches, and the
+/// state (taken out while a command uses it).
+#[derive(Debug, Default)]
+struct Cached {
+    version: u64,
+    state: Option<State>,
+}
+
+/// The streams in use, by slot generation and key.
+#[derive(Debug, Default)]
+struct Cache {
+    by_gen: HashMap<u64, hashbrown::HashMap<Vec<u8>, Cached>>,
+    /// Ids held over all streams.
+    ids: usize,
+}
 
 /// Most ids the cache keeps over all streams before it drops them all (they
 /// are rebuilt from the field names on their next use).
 const CACHE_IDS: usize = 16 << 20;
 
-fn cache() -> &'static Mutex<(Indexes, usize)> {
-    static CACHE: std::sync::OnceLock<Mutex<(Indexes, usize)>> = std::sync::OnceLock::new();
+fn cache() -> &'static Mutex<Cache> {
+    static CACHE: std::sync::OnceLock<Mutex<Cache>> = std::sync::OnceLock::new();
     CACHE.get_or_init(Default::default)
 }
 
@@ -366,38 +386,55 @@ impl<'a> Stream<'a> {
         ) {
             return Err(Error::WrongType);
         }
-        let meta = db
-            .get_field(key, META)?
-            .and_then(|b| Meta::decode(&b))
-            .ok_or_else(|| Error::err("stream metadata is damaged"))?;
         let cached = {
             let mut c = cache().lock();
-            match c.0.remove(&(generation, key.to_vec())) {
-                Some((version, ids)) if version == m.version => {
-                    c.1 -= ids.len();
-                    Some(ids)
-                }
-                Some((_, ids)) => {
-                    c.1 -= ids.len();
-                    None
-                }
-                None => None,
+            let c = &mut *c;
+            let hit = c
+                .by_gen
+                .get_mut(&generation)
+                .and_then(|g| g.get_mut(key))
+                .filter(|e| e.version == m.version)
+                .and_then(|e| e.state.take());
+            if let Some(st) = &hit {
+                c.ids -= st.ids.len();
             }
+            hit
         };
-        let ids = match cached {
-            Some(ids) => ids,
-            None => db
-                .field_names(key)?
-                .iter()
-                .filter_map(|f| Id::from_field(f))
-                .collect(),
+        let state = match cached {
+            Some(st) => st,
+            None => {
+                let ids: BTreeSet<Id> = db
+                    .field_names(key)?
+                    .iter()
+                    .filter_map(|f| Id::from_field(f))
+                    .collect();
+                let stored = match db.get_field(key, META)? {
+                    Some(b) => {
+                        Meta::decode(&b).ok_or_else(|| Error::err("stream metadata is damaged"))?
+                    }
+                    None => Meta::default(),
+                };
+                let since = match stored.last.next() {
+                    Some(n) => ids.range(n..).count() as u64,
+                    None => 0,
+                };
+                let top = ids.iter().next_back().copied().unwrap_or_default();
+                State {
+                    meta: Meta {
+                        last: stored.last.max(top),
+                        added: stored.added + since,
+                        max_deleted: stored.max_deleted,
+                    },
+                    ids,
+                }
+            }
         };
         Ok(Some(Stream {
             db,
             generation,
             key,
-            meta,
-            ids,
+            meta: state.meta,
+            ids: state.ids,
         }))
     }
 
@@ -410,6 +447,11 @@ impl<'a> Stream<'a> {
             meta: Meta::default(),
             ids: BTreeSet::new(),
         }
+    }
+
+    /// Number of entries.
+    fn len(&self) -> u64 {
+        self.ids.len() as u64
     }
 
     /// Writes the metadata field.
@@ -425,7 +467,6 @@ impl<'a> Stream<'a> {
             return Ok(false);
         }
         self.db.delete_field(self.key, &id.field())?;
-        self.meta.len -= 1;
         if id > self.meta.max_deleted {
             self.meta.max_deleted = id;
         }
@@ -443,7 +484,7 @@ impl<'a> Stream<'a> {
                 break;
             };
             let go = match how.strategy {
-                Strategy::MaxLen(n) => self.meta.len > n,
+                Strategy::MaxLen(n) => self.len() > n,
                 Strategy::MinId(id) => first < id,
             };
             if !go {
@@ -455,43 +496,89 @@ impl<'a> Stream<'a> {
         Ok(removed)
     }
 
-    /// Puts the index back into the cache under the key's current version.
+    /// Puts the state back into the cache under the key's current version.
     fn close(self) {
         let Some(m) = self.db.meta(self.key) else {
             return;
         };
         let mut c = cache().lock();
-        if c.1 + self.ids.len() > CACHE_IDS {
-            c.0.clear();
-            c.1 = 0;
+        let c = &mut *c;
+        if c.ids + self.ids.len() > CACHE_IDS {
+            c.by_gen.clear();
+            c.ids = 0;
         }
-        c.1 += self.ids.len();
-        c.0.insert((self.generation, self.key.to_vec()), (m.version, self.ids));
-    }
-
-    /// Writes the entries of `ids` (in that order) as XRANGE replies them.
-    fn reply(&self, ctx: &mut Ctx<'_>, ids: &[Id]) -> Result {
-        let mut values = Vec::with_capacity(ids.len());
-        for id in ids {
-            values.push(self.db.get_field(self.key, &id.field())?);
-        }
-        ctx.array(ids.len());
-        for (id, v) in ids.iter().zip(values) {
-            ctx.array(2);
-            ctx.bulk(id.text().as_bytes());
-            match v {
-                Some(v) => {
-                    let items = decode_pairs(&v)?;
-                    ctx.array(items.len());
-                    for item in items {
-                        ctx.bulk(item);
-                    }
+        c.ids += self.ids.len();
+        let state = State {
+            meta: self.meta,
+            ids: self.ids,
+        };
+        let g = c.by_gen.entry(self.generation).or_default();
+        match g.get_mut(self.key) {
+            Some(e) => {
+                e.version = m.version;
+                if let Some(old) = e.state.replace(state) {
+                    c.ids -= old.ids.len();
                 }
-                None => ctx.enc().null_array(),
+            }
+            None => {
+                g.insert(
+                    self.key.to_vec(),
+                    Cached {
+                        version: m.version,
+                        state: Some(state),
+                    },
+                );
             }
         }
+    }
+
+    /// Writes the entries of `ids` (in that order) as XRANGE replies them,
+    /// reading their values in one pass and encoding them as they are
+    /// read (no copy of a value).
+    fn reply(&self, ctx: &mut Ctx<'_>, ids: &[Id]) -> Result {
+        let names: Vec<[u8; 17]> = ids.iter().map(|id| id.field()).collect();
+        let protocol = ctx.conn.protocol;
+        let mut body = Vec::with_capacity(ids.len() * 64);
+        let mut damaged = false;
+        let found = self
+            .db
+            .fields_with(self.key, &names, |i, v| {
+                let mut e = basalt_resp::Encoder::new(&mut body, protocol);
+                e.array(2);
+                let mut buf = [0u8; 41];
+                e.bulk(id_text(ids[i], &mut buf));
+                match decode_pairs(v) {
+                    Ok(items) => {
+                        e.array(items.len());
+                        for item in items {
+                            e.bulk(item);
+                        }
+                    }
+                    Err(_) => {
+                        damaged = true;
+                        e.array(0);
+                    }
+                }
+            })?
+            .unwrap_or(0);
+        // Under the key's stripe the index and the engine agree; anything
+        // else is damage, reported rather than sent as a broken reply.
+        if damaged || found != ids.len() {
+            return Err(Error::err("stream entry is damaged or missing"));
+        }
+        ctx.array(ids.len());
+        ctx.out.extend_from_slice(&body);
         Ok(())
     }
+}
+
+/// `ms-seq` of `id`, written into `buf`.
+fn id_text(id: Id, buf: &mut [u8; 41]) -> &[u8] {
+    use std::io::Write as _;
+    let mut w = &mut buf[..];
+    let _ = write!(w, "{}-{}", id.ms, id.seq);
+    let left = w.len();
+    &buf[..41 - left]
 }
 
 /// MAXLEN or MINID and its threshold.
@@ -608,6 +695,10 @@ fn xadd(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         }
         Want::Exact(id)
     };
+    // A plain XADD writes one record; one that trims writes the deletions
+    // and the metadata too, as one batch (opened before the key's stripe,
+    // the lock order).
+    let _batch = trim.is_some().then(|| ctx.shared.keyspace.batch());
     let slot = ctx.slot();
     let generation = slot.generation();
     drop(slot);
@@ -671,12 +762,15 @@ fn xadd(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     s.ids.insert(id);
     s.meta.last = id;
     s.meta.added += 1;
-    s.meta.len += 1;
     let trimmed = match &trim {
         Some(t) => s.trim(t)?,
         None => 0,
     };
-    s.save_meta()?;
+    if trimmed > 0 {
+        // Deletions need the stored metadata (the largest deleted id, and
+        // the last id if the new entry itself went).
+        s.save_meta()?;
+    }
     s.close();
     drop(db);
     if created {
@@ -699,7 +793,7 @@ fn xlen(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         Some(db) => {
             let _g = ctx.lock(key);
             Stream::open(db, slot.generation(), key)?.map(|s| {
-                let n = s.meta.len;
+                let n = s.len();
                 s.close();
                 n
             })
@@ -1033,7 +1127,6 @@ mod tests {
             last: id,
             added: 3,
             max_deleted: Id { ms: 1, seq: 1 },
-            len: 2,
         };
         assert_eq!(Meta::decode(&m.encode()), Some(m));
         let pairs: Vec<&[u8]> = vec![b"f", b"", b"g", b"v"];
