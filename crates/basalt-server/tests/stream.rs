@@ -200,3 +200,284 @@ fn blocked_xread_is_woken_by_xadd_and_sees_what_came_after_dollar() {
     a.cmd(&["XREAD", "BLOCK", "0", "STREAMS", "s", "$"]);
     assert_eq!(a.cmd(&["EXEC"]), arr(vec![Frame::NullArray]));
 }
+
+#[test]
+fn consumer_groups_deliver_each_entry_once_and_survive_a_restart() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    for i in 1..=20 {
+        r.cmd(&["XADD", "q", &format!("{i}-0"), "job", &i.to_string()]);
+    }
+    assert_eq!(r.cmd(&["XGROUP", "CREATE", "q", "workers", "0"]), ok());
+    // Four consumers on four connections take entries concurrently.
+    let addr = s.addr();
+    let takers: Vec<_> = (0..4)
+        .map(|w| {
+            std::thread::spawn(move || {
+                let mut c = common::Raw::connect(addr);
+                let name = format!("w{w}");
+                let mut got = Vec::new();
+                for _ in 0..20 {
+                    let reply = c.cmd(&[
+                        "XREADGROUP",
+                        "GROUP",
+                        "workers",
+                        &name,
+                        "COUNT",
+                        "2",
+                        "STREAMS",
+                        "q",
+                        ">",
+                    ]);
+                    let Frame::Array(streams) = reply else { break };
+                    let Frame::Array(ref pair) = streams[0] else {
+                        panic!()
+                    };
+                    let Frame::Array(ref entries) = pair[1] else {
+                        panic!()
+                    };
+                    for e in entries {
+                        let Frame::Array(ref e) = *e else { panic!() };
+                        let Frame::Bulk(ref id) = e[0] else { panic!() };
+                        got.push(String::from_utf8(id.clone()).unwrap());
+                    }
+                }
+                (name, got)
+            })
+        })
+        .collect();
+    let mut all: Vec<String> = Vec::new();
+    let mut by: Vec<(String, Vec<String>)> = Vec::new();
+    for t in takers {
+        let (name, got) = t.join().unwrap();
+        all.extend(got.iter().cloned());
+        by.push((name, got));
+    }
+    all.sort_by_key(|id| id.split('-').next().unwrap().parse::<u64>().unwrap());
+    let want: Vec<String> = (1..=20).map(|i| format!("{i}-0")).collect();
+    assert_eq!(all, want, "every entry delivered exactly once");
+    // Acknowledge half of them; the rest stay pending across a restart.
+    let (first, ids) = &by.iter().find(|(_, g)| !g.is_empty()).unwrap().clone();
+    let mut ack = vec!["XACK", "q", "workers"];
+    ack.extend(ids.iter().map(String::as_str));
+    assert_eq!(r.cmd(&ack), int(ids.len() as i64));
+    let pending = 20 - ids.len() as i64;
+    let s = s.restart();
+    let mut r = s.raw();
+    let Frame::Array(summary) = r.cmd(&["XPENDING", "q", "workers"]) else {
+        panic!("XPENDING summary")
+    };
+    assert_eq!(summary[0], int(pending));
+    // The consumer that acked has nothing pending; the others' history is back.
+    let reply = r.cmd(&["XREADGROUP", "GROUP", "workers", first, "STREAMS", "q", "0"]);
+    assert_eq!(reply, arr(vec![arr(vec![bulk("q"), arr(vec![])])]));
+    assert_eq!(
+        r.cmd(&[
+            "XREADGROUP",
+            "GROUP",
+            "workers",
+            "late",
+            "STREAMS",
+            "q",
+            ">"
+        ]),
+        Frame::NullArray,
+        "nothing new after a restart"
+    );
+    let Frame::Array(rows) = r.cmd(&["XPENDING", "q", "workers", "-", "+", "100"]) else {
+        panic!("XPENDING rows")
+    };
+    assert_eq!(rows.len() as i64, pending);
+}
+
+#[test]
+fn blocked_xreadgroup_gets_the_next_new_entry() {
+    let s = TestServer::start();
+    let mut w = s.raw();
+    assert_eq!(
+        w.cmd(&["XGROUP", "CREATE", "q", "g", "$", "MKSTREAM"]),
+        ok()
+    );
+    let mut a = s.raw();
+    a.send_cmd(&[
+        b"XREADGROUP",
+        b"GROUP",
+        b"g",
+        b"alice",
+        b"BLOCK",
+        b"0",
+        b"STREAMS",
+        b"q",
+        b">",
+    ]);
+    s.wait_blocked(1);
+    assert_eq!(w.cmd(&["XADD", "q", "7-1", "k", "v"]), bulk("7-1"));
+    assert_eq!(
+        a.read(),
+        arr(vec![arr(vec![
+            bulk("q"),
+            arr(vec![entry("7-1", &["k", "v"])])
+        ])])
+    );
+    let Frame::Array(rows) = w.cmd(&["XPENDING", "q", "g", "IDLE", "0", "-", "+", "10", "alice"])
+    else {
+        panic!("XPENDING rows")
+    };
+    assert_eq!(rows.len(), 1);
+    let Frame::Array(ref row) = rows[0] else {
+        panic!()
+    };
+    assert_eq!(row[0], bulk("7-1"));
+    assert_eq!(row[1], bulk("alice"));
+    assert_eq!(row[3], int(1));
+    assert_eq!(w.cmd(&["XACK", "q", "g", "7-1"]), int(1));
+    assert_eq!(
+        w.cmd(&["XACK", "q", "g", "7-1"]),
+        int(0),
+        "acknowledged once"
+    );
+}
+
+/// The ids in an XREADGROUP / XRANGE reply's first stream (or entries).
+fn ids_of(entries: &Frame) -> Vec<String> {
+    let Frame::Array(entries) = entries else {
+        return Vec::new();
+    };
+    entries
+        .iter()
+        .filter_map(|e| match e {
+            Frame::Array(e) => match &e[0] {
+                Frame::Bulk(id) => Some(String::from_utf8(id.clone()).unwrap()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn kill_9_while_consumers_read_and_ack_loses_no_entry_and_acks_none_twice() {
+    use common::binary::{Conn, Server};
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), "everysec", "65536");
+    let mut c = Conn::connect(server.addr).unwrap();
+    let all: Vec<String> = (1..=300).map(|i| format!("{i}-0")).collect();
+    for id in &all {
+        c.cmd(&[b"XADD", b"q", id.as_bytes(), b"n", b"x"]).unwrap();
+    }
+    c.cmd(&[b"XGROUP", b"CREATE", b"q", b"g", b"0"]).unwrap();
+    // Read 5 at a time and acknowledge them, until about half are done,
+    // then kill -9 with reads and acks in flight from a second client.
+    let mut acked: Vec<String> = Vec::new();
+    for _ in 0..30 {
+        let reply = c
+            .cmd(&[
+                b"XREADGROUP",
+                b"GROUP",
+                b"g",
+                b"w",
+                b"COUNT",
+                b"5",
+                b"STREAMS",
+                b"q",
+                b">",
+            ])
+            .unwrap();
+        let Frame::Array(streams) = reply else { break };
+        let Frame::Array(pair) = &streams[0] else {
+            panic!()
+        };
+        let got = ids_of(&pair[1]);
+        let mut cmd: Vec<&[u8]> = vec![b"XACK", b"q", b"g"];
+        cmd.extend(got.iter().map(|s| s.as_bytes()));
+        assert_eq!(c.cmd(&cmd).unwrap(), int(got.len() as i64));
+        acked.extend(got);
+    }
+    let addr = server.addr;
+    let busy = std::thread::spawn(move || {
+        let Ok(mut c) = Conn::connect(addr) else {
+            return;
+        };
+        for _ in 0..1000 {
+            let Ok(reply) = c.cmd(&[
+                b"XREADGROUP",
+                b"GROUP",
+                b"g",
+                b"x",
+                b"COUNT",
+                b"3",
+                b"STREAMS",
+                b"q",
+                b">",
+            ]) else {
+                return;
+            };
+            let Frame::Array(streams) = reply else { return };
+            let Frame::Array(pair) = &streams[0] else {
+                return;
+            };
+            let got = ids_of(&pair[1]);
+            let mut cmd: Vec<&[u8]> = vec![b"XACK", b"q", b"g"];
+            cmd.extend(got.iter().map(|s| s.as_bytes()));
+            if c.cmd(&cmd).is_err() {
+                return;
+            }
+        }
+    });
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    server.kill();
+    let _ = busy.join();
+    let server = Server::start(dir.path(), "everysec", "65536");
+    let mut c = Conn::connect(server.addr).unwrap();
+    // Everything is still in the stream (acks do not delete entries).
+    let range = c.cmd(&[b"XRANGE", b"q", b"-", b"+"]).unwrap();
+    assert_eq!(ids_of(&range), all);
+    // Pending entries: none that this test saw acknowledged.
+    let rows = c
+        .cmd(&[b"XPENDING", b"q", b"g", b"-", b"+", b"1000"])
+        .unwrap();
+    let pending = ids_of(&rows);
+    for id in &acked {
+        assert!(
+            !pending.contains(id),
+            "{id} was acknowledged and is pending again"
+        );
+    }
+    // Not delivered yet: what `>` still gives. Every entry is exactly one of
+    // pending, delivered-and-acked (by either client) or undelivered.
+    let rest = c
+        .cmd(&[
+            b"XREADGROUP",
+            b"GROUP",
+            b"g",
+            b"after",
+            b"STREAMS",
+            b"q",
+            b">",
+        ])
+        .unwrap();
+    let undelivered = match rest {
+        Frame::Array(streams) => match &streams[0] {
+            Frame::Array(pair) => ids_of(&pair[1]),
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    };
+    for id in &undelivered {
+        assert!(!pending.contains(id) && !acked.contains(id), "{id} twice");
+    }
+    // The undelivered are exactly the tail after the group's last id.
+    if let Some(first) = undelivered.first() {
+        let at = all.iter().position(|id| id == first).unwrap();
+        assert_eq!(
+            &all[at..],
+            &undelivered[..],
+            "a gap in what is left to deliver"
+        );
+    }
+    assert!(
+        acked.len() >= 100,
+        "the test acknowledged {} first",
+        acked.len()
+    );
+}

@@ -20,6 +20,7 @@ pub mod server;
 pub mod set;
 pub mod sort;
 pub mod stream;
+pub mod stream_group;
 pub mod strings;
 pub mod transaction;
 pub mod version;
@@ -215,6 +216,7 @@ const FAMILIES: &[&[CommandDef]] = &[
     version::COMMANDS,
     crate::script::COMMANDS,
     stream::COMMANDS,
+    stream_group::COMMANDS,
 ];
 
 /// Every command, in table order.

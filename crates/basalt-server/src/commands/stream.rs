@@ -125,19 +125,19 @@ pub struct Id {
 }
 
 impl Id {
-    const MIN: Id = Id { ms: 0, seq: 0 };
-    const MAX: Id = Id {
+    pub(super) const MIN: Id = Id { ms: 0, seq: 0 };
+    pub(super) const MAX: Id = Id {
         ms: u64::MAX,
         seq: u64::MAX,
     };
 
     /// `ms-seq`, as replies show it.
-    fn text(self) -> String {
+    pub(super) fn text(self) -> String {
         format!("{}-{}", self.ms, self.seq)
     }
 
     /// The entry's field name.
-    fn field(self) -> [u8; 17] {
+    pub(super) fn field(self) -> [u8; 17] {
         let mut f = [0u8; 17];
         f[0] = b'e';
         f[1..9].copy_from_slice(&self.ms.to_be_bytes());
@@ -156,7 +156,7 @@ impl Id {
     }
 
     /// The next id after this one, if any.
-    fn next(self) -> Option<Id> {
+    pub(super) fn next(self) -> Option<Id> {
         if self.seq < u64::MAX {
             Some(Id {
                 ms: self.ms,
@@ -190,7 +190,7 @@ impl Id {
     }
 }
 
-const INVALID_ID: &str = "ERR Invalid stream ID specified as stream command argument";
+pub(super) const INVALID_ID: &str = "ERR Invalid stream ID specified as stream command argument";
 
 /// Redis's `string2ull`: digits only, fitting a u64.
 fn parse_u64(s: &[u8]) -> Option<u64> {
@@ -202,7 +202,7 @@ fn parse_u64(s: &[u8]) -> Option<u64> {
 
 /// Parses `ms[-seq]`; a missing seq is `missing_seq`. `-` and `+` are the
 /// smallest and largest ids when `specials`.
-fn parse_id(s: &[u8], missing_seq: u64, specials: bool) -> Result<Id> {
+pub(super) fn parse_id(s: &[u8], missing_seq: u64, specials: bool) -> Result<Id> {
     if specials && s == b"-" {
         return Ok(Id::MIN);
     }
@@ -223,7 +223,7 @@ fn parse_id(s: &[u8], missing_seq: u64, specials: bool) -> Result<Id> {
 }
 
 /// A range bound of XRANGE: inclusive, or exclusive with `(`.
-fn parse_bound(s: &[u8], start: bool) -> Result<Option<Id>> {
+pub(super) fn parse_bound(s: &[u8], start: bool) -> Result<Option<Id>> {
     let (exclusive, body) = match s.strip_prefix(b"(") {
         Some(rest) => (true, rest),
         None => (false, s),
@@ -248,10 +248,10 @@ fn parse_bound(s: &[u8], start: bool) -> Result<Option<Id>> {
 /// is built: the last id is the largest of the stored one and the entries',
 /// and every entry above the stored last id was added since.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Meta {
-    last: Id,
-    added: u64,
-    max_deleted: Id,
+pub(super) struct Meta {
+    pub(super) last: Id,
+    pub(super) added: u64,
+    pub(super) max_deleted: Id,
 }
 
 const META: &[u8] = b"m";
@@ -329,11 +329,13 @@ fn decode_pairs(b: &[u8]) -> Result<Vec<&[u8]>> {
     Ok(items)
 }
 
-/// A stream's state in memory: its exact metadata and its ids in order.
+/// A stream's state in memory: its exact metadata, its ids in order and
+/// its consumer groups.
 #[derive(Debug, Default)]
 struct State {
     meta: Meta,
     ids: BTreeSet<Id>,
+    groups: super::stream_group::Groups,
 }
 
 /// One cached stream: the key's engine version the state matches, and the
@@ -363,17 +365,18 @@ fn cache() -> &'static Mutex<Cache> {
 
 /// A stream open for a command: its metadata and its ids. The caller
 /// holds the key's stripe.
-struct Stream<'a> {
-    db: &'a Db,
+pub(super) struct Stream<'a> {
+    pub(super) db: &'a Db,
     generation: u64,
-    key: &'a [u8],
-    meta: Meta,
-    ids: BTreeSet<Id>,
+    pub(super) key: &'a [u8],
+    pub(super) meta: Meta,
+    pub(super) ids: BTreeSet<Id>,
+    pub(super) groups: super::stream_group::Groups,
 }
 
 impl<'a> Stream<'a> {
     /// The stream at `key`: `None` if absent, WRONGTYPE if another type.
-    fn open(db: &'a Db, generation: u64, key: &'a [u8]) -> Result<Option<Stream<'a>>> {
+    pub(super) fn open(db: &'a Db, generation: u64, key: &'a [u8]) -> Result<Option<Stream<'a>>> {
         let Some(m) = db.meta(key) else {
             return Ok(None);
         };
@@ -403,11 +406,9 @@ impl<'a> Stream<'a> {
         let state = match cached {
             Some(st) => st,
             None => {
-                let ids: BTreeSet<Id> = db
-                    .field_names(key)?
-                    .iter()
-                    .filter_map(|f| Id::from_field(f))
-                    .collect();
+                let names = db.field_names(key)?;
+                let ids: BTreeSet<Id> = names.iter().filter_map(|f| Id::from_field(f)).collect();
+                let groups = super::stream_group::load(db, key, &names)?;
                 let stored = match db.get_field(key, META)? {
                     Some(b) => {
                         Meta::decode(&b).ok_or_else(|| Error::err("stream metadata is damaged"))?
@@ -426,6 +427,7 @@ impl<'a> Stream<'a> {
                         max_deleted: stored.max_deleted,
                     },
                     ids,
+                    groups,
                 }
             }
         };
@@ -435,17 +437,19 @@ impl<'a> Stream<'a> {
             key,
             meta: state.meta,
             ids: state.ids,
+            groups: state.groups,
         }))
     }
 
     /// A new, empty stream (not written until something is added).
-    fn empty(db: &'a Db, generation: u64, key: &'a [u8]) -> Stream<'a> {
+    pub(super) fn empty(db: &'a Db, generation: u64, key: &'a [u8]) -> Stream<'a> {
         Stream {
             db,
             generation,
             key,
             meta: Meta::default(),
             ids: BTreeSet::new(),
+            groups: Default::default(),
         }
     }
 
@@ -455,7 +459,7 @@ impl<'a> Stream<'a> {
     }
 
     /// Writes the metadata field.
-    fn save_meta(&self) -> Result {
+    pub(super) fn save_meta(&self) -> Result {
         self.db
             .put_field_tagged(self.key, TAG_STREAM, META, &self.meta.encode())?;
         Ok(())
@@ -497,7 +501,7 @@ impl<'a> Stream<'a> {
     }
 
     /// Puts the state back into the cache under the key's current version.
-    fn close(self) {
+    pub(super) fn close(self) {
         let Some(m) = self.db.meta(self.key) else {
             return;
         };
@@ -511,6 +515,7 @@ impl<'a> Stream<'a> {
         let state = State {
             meta: self.meta,
             ids: self.ids,
+            groups: self.groups,
         };
         let g = c.by_gen.entry(self.generation).or_default();
         match g.get_mut(self.key) {
@@ -535,7 +540,7 @@ impl<'a> Stream<'a> {
     /// Writes the entries of `ids` (in that order) as XRANGE replies them,
     /// reading their values in one pass and encoding them as they are
     /// read (no copy of a value).
-    fn reply(&self, ctx: &mut Ctx<'_>, ids: &[Id]) -> Result {
+    pub(super) fn reply(&self, ctx: &mut Ctx<'_>, ids: &[Id]) -> Result {
         let names: Vec<[u8; 17]> = ids.iter().map(|id| id.field()).collect();
         let protocol = ctx.conn.protocol;
         let mut body = Vec::with_capacity(ids.len() * 64);
@@ -573,7 +578,7 @@ impl<'a> Stream<'a> {
 }
 
 /// `ms-seq` of `id`, written into `buf`.
-fn id_text(id: Id, buf: &mut [u8; 41]) -> &[u8] {
+pub(super) fn id_text(id: Id, buf: &mut [u8; 41]) -> &[u8] {
     use std::io::Write as _;
     let mut w = &mut buf[..];
     let _ = write!(w, "{}-{}", id.ms, id.seq);

@@ -1,0 +1,862 @@
+//! Stream consumer groups: XGROUP, XREADGROUP, XACK and XPENDING (issue
+//! 20; XCLAIM, XAUTOCLAIM and XINFO come next).
+//!
+//! A group lives in the stream's map beside the entries
+//! (`docs/file-format.md`): `g` + name holds its last delivered id and
+//! entries read, `c` + group + consumer a consumer's seen time, and `p` +
+//! group + id one pending entry (its consumer, delivery time and count).
+//! So delivering an entry writes one pending field (plus the group's and the
+//! consumer's), acknowledging it deletes one, and a group's state is loaded
+//! with the stream's index (`Stream::open`) from those fields alone. Every
+//! command that writes several of them runs as one write batch.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use basalt_engine::Db;
+use basalt_resp::Args;
+
+use super::stream::{parse_bound, parse_id, Id, Stream};
+use super::{def, flags::*, is, parse_i64, sub_arity, CommandDef, Ctx, Error, Group, Result};
+use crate::keyspace::TAG_STREAM;
+use crate::notify::STREAM;
+
+const G: Group = Group::Stream;
+
+/// The consumer-group commands.
+pub const COMMANDS: &[CommandDef] = &[
+    def(
+        "xgroup",
+        -2,
+        0,
+        (0, 0, 0),
+        G,
+        "5.0.0",
+        "A container for consumer groups commands",
+        xgroup,
+    ),
+    def(
+        "xreadgroup",
+        -7,
+        WRITE | BLOCKING | MOVABLE_KEYS,
+        (0, 0, 0),
+        G,
+        "5.0.0",
+        "Return new entries from a stream using a consumer group, or access the history of the pending entries for a given consumer. Can block.",
+        xreadgroup,
+    ),
+    def(
+        "xack",
+        -4,
+        WRITE | FAST,
+        (1, 1, 1),
+        G,
+        "5.0.0",
+        "Marks a pending message as correctly processed, effectively removing it from the pending entries list of the consumer group. Return value of the command is the number of messages successfully acknowledged, that is, the IDs we were actually able to resolve in the PEL.",
+        xack,
+    ),
+    def(
+        "xpending",
+        -3,
+        READONLY,
+        (1, 1, 1),
+        G,
+        "5.0.0",
+        "Return information and entries from a stream consumer group pending entries list, that are messages fetched but never acknowledged.",
+        xpending,
+    ),
+];
+
+/// An entry delivered and not yet acknowledged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Pending {
+    consumer: Vec<u8>,
+    delivered_ms: u64,
+    count: u64,
+}
+
+/// A consumer of a group.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Consumer {
+    seen_ms: u64,
+    pending: BTreeSet<Id>,
+}
+
+/// A consumer group.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct GroupState {
+    last: Id,
+    entries_read: i64,
+    pel: BTreeMap<Id, Pending>,
+    consumers: BTreeMap<Vec<u8>, Consumer>,
+}
+
+/// A stream's groups by name.
+pub(super) type Groups = BTreeMap<Vec<u8>, GroupState>;
+
+fn group_field(name: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(1 + name.len());
+    f.push(b'g');
+    f.extend_from_slice(name);
+    f
+}
+
+/// `tag` + group length (u32 LE) + group: the prefix of a group's
+/// consumer (`c`) and pending (`p`) fields.
+fn prefix(tag: u8, group: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(5 + group.len() + 16);
+    f.push(tag);
+    f.extend_from_slice(&(group.len() as u32).to_le_bytes());
+    f.extend_from_slice(group);
+    f
+}
+
+fn consumer_field(group: &[u8], consumer: &[u8]) -> Vec<u8> {
+    let mut f = prefix(b'c', group);
+    f.extend_from_slice(consumer);
+    f
+}
+
+fn pending_field(group: &[u8], id: Id) -> Vec<u8> {
+    let mut f = prefix(b'p', group);
+    f.extend_from_slice(&id.ms.to_be_bytes());
+    f.extend_from_slice(&id.seq.to_be_bytes());
+    f
+}
+
+/// Splits a `c` or `p` field name into (group, rest).
+fn split(name: &[u8]) -> Option<(&[u8], &[u8])> {
+    let len = u32::from_le_bytes(name.get(1..5)?.try_into().ok()?) as usize;
+    let group = name.get(5..5 + len)?;
+    Some((group, &name[5 + len..]))
+}
+
+fn damaged() -> Error {
+    Error::err("stream consumer group data is damaged")
+}
+
+/// Loads the groups of the stream at `key` from its fields (`names` are
+/// all its field names).
+pub(super) fn load(db: &Db, key: &[u8], names: &[Vec<u8>]) -> Result<Groups> {
+    let wanted: Vec<&Vec<u8>> = names
+        .iter()
+        .filter(|n| matches!(n.first(), Some(b'g' | b'c' | b'p')))
+        .collect();
+    let mut groups = Groups::new();
+    if wanted.is_empty() {
+        return Ok(groups);
+    }
+    let mut values: Vec<Option<Vec<u8>>> = vec![None; wanted.len()];
+    db.fields_with(key, &wanted, |i, v| values[i] = Some(v.to_vec()))?;
+    // Groups first, then their consumers and pending entries.
+    for (name, v) in wanted.iter().zip(&values) {
+        if name[0] == b'g' {
+            let v = v.as_ref().ok_or_else(damaged)?;
+            if v.len() != 24 {
+                return Err(damaged());
+            }
+            groups.insert(
+                name[1..].to_vec(),
+                GroupState {
+                    last: Id {
+                        ms: u64::from_be_bytes(v[..8].try_into().map_err(|_| damaged())?),
+                        seq: u64::from_be_bytes(v[8..16].try_into().map_err(|_| damaged())?),
+                    },
+                    entries_read: i64::from_le_bytes(v[16..].try_into().map_err(|_| damaged())?),
+                    ..Default::default()
+                },
+            );
+        }
+    }
+    for (name, v) in wanted.iter().zip(&values) {
+        let v = v.as_ref().ok_or_else(damaged)?;
+        match name[0] {
+            b'c' => {
+                let (group, consumer) = split(name).ok_or_else(damaged)?;
+                let g = groups.get_mut(group).ok_or_else(damaged)?;
+                let seen = u64::from_le_bytes(
+                    v.get(..8)
+                        .ok_or_else(damaged)?
+                        .try_into()
+                        .map_err(|_| damaged())?,
+                );
+                g.consumers.entry(consumer.to_vec()).or_default().seen_ms = seen;
+            }
+            b'p' => {
+                let (group, id) = split(name).ok_or_else(damaged)?;
+                if id.len() != 16 || v.len() < 16 {
+                    return Err(damaged());
+                }
+                let id = Id {
+                    ms: u64::from_be_bytes(id[..8].try_into().map_err(|_| damaged())?),
+                    seq: u64::from_be_bytes(id[8..].try_into().map_err(|_| damaged())?),
+                };
+                let g = groups.get_mut(group).ok_or_else(damaged)?;
+                let p = Pending {
+                    delivered_ms: u64::from_le_bytes(v[..8].try_into().map_err(|_| damaged())?),
+                    count: u64::from_le_bytes(v[8..16].try_into().map_err(|_| damaged())?),
+                    consumer: v[16..].to_vec(),
+                };
+                g.consumers
+                    .entry(p.consumer.clone())
+                    .or_default()
+                    .pending
+                    .insert(id);
+                g.pel.insert(id, p);
+            }
+            _ => {}
+        }
+    }
+    Ok(groups)
+}
+
+fn save_group(db: &Db, key: &[u8], name: &[u8], g: &GroupState) -> Result {
+    let mut v = [0u8; 24];
+    v[..8].copy_from_slice(&g.last.ms.to_be_bytes());
+    v[8..16].copy_from_slice(&g.last.seq.to_be_bytes());
+    v[16..].copy_from_slice(&g.entries_read.to_le_bytes());
+    db.put_field_tagged(key, TAG_STREAM, &group_field(name), &v)?;
+    Ok(())
+}
+
+fn save_consumer(db: &Db, key: &[u8], group: &[u8], name: &[u8], c: &Consumer) -> Result {
+    db.put_field_tagged(
+        key,
+        TAG_STREAM,
+        &consumer_field(group, name),
+        &c.seen_ms.to_le_bytes(),
+    )?;
+    Ok(())
+}
+
+fn save_pending(db: &Db, key: &[u8], group: &[u8], id: Id, p: &Pending) -> Result {
+    let mut v = Vec::with_capacity(16 + p.consumer.len());
+    v.extend_from_slice(&p.delivered_ms.to_le_bytes());
+    v.extend_from_slice(&p.count.to_le_bytes());
+    v.extend_from_slice(&p.consumer);
+    db.put_field_tagged(key, TAG_STREAM, &pending_field(group, id), &v)?;
+    Ok(())
+}
+
+const NEED_KEY: &str = "The XGROUP subcommand requires the key to exist. Note that for CREATE you may want to use the MKSTREAM option to create an empty stream automatically.";
+
+fn nogroup(group: &[u8], key: &[u8]) -> Error {
+    Error::Msg(
+        format!(
+            "NOGROUP No such consumer group '{}' for key name '{}'",
+            String::from_utf8_lossy(group),
+            String::from_utf8_lossy(key)
+        )
+        .into(),
+    )
+}
+
+const XGROUP_HELP: &[&str] = &[
+    "XGROUP <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "CREATE <key> <groupname> <id|$> [option]",
+    "    Create a new consumer group. Options are:",
+    "    * MKSTREAM",
+    "      Create the empty stream if it does not exist.",
+    "    * ENTRIESREAD entries_read",
+    "      Set the group's entries_read counter (internal use).",
+    "CREATECONSUMER <key> <groupname> <consumer>",
+    "    Create a new consumer in the specified group.",
+    "DELCONSUMER <key> <groupname> <consumer>",
+    "    Remove the specified consumer.",
+    "DESTROY <key> <groupname>",
+    "    Remove the specified group.",
+    "SETID <key> <groupname> <id|$> [ENTRIESREAD entries_read]",
+    "    Set the current group ID and entries_read counter.",
+    "HELP",
+    "    Prints this help.",
+];
+
+/// `ENTRIESREAD n` options of CREATE and SETID from `args[at..]`.
+fn entries_read_opt(
+    args: &Args<'_>,
+    at: usize,
+    mkstream_ok: bool,
+    sub: &[u8],
+) -> Result<(bool, Option<i64>)> {
+    let mut mkstream = false;
+    let mut read = None;
+    let mut i = at;
+    while i < args.len() {
+        if mkstream_ok && is(&args[i], "mkstream") {
+            mkstream = true;
+            i += 1;
+        } else if is(&args[i], "entriesread") && i + 1 < args.len() {
+            let n = parse_i64(&args[i + 1]).ok_or(Error::NotInteger)?;
+            if n < -1 {
+                return Err(Error::err("value for ENTRIESREAD must be positive or -1"));
+            }
+            read = Some(n);
+            i += 2;
+        } else {
+            return Err(Error::err(format!(
+                "unknown subcommand or wrong number of arguments for '{}'. Try XGROUP HELP.",
+                String::from_utf8_lossy(sub)
+            )));
+        }
+    }
+    Ok((mkstream, read))
+}
+
+/// XGROUP CREATE | SETID | DESTROY | CREATECONSUMER | DELCONSUMER | HELP.
+fn xgroup(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let sub = &args[1];
+    let (full, arity, name) = if is(sub, "create") {
+        ("xgroup|create", -5, "create")
+    } else if is(sub, "setid") {
+        ("xgroup|setid", -5, "setid")
+    } else if is(sub, "destroy") {
+        ("xgroup|destroy", 4, "destroy")
+    } else if is(sub, "createconsumer") {
+        ("xgroup|createconsumer", 5, "createconsumer")
+    } else if is(sub, "delconsumer") {
+        ("xgroup|delconsumer", 5, "delconsumer")
+    } else if is(sub, "help") {
+        sub_arity("xgroup|help", 2, &args)?;
+        ctx.array(XGROUP_HELP.len());
+        for l in XGROUP_HELP {
+            ctx.simple(l.as_bytes());
+        }
+        return Ok(());
+    } else {
+        return Err(super::unknown_subcommand("xgroup", sub));
+    };
+    sub_arity(full, arity, &args)?;
+    let key = &args[2];
+    let group = &args[3];
+    let (mkstream, entries_read) = match name {
+        "create" => entries_read_opt(&args, 5, true, sub)?,
+        "setid" => entries_read_opt(&args, 5, false, sub)?,
+        _ => (false, None),
+    };
+    let slot = ctx.slot();
+    let generation = slot.generation();
+    drop(slot);
+    let db = ctx.db_w()?;
+    let _g = ctx.lock(key);
+    let existing = Stream::open(&db, generation, key)?;
+    let mut s = match existing {
+        Some(s) => s,
+        None if name == "create" && mkstream => Stream::empty(&db, generation, key),
+        None => return Err(Error::err(NEED_KEY)),
+    };
+    let id_for = |s: &Stream<'_>, arg: &[u8]| -> Result<Id> {
+        if arg == b"$" {
+            Ok(s.meta.last)
+        } else {
+            parse_id(arg, 0, false)
+        }
+    };
+    let reply: std::result::Result<i64, ()> = match name {
+        "create" => {
+            let last = id_for(&s, &args[4])?;
+            if s.groups.contains_key(group) {
+                s.close();
+                return Err(Error::Msg(
+                    "BUSYGROUP Consumer Group name already exists".into(),
+                ));
+            }
+            let g = GroupState {
+                last,
+                entries_read: entries_read.unwrap_or(if &args[4] == b"$" {
+                    s.meta.added as i64
+                } else {
+                    -1
+                }),
+                ..Default::default()
+            };
+            save_group(&db, key, group, &g)?;
+            s.groups.insert(group.to_vec(), g);
+            Err(())
+        }
+        "setid" => {
+            let last = id_for(&s, &args[4])?;
+            let Some(g) = s.groups.get_mut(group) else {
+                s.close();
+                return Err(nogroup(group, key));
+            };
+            g.last = last;
+            if let Some(n) = entries_read {
+                g.entries_read = n;
+            }
+            let g = g.clone();
+            save_group(&db, key, group, &g)?;
+            Err(())
+        }
+        "destroy" => match s.groups.remove(group) {
+            Some(g) => {
+                for id in g.pel.keys() {
+                    db.delete_field(key, &pending_field(group, *id))?;
+                }
+                for c in g.consumers.keys() {
+                    db.delete_field(key, &consumer_field(group, c))?;
+                }
+                db.delete_field(key, &group_field(group))?;
+                Ok(1)
+            }
+            None => Ok(0),
+        },
+        "createconsumer" => {
+            let now = ctx.now_ms;
+            let Some(g) = s.groups.get_mut(group) else {
+                s.close();
+                return Err(nogroup(group, key));
+            };
+            if g.consumers.contains_key(&args[4]) {
+                Ok(0)
+            } else {
+                let c = Consumer {
+                    seen_ms: now,
+                    ..Default::default()
+                };
+                save_consumer(&db, key, group, &args[4], &c)?;
+                g.consumers.insert(args[4].to_vec(), c);
+                Ok(1)
+            }
+        }
+        _ => {
+            // delconsumer
+            let Some(g) = s.groups.get_mut(group) else {
+                s.close();
+                return Err(nogroup(group, key));
+            };
+            match g.consumers.remove(&args[4]) {
+                Some(c) => {
+                    for id in &c.pending {
+                        g.pel.remove(id);
+                        db.delete_field(key, &pending_field(group, *id))?;
+                    }
+                    db.delete_field(key, &consumer_field(group, &args[4]))?;
+                    Ok(c.pending.len() as i64)
+                }
+                None => Ok(0),
+            }
+        }
+    };
+    s.close();
+    drop(db);
+    match name {
+        "create" => ctx.notify(STREAM, "xgroup-create", key),
+        "setid" => ctx.notify(STREAM, "xgroup-setid", key),
+        "destroy" if reply == Ok(1) => ctx.notify(STREAM, "xgroup-destroy", key),
+        "createconsumer" if reply == Ok(1) => ctx.notify(STREAM, "xgroup-createconsumer", key),
+        "delconsumer" => ctx.notify(STREAM, "xgroup-delconsumer", key),
+        _ => {}
+    }
+    match reply {
+        Ok(n) => ctx.int(n),
+        Err(()) => ctx.ok(),
+    }
+    Ok(())
+}
+
+/// XREADGROUP GROUP group consumer [COUNT n] [BLOCK ms] [NOACK] STREAMS key... id...
+fn xreadgroup(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let mut count = 0usize;
+    let mut block: Option<Option<std::time::Duration>> = None;
+    let mut noack = false;
+    let mut group: Option<(&[u8], &[u8])> = None;
+    let mut streams_at = 0;
+    let mut i = 1;
+    while i < args.len() {
+        let more = args.len() - i - 1;
+        if is(&args[i], "block") && more > 0 {
+            let ms = parse_i64(&args[i + 1])
+                .ok_or_else(|| Error::err("timeout is not an integer or out of range"))?;
+            if ms < 0 {
+                return Err(Error::err("timeout is negative"));
+            }
+            block = Some((ms > 0).then(|| std::time::Duration::from_millis(ms as u64)));
+            i += 2;
+        } else if is(&args[i], "count") && more > 0 {
+            count = parse_i64(&args[i + 1]).ok_or(Error::NotInteger)?.max(0) as usize;
+            i += 2;
+        } else if is(&args[i], "streams") && more > 0 {
+            streams_at = i + 1;
+            break;
+        } else if is(&args[i], "group") && more >= 2 {
+            group = Some((&args[i + 1], &args[i + 2]));
+            i += 3;
+        } else if is(&args[i], "noack") {
+            noack = true;
+            i += 1;
+        } else {
+            return Err(Error::Syntax);
+        }
+    }
+    if streams_at == 0 {
+        return Err(Error::Syntax);
+    }
+    let n = args.len() - streams_at;
+    if !n.is_multiple_of(2) {
+        return Err(Error::err(
+            "Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.",
+        ));
+    }
+    let Some((gname, consumer)) = group else {
+        return Err(Error::err("Missing GROUP option for XREADGROUP"));
+    };
+    let n = n / 2;
+    let keys: Vec<&[u8]> = (0..n).map(|k| &args[streams_at + k]).collect();
+    // `>` or an id; `$` means nothing here.
+    let mut wants: Vec<Option<Id>> = Vec::with_capacity(n);
+    for k in 0..n {
+        let arg = &args[streams_at + n + k];
+        if arg == b">" {
+            wants.push(None);
+        } else if arg == b"$" {
+            return Err(Error::err("The $ ID is meaningless in the context of XREADGROUP: you want to read the history of this consumer by specifying a proper ID, or use the > ID to get new messages. The $ ID would just return an empty result set."));
+        } else {
+            wants.push(Some(parse_id(arg, 0, false)?));
+        }
+    }
+    let now = ctx.now_ms;
+    let slot = ctx.slot();
+    let generation = slot.generation();
+    drop(slot);
+    let db = ctx.db_w()?;
+    let mut sorted: Vec<&[u8]> = keys.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let guards: Vec<_> = sorted.iter().map(|k| ctx.lock(k)).collect();
+    let mut streams: Vec<Stream<'_>> = Vec::with_capacity(n);
+    for key in &keys {
+        let s = match Stream::open(&db, generation, key) {
+            Ok(Some(s)) if s.groups.contains_key(gname) => s,
+            Ok(other) => {
+                if let Some(s) = other {
+                    s.close();
+                }
+                for s in streams {
+                    s.close();
+                }
+                return Err(Error::Msg(
+                    format!(
+                        "NOGROUP No such key '{}' or consumer group '{}' in XREADGROUP with GROUP option",
+                        String::from_utf8_lossy(key),
+                        String::from_utf8_lossy(gname)
+                    )
+                    .into(),
+                ));
+            }
+            Err(e) => {
+                for s in streams {
+                    s.close();
+                }
+                return Err(e);
+            }
+        };
+        streams.push(s);
+    }
+    let limit = if count == 0 { usize::MAX } else { count };
+    // What each stream answers: (index, ids, whether the entries are history).
+    let mut out: Vec<(usize, Vec<Id>, bool)> = Vec::new();
+    for (k, s) in streams.iter_mut().enumerate() {
+        let g = s.groups.get_mut(gname).expect("checked above");
+        let c = g.consumers.entry(consumer.to_vec()).or_default();
+        c.seen_ms = now;
+        match wants[k] {
+            Some(from) => {
+                // History: this consumer's pending entries after `from`.
+                let ids: Vec<Id> = match from.next() {
+                    Some(after) => c.pending.range(after..).take(limit).copied().collect(),
+                    None => Vec::new(),
+                };
+                for id in &ids {
+                    if let Some(p) = g.pel.get_mut(id) {
+                        p.delivered_ms = now;
+                        p.count += 1;
+                        let p = p.clone();
+                        save_pending(&db, s.key, gname, *id, &p)?;
+                    }
+                }
+                out.push((k, ids, true));
+            }
+            None => {
+                let Some(next) = g.last.next() else {
+                    continue;
+                };
+                let ids: Vec<Id> = s.ids.range(next..).take(limit).copied().collect();
+                if ids.is_empty() {
+                    continue;
+                }
+                let g = s.groups.get_mut(gname).expect("checked above");
+                for id in &ids {
+                    g.last = *id;
+                    if g.entries_read >= 0 {
+                        g.entries_read += 1;
+                    }
+                    if !noack {
+                        // An entry already pending (the group's id was set
+                        // back) changes owner.
+                        if let Some(old) = g.pel.get(id).map(|p| p.consumer.clone()) {
+                            if let Some(oc) = g.consumers.get_mut(&old) {
+                                oc.pending.remove(id);
+                            }
+                        }
+                        let p = Pending {
+                            consumer: consumer.to_vec(),
+                            delivered_ms: now,
+                            count: 1,
+                        };
+                        save_pending(&db, s.key, gname, *id, &p)?;
+                        g.pel.insert(*id, p);
+                        g.consumers
+                            .entry(consumer.to_vec())
+                            .or_default()
+                            .pending
+                            .insert(*id);
+                    }
+                }
+                let gs = g.clone();
+                save_group(&db, s.key, gname, &gs)?;
+                out.push((k, ids, false));
+            }
+        }
+        let g = s.groups.get(gname).expect("checked above");
+        if let Some(c) = g.consumers.get(consumer) {
+            save_consumer(&db, s.key, gname, consumer, c)?;
+        }
+    }
+    if out.is_empty() {
+        for s in streams {
+            s.close();
+        }
+        drop(db);
+        match block {
+            // Only `>` reads block, and they had nothing.
+            Some(timeout) => crate::blocking::block_on(ctx, &keys, timeout),
+            None => ctx.enc().null_array(),
+        }
+        drop(guards);
+        return Ok(());
+    }
+    let resp3 = ctx.conn.protocol == basalt_resp::Protocol::Resp3;
+    if resp3 {
+        ctx.enc().map(out.len());
+    } else {
+        ctx.array(out.len());
+    }
+    let mut result = Ok(());
+    for (k, ids, history) in &out {
+        if !resp3 {
+            ctx.array(2);
+        }
+        ctx.bulk(keys[*k]);
+        let s = &streams[*k];
+        if *history {
+            // Entries deleted since delivery answer [id, nil].
+            let present: Vec<Id> = ids
+                .iter()
+                .filter(|id| s.ids.contains(id))
+                .copied()
+                .collect();
+            if present.len() == ids.len() {
+                result = s.reply(ctx, ids);
+            } else {
+                ctx.array(ids.len());
+                for id in ids {
+                    if s.ids.contains(id) {
+                        let mut one = Vec::new();
+                        std::mem::swap(&mut one, ctx.out);
+                        let r = s.reply(ctx, &[*id]);
+                        std::mem::swap(&mut one, ctx.out);
+                        r?;
+                        // `one` is `*1\r\n` + the entry: drop the header.
+                        let at = one.iter().position(|&b| b == b'\n').map_or(0, |p| p + 1);
+                        ctx.out.extend_from_slice(&one[at..]);
+                    } else {
+                        ctx.array(2);
+                        ctx.bulk(id.text().as_bytes());
+                        ctx.enc().null_array();
+                    }
+                }
+            }
+        } else {
+            result = s.reply(ctx, ids);
+        }
+        if result.is_err() {
+            break;
+        }
+    }
+    for s in streams {
+        s.close();
+    }
+    drop(db);
+    drop(guards);
+    result
+}
+
+/// XACK key group id [id ...]
+fn xack(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let key = &args[1];
+    let gname = &args[2];
+    let ids = args
+        .iter()
+        .skip(3)
+        .map(|a| parse_id(a, 0, false))
+        .collect::<Result<Vec<Id>>>()?;
+    let slot = ctx.slot();
+    let generation = slot.generation();
+    drop(slot);
+    let db = ctx.db_w()?;
+    let _g = ctx.lock(key);
+    let Some(mut s) = Stream::open(&db, generation, key)? else {
+        drop(db);
+        ctx.int(0);
+        return Ok(());
+    };
+    let mut acked = 0;
+    if let Some(g) = s.groups.get_mut(gname) {
+        for id in ids {
+            if let Some(p) = g.pel.remove(&id) {
+                if let Some(c) = g.consumers.get_mut(&p.consumer) {
+                    c.pending.remove(&id);
+                }
+                db.delete_field(key, &pending_field(gname, id))?;
+                acked += 1;
+            }
+        }
+    }
+    s.close();
+    drop(db);
+    ctx.int(acked);
+    Ok(())
+}
+
+/// XPENDING key group [[IDLE min-idle] start end count [consumer]]
+fn xpending(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let key = &args[1];
+    let gname = &args[2];
+    let mut i = 3;
+    let mut idle: Option<u64> = None;
+    let mut range = None;
+    if args.len() > 3 {
+        if is(&args[3], "idle") && args.len() > 4 {
+            let n = parse_i64(&args[4]).ok_or(Error::NotInteger)?;
+            idle = Some(n.max(0) as u64);
+            i = 5;
+        }
+        if args.len() < i + 3 || args.len() > i + 4 {
+            return Err(Error::Syntax);
+        }
+        let start = parse_bound(&args[i], true)?;
+        let end = parse_bound(&args[i + 1], false)?;
+        let count = parse_i64(&args[i + 2]).ok_or(Error::NotInteger)?;
+        let consumer = args.get(i + 3);
+        range = Some((start, end, count, consumer));
+    }
+    let slot = ctx.slot();
+    let Some(db) = slot.db() else {
+        drop(slot);
+        return Err(Error::Msg(
+            format!(
+                "NOGROUP No such key '{}' or consumer group '{}'",
+                String::from_utf8_lossy(key),
+                String::from_utf8_lossy(gname)
+            )
+            .into(),
+        ));
+    };
+    let _g = ctx.lock(key);
+    let s = Stream::open(db, slot.generation(), key)?;
+    let Some(g) = s.as_ref().and_then(|s| s.groups.get(gname)) else {
+        if let Some(s) = s {
+            s.close();
+        }
+        return Err(Error::Msg(
+            format!(
+                "NOGROUP No such key '{}' or consumer group '{}'",
+                String::from_utf8_lossy(key),
+                String::from_utf8_lossy(gname)
+            )
+            .into(),
+        ));
+    };
+    match range {
+        None => {
+            ctx.array(4);
+            ctx.int(g.pel.len() as i64);
+            if g.pel.is_empty() {
+                ctx.null();
+                ctx.null();
+                ctx.enc().null_array();
+            } else {
+                let first = g.pel.keys().next().expect("not empty").text();
+                let last = g.pel.keys().next_back().expect("not empty").text();
+                ctx.bulk(first.as_bytes());
+                ctx.bulk(last.as_bytes());
+                let with: Vec<(&Vec<u8>, usize)> = g
+                    .consumers
+                    .iter()
+                    .filter(|(_, c)| !c.pending.is_empty())
+                    .map(|(n, c)| (n, c.pending.len()))
+                    .collect();
+                ctx.array(with.len());
+                for (name, n) in with {
+                    ctx.array(2);
+                    ctx.bulk(name);
+                    ctx.bulk(n.to_string().as_bytes());
+                }
+            }
+        }
+        Some((start, end, count, consumer)) => {
+            let now = ctx.now_ms;
+            let mut rows: Vec<(Id, &Pending)> = Vec::new();
+            if let (Some(lo), Some(hi)) = (start, end) {
+                if lo <= hi && count > 0 {
+                    let ids: Box<dyn Iterator<Item = &Id>> = match consumer {
+                        Some(c) => match g.consumers.get(c) {
+                            Some(c) => Box::new(c.pending.range(lo..=hi)),
+                            None => Box::new(std::iter::empty()),
+                        },
+                        None => Box::new(g.pel.range(lo..=hi).map(|(id, _)| id)),
+                    };
+                    for id in ids {
+                        let Some(p) = g.pel.get(id) else { continue };
+                        if let Some(min) = idle {
+                            if now.saturating_sub(p.delivered_ms) < min {
+                                continue;
+                            }
+                        }
+                        rows.push((*id, p));
+                        if rows.len() as i64 >= count {
+                            break;
+                        }
+                    }
+                }
+            }
+            ctx.array(rows.len());
+            for (id, p) in rows {
+                ctx.array(4);
+                ctx.bulk(id.text().as_bytes());
+                ctx.bulk(&p.consumer);
+                ctx.int(now.saturating_sub(p.delivered_ms) as i64);
+                ctx.int(p.count as i64);
+            }
+        }
+    }
+    if let Some(s) = s {
+        s.close();
+    }
+    drop(slot);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_field_names_split_back() {
+        let f = pending_field(b"grp", Id { ms: 3, seq: 4 });
+        let (g, rest) = split(&f).unwrap();
+        assert_eq!(g, b"grp");
+        assert_eq!(rest.len(), 16);
+        let c = consumer_field(b"", b"alice");
+        assert_eq!(split(&c).unwrap(), (&b""[..], &b"alice"[..]));
+    }
+}
