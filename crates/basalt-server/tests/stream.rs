@@ -481,3 +481,50 @@ fn kill_9_while_consumers_read_and_ack_loses_no_entry_and_acks_none_twice() {
         acked.len()
     );
 }
+
+#[test]
+fn xclaim_and_xautoclaim_move_idle_entries_and_drop_deleted_ones() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    for i in 1..=4 {
+        r.cmd(&["XADD", "s", &format!("{i}-1"), "f", &i.to_string()]);
+    }
+    r.cmd(&["XGROUP", "CREATE", "s", "g", "0"]);
+    r.cmd(&["XREADGROUP", "GROUP", "g", "a", "STREAMS", "s", ">"]);
+    // Nothing is idle for an hour yet.
+    assert_eq!(
+        r.cmd(&["XCLAIM", "s", "g", "b", "3600000", "1-1"]),
+        arr(vec![])
+    );
+    // IDLE backdates the delivery, so a later min-idle-time finds it.
+    assert_eq!(
+        r.cmd(&["XCLAIM", "s", "g", "b", "0", "1-1", "IDLE", "7200000", "JUSTID"]),
+        arr(vec![bulk("1-1")])
+    );
+    assert_eq!(
+        r.cmd(&["XAUTOCLAIM", "s", "g", "c", "3600000", "0"]),
+        arr(vec![
+            bulk("0-0"),
+            arr(vec![entry("1-1", &["f", "1"])]),
+            arr(vec![])
+        ])
+    );
+    r.cmd(&["XDEL", "s", "2-1"]);
+    assert_eq!(
+        r.cmd(&["XAUTOCLAIM", "s", "g", "c", "0", "0", "JUSTID"]),
+        arr(vec![
+            bulk("0-0"),
+            arr(vec![bulk("1-1"), bulk("3-1"), bulk("4-1")]),
+            arr(vec![bulk("2-1")])
+        ])
+    );
+    let Frame::Array(summary) = r.cmd(&["XPENDING", "s", "g"]) else {
+        panic!()
+    };
+    assert_eq!(summary[0], int(3), "the deleted entry left the PEL");
+    assert_eq!(
+        summary[3],
+        arr(vec![arr(vec![bulk("c"), bulk("3")])]),
+        "everything is c's now"
+    );
+}

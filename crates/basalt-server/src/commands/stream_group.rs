@@ -64,6 +64,26 @@ pub const COMMANDS: &[CommandDef] = &[
         "Return information and entries from a stream consumer group pending entries list, that are messages fetched but never acknowledged.",
         xpending,
     ),
+    def(
+        "xclaim",
+        -6,
+        WRITE | FAST,
+        (1, 1, 1),
+        G,
+        "5.0.0",
+        "Changes (or acquires) ownership of a message in a consumer group, as if the message was delivered to the specified consumer.",
+        xclaim,
+    ),
+    def(
+        "xautoclaim",
+        -6,
+        WRITE | FAST,
+        (1, 1, 1),
+        G,
+        "6.2.0",
+        "Changes (or acquires) ownership of messages in a consumer group, as if the messages were delivered to the specified consumer.",
+        xautoclaim,
+    ),
 ];
 
 /// An entry delivered and not yet acknowledged.
@@ -844,6 +864,269 @@ fn xpending(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     }
     drop(slot);
     Ok(())
+}
+
+/// `NOGROUP No such key '<key>' or consumer group '<group>'`.
+fn nokey_or_group(key: &[u8], group: &[u8]) -> Error {
+    Error::Msg(
+        format!(
+            "NOGROUP No such key '{}' or consumer group '{}'",
+            String::from_utf8_lossy(key),
+            String::from_utf8_lossy(group)
+        )
+        .into(),
+    )
+}
+
+/// Gives pending entry `id` of group `gname` to `consumer` (creating the
+/// consumer), with its new delivery time and count, and writes it.
+#[allow(clippy::too_many_arguments)]
+fn hand_to(
+    db: &Db,
+    key: &[u8],
+    gname: &[u8],
+    g: &mut GroupState,
+    id: Id,
+    consumer: &[u8],
+    delivered_ms: u64,
+    count: u64,
+) -> Result {
+    if let Some(old) = g.pel.get(&id).map(|p| p.consumer.clone()) {
+        if let Some(c) = g.consumers.get_mut(&old) {
+            c.pending.remove(&id);
+        }
+    }
+    let p = Pending {
+        consumer: consumer.to_vec(),
+        delivered_ms,
+        count,
+    };
+    save_pending(db, key, gname, id, &p)?;
+    g.pel.insert(id, p);
+    g.consumers
+        .entry(consumer.to_vec())
+        .or_default()
+        .pending
+        .insert(id);
+    Ok(())
+}
+
+/// Drops pending entry `id` of `g` (its stream entry is gone).
+fn drop_pending(db: &Db, key: &[u8], gname: &[u8], g: &mut GroupState, id: Id) -> Result {
+    if let Some(p) = g.pel.remove(&id) {
+        if let Some(c) = g.consumers.get_mut(&p.consumer) {
+            c.pending.remove(&id);
+        }
+        db.delete_field(key, &pending_field(gname, id))?;
+    }
+    Ok(())
+}
+
+/// XCLAIM key group consumer min-idle-time id... [IDLE ms] [TIME ms]
+/// [RETRYCOUNT n] [FORCE] [JUSTID] [LASTID id]
+fn xclaim(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let (key, gname, consumer) = (&args[1], &args[2], &args[3]);
+    let min_idle = parse_i64(&args[4])
+        .ok_or_else(|| Error::err("Invalid min-idle-time argument for XCLAIM"))?
+        .max(0) as u64;
+    let mut ids = Vec::new();
+    let mut i = 5;
+    while i < args.len() {
+        match parse_id(&args[i], 0, false) {
+            Ok(id) => ids.push(id),
+            Err(_) => break,
+        }
+        i += 1;
+    }
+    let now = ctx.now_ms;
+    let mut delivered = now;
+    let mut retry: Option<u64> = None;
+    let (mut force, mut justid, mut lastid) = (false, false, None);
+    while i < args.len() {
+        let more = args.len() - i - 1;
+        let a = &args[i];
+        if is(a, "force") {
+            force = true;
+        } else if is(a, "justid") {
+            justid = true;
+        } else if is(a, "idle") && more > 0 {
+            i += 1;
+            let n = parse_i64(&args[i])
+                .ok_or_else(|| Error::err("Invalid IDLE option argument for XCLAIM"))?;
+            delivered = now.saturating_sub(n.max(0) as u64);
+        } else if is(a, "time") && more > 0 {
+            i += 1;
+            let n = parse_i64(&args[i])
+                .ok_or_else(|| Error::err("Invalid TIME option argument for XCLAIM"))?;
+            delivered = n.max(0) as u64;
+        } else if is(a, "retrycount") && more > 0 {
+            i += 1;
+            let n = parse_i64(&args[i])
+                .ok_or_else(|| Error::err("Invalid RETRYCOUNT option argument for XCLAIM"))?;
+            retry = Some(n.max(0) as u64);
+        } else if is(a, "lastid") && more > 0 {
+            i += 1;
+            lastid = Some(parse_id(&args[i], 0, false)?);
+        } else {
+            return Err(Error::err(format!(
+                "Unrecognized XCLAIM option '{}'",
+                String::from_utf8_lossy(a)
+            )));
+        }
+        i += 1;
+    }
+    let slot = ctx.slot();
+    let generation = slot.generation();
+    drop(slot);
+    let db = ctx.db_w()?;
+    let _g = ctx.lock(key);
+    let Some(mut s) = Stream::open(&db, generation, key)? else {
+        return Err(nokey_or_group(key, gname));
+    };
+    let Some(mut g) = s.groups.remove(gname) else {
+        s.close();
+        return Err(nokey_or_group(key, gname));
+    };
+    if let Some(l) = lastid {
+        if l > g.last {
+            g.last = l;
+            save_group(&db, key, gname, &g)?;
+        }
+    }
+    let mut claimed = Vec::new();
+    for id in ids {
+        let pending = g.pel.get(&id).cloned();
+        let in_stream = s.ids.contains(&id);
+        let count = match pending {
+            None if force && in_stream => 1,
+            None => continue,
+            Some(_) if !in_stream => {
+                drop_pending(&db, key, gname, &mut g, id)?;
+                continue;
+            }
+            Some(p) => {
+                if min_idle > 0 && now.saturating_sub(p.delivered_ms) < min_idle {
+                    continue;
+                }
+                if justid {
+                    p.count
+                } else {
+                    p.count + 1
+                }
+            }
+        };
+        let count = retry.unwrap_or(count);
+        hand_to(&db, key, gname, &mut g, id, consumer, delivered, count)?;
+        claimed.push(id);
+    }
+    let c = g.consumers.entry(consumer.to_vec()).or_default();
+    c.seen_ms = now;
+    let c = c.clone();
+    save_consumer(&db, key, gname, consumer, &c)?;
+    s.groups.insert(gname.to_vec(), g);
+    let r = if justid {
+        ctx.array(claimed.len());
+        for id in &claimed {
+            ctx.bulk(id.text().as_bytes());
+        }
+        Ok(())
+    } else {
+        s.reply(ctx, &claimed)
+    };
+    s.close();
+    drop(db);
+    r
+}
+
+/// XAUTOCLAIM key group consumer min-idle-time start [COUNT n] [JUSTID]
+fn xautoclaim(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let (key, gname, consumer) = (&args[1], &args[2], &args[3]);
+    let min_idle = parse_i64(&args[4])
+        .ok_or_else(|| Error::err("Invalid min-idle-time argument for XAUTOCLAIM"))?
+        .max(0) as u64;
+    let start = parse_bound(&args[5], true)?.unwrap_or(Id::MAX);
+    let mut count = 100usize;
+    let mut justid = false;
+    let mut i = 6;
+    while i < args.len() {
+        if is(&args[i], "count") && i + 1 < args.len() {
+            let n = parse_i64(&args[i + 1]).ok_or(Error::NotInteger)?;
+            if n < 1 {
+                return Err(Error::err("COUNT must be > 0"));
+            }
+            count = n as usize;
+            i += 2;
+        } else if is(&args[i], "justid") {
+            justid = true;
+            i += 1;
+        } else {
+            return Err(Error::Syntax);
+        }
+    }
+    let now = ctx.now_ms;
+    let slot = ctx.slot();
+    let generation = slot.generation();
+    drop(slot);
+    let db = ctx.db_w()?;
+    let _g = ctx.lock(key);
+    let Some(mut s) = Stream::open(&db, generation, key)? else {
+        return Err(nokey_or_group(key, gname));
+    };
+    let Some(mut g) = s.groups.remove(gname) else {
+        s.close();
+        return Err(nokey_or_group(key, gname));
+    };
+    let mut attempts = count.saturating_mul(10);
+    let mut claimed = Vec::new();
+    let mut deleted = Vec::new();
+    let candidates: Vec<Id> = g.pel.range(start..).map(|(id, _)| *id).collect();
+    let mut next = Id::MIN;
+    let mut it = candidates.into_iter();
+    for id in it.by_ref() {
+        if attempts == 0 || claimed.len() >= count {
+            next = id;
+            break;
+        }
+        attempts -= 1;
+        if !s.ids.contains(&id) {
+            drop_pending(&db, key, gname, &mut g, id)?;
+            deleted.push(id);
+            continue;
+        }
+        let p = g.pel.get(&id).cloned().expect("from the PEL");
+        if min_idle > 0 && now.saturating_sub(p.delivered_ms) < min_idle {
+            continue;
+        }
+        let n = if justid { p.count } else { p.count + 1 };
+        hand_to(&db, key, gname, &mut g, id, consumer, now, n)?;
+        claimed.push(id);
+    }
+    let c = g.consumers.entry(consumer.to_vec()).or_default();
+    c.seen_ms = now;
+    let c = c.clone();
+    save_consumer(&db, key, gname, consumer, &c)?;
+    s.groups.insert(gname.to_vec(), g);
+    ctx.array(3);
+    let mut buf = [0u8; 41];
+    ctx.bulk(super::stream::id_text(next, &mut buf));
+    let r = if justid {
+        ctx.array(claimed.len());
+        for id in &claimed {
+            ctx.bulk(id.text().as_bytes());
+        }
+        Ok(())
+    } else {
+        s.reply(ctx, &claimed)
+    };
+    if r.is_ok() {
+        ctx.array(deleted.len());
+        for id in &deleted {
+            ctx.bulk(id.text().as_bytes());
+        }
+    }
+    s.close();
+    drop(db);
+    r
 }
 
 #[cfg(test)]
