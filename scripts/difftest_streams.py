@@ -122,6 +122,18 @@ CASES = [
         ["XDEL", "s", "3-1"], ["XAUTOCLAIM", "s", "g", "e", "0", "-", "COUNT", "10"], ["XPENDING", "s", "g"],
         ["XCLAIM", "s", "g", "c", "0", "1-1", "RETRYCOUNT", "7", "LASTID", "9-9", "JUSTID"],
         ["XREADGROUP", "GROUP", "g", "z", "STREAMS", "s", ">"], ["XPENDING", "s", "g"]]),
+    ("xsetid", [
+        ["XADD", "s", "1-1", "f", "1"], ["XADD", "s", "2-1", "f", "2"], ["XADD", "s", "3-1", "f", "3"],
+        ["XSETID", "s", "2-1"], ["XSETID", "s", "5-1"], ["XADD", "s", "4-1", "f", "4"], ["XADD", "s", "5-*", "f", "5"],
+        ["XSETID", "s", "9-1", "ENTRIESADDED", "1"], ["XSETID", "s", "9-1", "ENTRIESADDED", "-1"],
+        ["XSETID", "s", "9-1", "ENTRIESADDED", "5", "MAXDELETEDID", "10-1"],
+        ["XSETID", "s", "9-1", "ENTRIESADDED", "5", "MAXDELETEDID", "2-1"], ["XSETID", "s", "8-1"],
+        ["XSETID", "s", "1-1"], ["XSETID", "nos", "1-1"], ["XSETID", "s", "x"], ["XSETID", "s", "9-1", "FOO"],
+        ["XSETID", "s", "9-1", "ENTRIESADDED"], ["XSETID", "s", "+"], ["XADD", "s", "8-1", "f", "6"],
+        ["XADD", "s", "9-1", "f", "6"], ["XADD", "s", "9-*", "f", "6"], ["XDEL", "s", "9-2"], ["XSETID", "s", "9-1"],
+        ["SET", "str", "x"], ["XSETID", "str", "1-1"], ["XRANGE", "s", "-", "+"],
+        ["XADD", "z", "1-1", "f", "1"], ["XADD", "z", "2-1", "f", "1"], ["XADD", "z", "3-1", "f", "1"],
+        ["XDEL", "z", "3-1"], ["XSETID", "z", "2-5"], ["XADD", "z", "2-6", "f", "1"], ["XADD", "z", "2-*", "f", "1"]]),
     ("types and generic commands", [
         ["SET", "str", "x"], ["XADD", "str", "1-1", "a", "1"], ["XRANGE", "str", "-", "+"], ["XLEN", "str"],
         ["XDEL", "str", "1-1"], ["XTRIM", "str", "MAXLEN", "0"], ["XADD", "s", "1-1", "a", "1"],

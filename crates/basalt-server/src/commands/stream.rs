@@ -104,6 +104,16 @@ pub const COMMANDS: &[CommandDef] = &[
         xtrim,
     ),
     def(
+        "xsetid",
+        -3,
+        WRITE | DENYOOM | FAST,
+        (1, 1, 1),
+        G,
+        "5.0.0",
+        "An internal command for replicating stream values",
+        xsetid,
+    ),
+    def(
         "xread",
         -4,
         READONLY | BLOCKING | MOVABLE_KEYS,
@@ -946,6 +956,76 @@ fn xtrim(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         ctx.notify(STREAM, "xtrim", key);
     }
     ctx.int(removed as i64);
+    Ok(())
+}
+
+/// XSETID key last-id [ENTRIESADDED n] [MAXDELETEDID id]
+fn xsetid(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let key = &args[1];
+    let id = parse_id(&args[2], 0, false)?;
+    let mut added: Option<u64> = None;
+    let mut max_deleted = Id::MIN;
+    let mut i = 3;
+    while i < args.len() {
+        let more = args.len() - i - 1;
+        if is(&args[i], "entriesadded") && more > 0 {
+            let n = parse_i64(&args[i + 1]).ok_or(Error::NotInteger)?;
+            if n < 0 {
+                return Err(Error::err("entries_added must be positive"));
+            }
+            added = Some(n as u64);
+            i += 2;
+        } else if is(&args[i], "maxdeletedid") && more > 0 {
+            max_deleted = parse_id(&args[i + 1], 0, false)?;
+            if id < max_deleted {
+                return Err(Error::err(
+                    "The ID specified in XSETID is smaller than the provided max_deleted_entry_id",
+                ));
+            }
+            i += 2;
+        } else {
+            return Err(Error::Syntax);
+        }
+    }
+    let slot = ctx.slot();
+    let generation = slot.generation();
+    drop(slot);
+    let db = ctx.db_w()?;
+    let _g = ctx.lock(key);
+    let Some(mut s) = Stream::open(&db, generation, key)? else {
+        return Err(Error::err("no such key"));
+    };
+    let fail = |s: Stream<'_>, msg: &'static str| {
+        s.close();
+        Err(Error::err(msg))
+    };
+    // Redis 7.0 does not compare with the largest deleted id here.
+    if let Some(&top) = s.ids.iter().next_back() {
+        if id < top {
+            return fail(
+                s,
+                "The ID specified in XSETID is smaller than the target stream top item",
+            );
+        }
+        if added.is_some_and(|n| s.len() > n) {
+            return fail(
+                s,
+                "The entries_added specified in XSETID is smaller than the target stream length",
+            );
+        }
+    }
+    s.meta.last = id;
+    if let Some(n) = added {
+        s.meta.added = n;
+    }
+    if max_deleted != Id::MIN {
+        s.meta.max_deleted = max_deleted;
+    }
+    s.save_meta()?;
+    s.close();
+    drop(db);
+    ctx.notify(STREAM, "xsetid", key);
+    ctx.ok();
     Ok(())
 }
 
