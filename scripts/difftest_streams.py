@@ -158,7 +158,7 @@ def run_case(r, b, cmds, verbose, name):
     return diffs
 
 
-def random_sequence(rng, n):
+def random_sequence(rng, n, groups=True):
     keys = ["s", "t"]
     out = []
     for _ in range(n):
@@ -185,9 +185,33 @@ def random_sequence(rng, n):
             out.append(["XDEL", k] + [f"{rng.randint(0, 30)}-{rng.randint(0, 3)}" for _ in range(rng.randint(1, 3))])
         elif op < 0.8:
             out.append(["XTRIM", k, rng.choice(["MAXLEN", "MINID"]), "=", str(rng.randint(0, 12))])
-        elif op < 0.9:
+        elif op < 0.83:
             out.append([rng.choice(["XLEN", "TYPE", "EXISTS"]), k])
-        elif op < 0.95:
+        elif op < 0.96 and groups:
+            g = rng.choice(["g1", "g2"])
+            c = rng.choice(["c1", "c2", "c3"])
+            pick = rng.random()
+            if pick < 0.15:
+                out.append(["XGROUP", "CREATE", k, g, rng.choice(["0", "$", f"{ms}-0"])] + (["MKSTREAM"] if rng.random() < 0.5 else []))
+            elif pick < 0.25:
+                out.append(["XGROUP", "CREATE", k, g, "0", "MKSTREAM"])
+            elif pick < 0.45:
+                out.append(["XREADGROUP", "GROUP", g, c] + (["COUNT", str(rng.randint(1, 3))] if rng.random() < 0.6 else [])
+                           + (["NOACK"] if rng.random() < 0.1 else []) + ["STREAMS", k, rng.choice([">", ">", "0", f"{ms}-0"])])
+            elif pick < 0.6:
+                out.append(["XACK", k, g] + [f"{rng.randint(0, 30)}-{rng.randint(0, 3)}" for _ in range(rng.randint(1, 3))])
+            elif pick < 0.7:
+                out.append(["XPENDING", k, g])
+            elif pick < 0.8:
+                out.append(["XCLAIM", k, g, c, "0", f"{rng.randint(0, 30)}-{rng.randint(0, 3)}"] + (["JUSTID"] if rng.random() < 0.5 else [])
+                           + (["FORCE"] if rng.random() < 0.2 else []))
+            elif pick < 0.88:
+                out.append(["XAUTOCLAIM", k, g, c, "0", "0", "COUNT", str(rng.randint(1, 4))] + (["JUSTID"] if rng.random() < 0.5 else []))
+            elif pick < 0.94:
+                out.append(["XGROUP", rng.choice(["DELCONSUMER", "CREATECONSUMER"]), k, g, c])
+            else:
+                out.append(["XGROUP", rng.choice(["DESTROY", "SETID"]), k, g] + (["0"] if rng.random() < 0.5 else []))
+        elif op < 0.98:
             out.append(["SET", "str", "v"])
         else:
             out.append(["DEL", k])

@@ -1019,10 +1019,14 @@ fn xclaim(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         hand_to(&db, key, gname, &mut g, id, consumer, delivered, count)?;
         claimed.push(id);
     }
-    let c = g.consumers.entry(consumer.to_vec()).or_default();
-    c.seen_ms = now;
-    let c = c.clone();
-    save_consumer(&db, key, gname, consumer, &c)?;
+    // The consumer exists (and was seen) only if it claimed something, as
+    // in Redis.
+    if !claimed.is_empty() {
+        let c = g.consumers.entry(consumer.to_vec()).or_default();
+        c.seen_ms = now;
+        let c = c.clone();
+        save_consumer(&db, key, gname, consumer, &c)?;
+    }
     s.groups.insert(gname.to_vec(), g);
     let r = if justid {
         ctx.array(claimed.len());
@@ -1101,10 +1105,14 @@ fn xautoclaim(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         hand_to(&db, key, gname, &mut g, id, consumer, now, n)?;
         claimed.push(id);
     }
-    let c = g.consumers.entry(consumer.to_vec()).or_default();
-    c.seen_ms = now;
-    let c = c.clone();
-    save_consumer(&db, key, gname, consumer, &c)?;
+    // The consumer exists (and was seen) only if it claimed something, as
+    // in Redis.
+    if !claimed.is_empty() {
+        let c = g.consumers.entry(consumer.to_vec()).or_default();
+        c.seen_ms = now;
+        let c = c.clone();
+        save_consumer(&db, key, gname, consumer, &c)?;
+    }
     s.groups.insert(gname.to_vec(), g);
     ctx.array(3);
     let mut buf = [0u8; 41];
