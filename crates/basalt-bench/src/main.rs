@@ -35,6 +35,9 @@ enum Command {
     /// MULTI + N x SET + EXEC against redis-server and basalt (same
     /// durability), pipelined, with this benchmark's own client.
     Tx(server_bench::tx::TxArgs),
+    /// Stream consumer groups: XREADGROUP COUNT P + XACK round trips
+    /// against redis-server and basalt, with this benchmark's own client.
+    Groups(server_bench::groups::GroupsArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -42,5 +45,6 @@ fn main() -> anyhow::Result<()> {
         Command::Engine(args) => engine_bench::run(args),
         Command::Server(args) => server_bench::run(args),
         Command::Tx(args) => server_bench::tx::run(args),
+        Command::Groups(args) => server_bench::groups::run(args),
     }
 }

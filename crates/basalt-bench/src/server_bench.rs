@@ -55,6 +55,7 @@ use crate::sysinfo;
 mod catalog;
 mod client;
 mod collections;
+pub mod groups;
 pub mod tx;
 
 use catalog::{Coll, TestSpec};

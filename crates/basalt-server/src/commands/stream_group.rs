@@ -229,23 +229,45 @@ pub(super) fn load(db: &Db, key: &[u8], names: &[Vec<u8>]) -> Result<Groups> {
     Ok(groups)
 }
 
-fn save_group(db: &Db, key: &[u8], name: &[u8], g: &GroupState) -> Result {
+/// Writes a group's field: its last delivered id and entries read.
+fn save_group(db: &Db, key: &[u8], name: &[u8], last: Id, entries_read: i64) -> Result {
     let mut v = [0u8; 24];
-    v[..8].copy_from_slice(&g.last.ms.to_be_bytes());
-    v[8..16].copy_from_slice(&g.last.seq.to_be_bytes());
-    v[16..].copy_from_slice(&g.entries_read.to_le_bytes());
+    v[..8].copy_from_slice(&last.ms.to_be_bytes());
+    v[8..16].copy_from_slice(&last.seq.to_be_bytes());
+    v[16..].copy_from_slice(&entries_read.to_le_bytes());
     db.put_field_tagged(key, TAG_STREAM, &group_field(name), &v)?;
     Ok(())
 }
 
-fn save_consumer(db: &Db, key: &[u8], group: &[u8], name: &[u8], c: &Consumer) -> Result {
+/// Writes a consumer's field (when the consumer is created: its seen time
+/// is kept in memory from then on; after a restart it is the time it was
+/// created, which only XINFO would show).
+fn save_consumer(db: &Db, key: &[u8], group: &[u8], name: &[u8], seen_ms: u64) -> Result {
     db.put_field_tagged(
         key,
         TAG_STREAM,
         &consumer_field(group, name),
-        &c.seen_ms.to_le_bytes(),
+        &seen_ms.to_le_bytes(),
     )?;
     Ok(())
+}
+
+/// The consumer `name` of `g`, created (and written) if new; its seen time
+/// becomes `now`.
+fn touch_consumer<'g>(
+    db: &Db,
+    key: &[u8],
+    gname: &[u8],
+    g: &'g mut GroupState,
+    name: &[u8],
+    now: u64,
+) -> Result<&'g mut Consumer> {
+    if !g.consumers.contains_key(name) {
+        save_consumer(db, key, gname, name, now)?;
+    }
+    let c = g.consumers.entry(name.to_vec()).or_default();
+    c.seen_ms = now;
+    Ok(c)
 }
 
 fn save_pending(db: &Db, key: &[u8], group: &[u8], id: Id, p: &Pending) -> Result {
@@ -388,7 +410,7 @@ fn xgroup(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                 }),
                 ..Default::default()
             };
-            save_group(&db, key, group, &g)?;
+            save_group(&db, key, group, g.last, g.entries_read)?;
             s.groups.insert(group.to_vec(), g);
             Err(())
         }
@@ -402,8 +424,7 @@ fn xgroup(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             if let Some(n) = entries_read {
                 g.entries_read = n;
             }
-            let g = g.clone();
-            save_group(&db, key, group, &g)?;
+            save_group(&db, key, group, g.last, g.entries_read)?;
             Err(())
         }
         "destroy" => match s.groups.remove(group) {
@@ -432,7 +453,7 @@ fn xgroup(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                     seen_ms: now,
                     ..Default::default()
                 };
-                save_consumer(&db, key, group, &args[4], &c)?;
+                save_consumer(&db, key, group, &args[4], now)?;
                 g.consumers.insert(args[4].to_vec(), c);
                 Ok(1)
             }
@@ -576,8 +597,7 @@ fn xreadgroup(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let mut out: Vec<(usize, Vec<Id>, bool)> = Vec::new();
     for (k, s) in streams.iter_mut().enumerate() {
         let g = s.groups.get_mut(gname).expect("checked above");
-        let c = g.consumers.entry(consumer.to_vec()).or_default();
-        c.seen_ms = now;
+        let c = touch_consumer(&db, s.key, gname, g, consumer, now)?;
         match wants[k] {
             Some(from) => {
                 // History: this consumer's pending entries after `from`.
@@ -631,14 +651,9 @@ fn xreadgroup(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                             .insert(*id);
                     }
                 }
-                let gs = g.clone();
-                save_group(&db, s.key, gname, &gs)?;
+                save_group(&db, s.key, gname, g.last, g.entries_read)?;
                 out.push((k, ids, false));
             }
-        }
-        let g = s.groups.get(gname).expect("checked above");
-        if let Some(c) = g.consumers.get(consumer) {
-            save_consumer(&db, s.key, gname, consumer, c)?;
         }
     }
     if out.is_empty() {
@@ -896,6 +911,9 @@ fn hand_to(
             c.pending.remove(&id);
         }
     }
+    if !g.consumers.contains_key(consumer) {
+        save_consumer(db, key, gname, consumer, delivered_ms)?;
+    }
     let p = Pending {
         consumer: consumer.to_vec(),
         delivered_ms,
@@ -990,7 +1008,7 @@ fn xclaim(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     if let Some(l) = lastid {
         if l > g.last {
             g.last = l;
-            save_group(&db, key, gname, &g)?;
+            save_group(&db, key, gname, g.last, g.entries_read)?;
         }
     }
     let mut claimed = Vec::new();
@@ -1022,10 +1040,7 @@ fn xclaim(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     // The consumer exists (and was seen) only if it claimed something, as
     // in Redis.
     if !claimed.is_empty() {
-        let c = g.consumers.entry(consumer.to_vec()).or_default();
-        c.seen_ms = now;
-        let c = c.clone();
-        save_consumer(&db, key, gname, consumer, &c)?;
+        touch_consumer(&db, key, gname, &mut g, consumer, now)?;
     }
     s.groups.insert(gname.to_vec(), g);
     let r = if justid {
@@ -1108,10 +1123,7 @@ fn xautoclaim(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     // The consumer exists (and was seen) only if it claimed something, as
     // in Redis.
     if !claimed.is_empty() {
-        let c = g.consumers.entry(consumer.to_vec()).or_default();
-        c.seen_ms = now;
-        let c = c.clone();
-        save_consumer(&db, key, gname, consumer, &c)?;
+        touch_consumer(&db, key, gname, &mut g, consumer, now)?;
     }
     s.groups.insert(gname.to_vec(), g);
     ctx.array(3);
