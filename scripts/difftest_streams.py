@@ -134,6 +134,20 @@ CASES = [
         ["SET", "str", "x"], ["XSETID", "str", "1-1"], ["XRANGE", "s", "-", "+"],
         ["XADD", "z", "1-1", "f", "1"], ["XADD", "z", "2-1", "f", "1"], ["XADD", "z", "3-1", "f", "1"],
         ["XDEL", "z", "3-1"], ["XSETID", "z", "2-5"], ["XADD", "z", "2-6", "f", "1"], ["XADD", "z", "2-*", "f", "1"]]),
+    ("xinfo", [
+        ["XGROUP", "CREATE", "e", "g", "$", "MKSTREAM"], ["XINFO", "STREAM", "e"], ["XINFO", "GROUPS", "e"],
+        ["XADD", "s", "1-1", "f", "1"], ["XADD", "s", "2-1", "f", "2"], ["XADD", "s", "3-1", "f", "3"],
+        ["XGROUP", "CREATE", "s", "a", "0"], ["XGROUP", "CREATE", "s", "b", "$"], ["XGROUP", "CREATE", "s", "c", "2-1"],
+        ["XINFO", "GROUPS", "s"], ["XREADGROUP", "GROUP", "a", "x", "COUNT", "1", "STREAMS", "s", ">"],
+        ["XINFO", "GROUPS", "s"], ["XDEL", "s", "2-1"], ["XINFO", "GROUPS", "s"], ["XINFO", "STREAM", "s"],
+        ["XREADGROUP", "GROUP", "a", "x", "STREAMS", "s", ">"], ["XREADGROUP", "GROUP", "c", "y", "STREAMS", "s", ">"],
+        ["XINFO", "GROUPS", "s"], ["XADD", "s", "4-1", "f", "4"], ["XINFO", "GROUPS", "s"],
+        ["XGROUP", "SETID", "s", "a", "0"], ["XINFO", "GROUPS", "s"], ["XGROUP", "SETID", "s", "b", "1-1", "ENTRIESREAD", "1"],
+        ["XINFO", "GROUPS", "s"], ["XTRIM", "s", "MAXLEN", "1"], ["XINFO", "GROUPS", "s"], ["XINFO", "STREAM", "s"],
+        ["XSETID", "s", "9-9", "ENTRIESADDED", "10", "MAXDELETEDID", "5-5"], ["XINFO", "STREAM", "s"], ["XINFO", "GROUPS", "s"],
+        ["XINFO", "STREAM", "nos"], ["XINFO", "GROUPS", "nos"], ["XINFO", "CONSUMERS", "s", "nog"],
+        ["XINFO", "CONSUMERS", "nos", "g"], ["XINFO", "FOO"], ["XINFO", "HELP"], ["XINFO", "STREAM", "s", "x"],
+        ["XINFO", "GROUPS"], ["SET", "str", "x"], ["XINFO", "STREAM", "str"]]),
     ("types and generic commands", [
         ["SET", "str", "x"], ["XADD", "str", "1-1", "a", "1"], ["XRANGE", "str", "-", "+"], ["XLEN", "str"],
         ["XDEL", "str", "1-1"], ["XTRIM", "str", "MAXLEN", "0"], ["XADD", "s", "1-1", "a", "1"],
@@ -200,8 +214,10 @@ def random_sequence(rng, n, groups=True):
                            + (["NOACK"] if rng.random() < 0.1 else []) + ["STREAMS", k, rng.choice([">", ">", "0", f"{ms}-0"])])
             elif pick < 0.6:
                 out.append(["XACK", k, g] + [f"{rng.randint(0, 30)}-{rng.randint(0, 3)}" for _ in range(rng.randint(1, 3))])
-            elif pick < 0.7:
+            elif pick < 0.66:
                 out.append(["XPENDING", k, g])
+            elif pick < 0.7:
+                out.append(["XINFO", rng.choice(["STREAM", "GROUPS"]), k])
             elif pick < 0.8:
                 out.append(["XCLAIM", k, g, c, "0", f"{rng.randint(0, 30)}-{rng.randint(0, 3)}"] + (["JUSTID"] if rng.random() < 0.5 else [])
                            + (["FORCE"] if rng.random() < 0.2 else []))

@@ -464,8 +464,23 @@ impl<'a> Stream<'a> {
     }
 
     /// Number of entries.
-    fn len(&self) -> u64 {
+    pub(super) fn len(&self) -> u64 {
         self.ids.len() as u64
+    }
+
+    /// The first entry's id (0-0 when empty).
+    pub(super) fn first_id(&self) -> Id {
+        self.ids.iter().next().copied().unwrap_or_default()
+    }
+
+    /// [`has_tombstones`] of this stream.
+    pub(super) fn has_tombstones(&self, start: Id) -> bool {
+        has_tombstones(&self.ids, self.meta.max_deleted, start)
+    }
+
+    /// [`estimate`] of this stream.
+    pub(super) fn estimate(&self, id: Id) -> i64 {
+        estimate(&self.ids, &self.meta, id)
     }
 
     /// Writes the metadata field.
@@ -476,12 +491,14 @@ impl<'a> Stream<'a> {
     }
 
     /// Deletes one entry (the caller updates the metadata).
-    fn remove(&mut self, id: Id) -> Result<bool> {
+    /// Deletes one entry; an XDEL (`tombstone`) also records it as the
+    /// largest deleted id, a trim does not (as in Redis).
+    fn remove(&mut self, id: Id, tombstone: bool) -> Result<bool> {
         if !self.ids.remove(&id) {
             return Ok(false);
         }
         self.db.delete_field(self.key, &id.field())?;
-        if id > self.meta.max_deleted {
+        if tombstone && id > self.meta.max_deleted {
             self.meta.max_deleted = id;
         }
         Ok(true)
@@ -504,7 +521,7 @@ impl<'a> Stream<'a> {
             if !go {
                 break;
             }
-            self.remove(first)?;
+            self.remove(first, false)?;
             removed += 1;
         }
         Ok(removed)
@@ -594,6 +611,44 @@ pub(super) fn id_text(id: Id, buf: &mut [u8; 41]) -> &[u8] {
     let _ = write!(w, "{}-{}", id.ms, id.seq);
     let left = w.len();
     &buf[..41 - left]
+}
+
+/// Whether a deleted entry may lie at or after `start` (Redis's
+/// `streamRangeHasTombstones` up to the end).
+pub(super) fn has_tombstones(ids: &BTreeSet<Id>, max_deleted: Id, start: Id) -> bool {
+    let Some(&first) = ids.iter().next() else {
+        return false;
+    };
+    // No deletion recorded, or the latest one lies before the first entry.
+    max_deleted != Id::MIN && first <= max_deleted && start <= max_deleted
+}
+
+/// The logical read counter of `id` (its distance from the first entry
+/// ever added), when it can be known; -1 otherwise (Redis's
+/// `streamEstimateDistanceFromFirstEverEntry`).
+pub(super) fn estimate(ids: &BTreeSet<Id>, meta: &Meta, id: Id) -> i64 {
+    let added = meta.added as i64;
+    if added == 0 {
+        return 0;
+    }
+    if ids.is_empty() && id <= meta.last {
+        return added;
+    }
+    match id.cmp(&meta.last) {
+        std::cmp::Ordering::Equal => return added,
+        std::cmp::Ordering::Greater => return -1,
+        std::cmp::Ordering::Less => {}
+    }
+    let first = ids.iter().next().copied().unwrap_or_default();
+    if meta.max_deleted == Id::MIN || meta.max_deleted < first {
+        let len = ids.len() as i64;
+        match id.cmp(&first) {
+            std::cmp::Ordering::Less => return added - len,
+            std::cmp::Ordering::Equal => return added - len + 1,
+            std::cmp::Ordering::Greater => {}
+        }
+    }
+    -1
 }
 
 /// MAXLEN or MINID and its threshold.
@@ -912,7 +967,7 @@ fn xdel(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     };
     let mut deleted = 0;
     for id in ids {
-        deleted += s.remove(id)? as i64;
+        deleted += s.remove(id, true)? as i64;
     }
     if deleted > 0 {
         s.save_meta()?;

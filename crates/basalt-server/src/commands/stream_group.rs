@@ -65,6 +65,16 @@ pub const COMMANDS: &[CommandDef] = &[
         xpending,
     ),
     def(
+        "xinfo",
+        -2,
+        0,
+        (0, 0, 0),
+        G,
+        "5.0.0",
+        "A container for stream introspection commands",
+        xinfo,
+    ),
+    def(
         "xclaim",
         -6,
         WRITE | FAST,
@@ -403,11 +413,7 @@ fn xgroup(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             }
             let g = GroupState {
                 last,
-                entries_read: entries_read.unwrap_or(if &args[4] == b"$" {
-                    s.meta.added as i64
-                } else {
-                    -1
-                }),
+                entries_read: entries_read.unwrap_or(-1),
                 ..Default::default()
             };
             save_group(&db, key, group, g.last, g.entries_read)?;
@@ -421,14 +427,15 @@ fn xgroup(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                 return Err(nogroup(group, key));
             };
             g.last = last;
-            if let Some(n) = entries_read {
-                g.entries_read = n;
-            }
+            g.entries_read = entries_read.unwrap_or(-1);
             save_group(&db, key, group, g.last, g.entries_read)?;
             Err(())
         }
         "destroy" => match s.groups.remove(group) {
             Some(g) => {
+                // The stream stays when its last group goes, entries or
+                // not: its metadata field keeps the map alive.
+                s.save_meta()?;
                 for id in g.pel.keys() {
                     db.delete_field(key, &pending_field(group, *id))?;
                 }
@@ -597,9 +604,11 @@ fn xreadgroup(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let mut out: Vec<(usize, Vec<Id>, bool)> = Vec::new();
     for (k, s) in streams.iter_mut().enumerate() {
         let g = s.groups.get_mut(gname).expect("checked above");
-        let c = touch_consumer(&db, s.key, gname, g, consumer, now)?;
+        // A history read makes the consumer exist; a `>` read only when it
+        // gets something (as in Redis).
         match wants[k] {
             Some(from) => {
+                let c = touch_consumer(&db, s.key, gname, g, consumer, now)?;
                 // History: this consumer's pending entries after `from`.
                 let ids: Vec<Id> = match from.next() {
                     Some(after) => c.pending.range(after..).take(limit).copied().collect(),
@@ -624,10 +633,19 @@ fn xreadgroup(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                     continue;
                 }
                 let g = s.groups.get_mut(gname).expect("checked above");
+                touch_consumer(&db, s.key, gname, g, consumer, now)?;
                 for id in &ids {
-                    g.last = *id;
-                    if g.entries_read >= 0 {
-                        g.entries_read += 1;
+                    // Redis's read counter: counted while it is valid and
+                    // no deletion lies ahead, else estimated again.
+                    if *id > g.last {
+                        if g.entries_read != -1
+                            && !super::stream::has_tombstones(&s.ids, s.meta.max_deleted, *id)
+                        {
+                            g.entries_read += 1;
+                        } else if s.meta.added > 0 {
+                            g.entries_read = super::stream::estimate(&s.ids, &s.meta, *id);
+                        }
+                        g.last = *id;
                     }
                     if !noack {
                         // An entry already pending (the group's id was set
@@ -879,6 +897,173 @@ fn xpending(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     }
     drop(slot);
     Ok(())
+}
+
+const XINFO_HELP: &[&str] = &[
+    "XINFO <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "CONSUMERS <key> <groupname>",
+    "    Show consumers of <groupname>.",
+    "GROUPS <key>",
+    "    Show the stream consumer groups.",
+    "STREAM <key> [FULL [COUNT <count>]",
+    "    Show information about the stream.",
+    "HELP",
+    "    Prints this help.",
+];
+
+/// A group's lag (Redis's `streamReplyWithCGLag`); `None` when unknown.
+fn lag(s: &Stream<'_>, g: &GroupState) -> Option<i64> {
+    let added = s.meta.added as i64;
+    if added == 0 {
+        return Some(0);
+    }
+    if g.entries_read != -1 && !s.has_tombstones(g.last) {
+        return Some(added - g.entries_read);
+    }
+    match s.estimate(g.last) {
+        -1 => None,
+        read => Some(added - read),
+    }
+}
+
+/// XINFO STREAM key | GROUPS key | CONSUMERS key group | HELP.
+fn xinfo(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let sub = &args[1];
+    if is(sub, "help") {
+        sub_arity("xinfo|help", 2, &args)?;
+        ctx.array(XINFO_HELP.len());
+        for l in XINFO_HELP {
+            ctx.simple(l.as_bytes());
+        }
+        return Ok(());
+    }
+    let which = if is(sub, "stream") {
+        if args.len() != 3 {
+            if args.len() >= 4 && is(&args[3], "full") {
+                return Err(Error::err(
+                    "XINFO STREAM FULL is not supported by Basalt yet",
+                ));
+            }
+            return Err(Error::err(format!(
+                "unknown subcommand or wrong number of arguments for '{}'. Try XINFO HELP.",
+                String::from_utf8_lossy(sub)
+            )));
+        }
+        0
+    } else if is(sub, "groups") {
+        sub_arity("xinfo|groups", 3, &args)?;
+        1
+    } else if is(sub, "consumers") {
+        sub_arity("xinfo|consumers", 4, &args)?;
+        2
+    } else {
+        return Err(super::unknown_subcommand("xinfo", sub));
+    };
+    let key = &args[2];
+    let slot = ctx.slot();
+    let Some(db) = slot.db() else {
+        return Err(Error::err("no such key"));
+    };
+    let _g = ctx.lock(key);
+    let Some(s) = Stream::open(db, slot.generation(), key)? else {
+        return Err(Error::err("no such key"));
+    };
+    let now = ctx.now_ms;
+    let map = |ctx: &mut Ctx<'_>, n: usize| ctx.enc().map(n);
+    let mut buf = [0u8; 41];
+    let result = match which {
+        0 => {
+            map(ctx, 10);
+            ctx.bulk(b"length");
+            ctx.int(s.len() as i64);
+            // Basalt keeps no radix tree: these are what Redis's would hold
+            // with its default 100 entries per node.
+            let nodes = s.len().div_ceil(100) as i64;
+            ctx.bulk(b"radix-tree-keys");
+            ctx.int(nodes);
+            ctx.bulk(b"radix-tree-nodes");
+            ctx.int(nodes + 1);
+            ctx.bulk(b"last-generated-id");
+            ctx.bulk(super::stream::id_text(s.meta.last, &mut buf));
+            ctx.bulk(b"max-deleted-entry-id");
+            ctx.bulk(super::stream::id_text(s.meta.max_deleted, &mut buf));
+            ctx.bulk(b"entries-added");
+            ctx.int(s.meta.added as i64);
+            ctx.bulk(b"recorded-first-entry-id");
+            ctx.bulk(super::stream::id_text(s.first_id(), &mut buf));
+            ctx.bulk(b"groups");
+            ctx.int(s.groups.len() as i64);
+            let mut r = Ok(());
+            for (name, pick) in [
+                ("first-entry", s.ids.iter().next()),
+                ("last-entry", s.ids.iter().next_back()),
+            ] {
+                ctx.bulk(name.as_bytes());
+                match pick {
+                    Some(id) => {
+                        // One entry, without the array header `reply` adds.
+                        let mut one = Vec::new();
+                        std::mem::swap(&mut one, ctx.out);
+                        let res = s.reply(ctx, &[*id]);
+                        std::mem::swap(&mut one, ctx.out);
+                        if let Err(e) = res {
+                            r = Err(e);
+                            break;
+                        }
+                        let at = one.iter().position(|&b| b == b'\n').map_or(0, |p| p + 1);
+                        ctx.out.extend_from_slice(&one[at..]);
+                    }
+                    None => ctx.null(),
+                }
+            }
+            r
+        }
+        1 => {
+            ctx.array(s.groups.len());
+            for (name, g) in &s.groups {
+                map(ctx, 6);
+                ctx.bulk(b"name");
+                ctx.bulk(name);
+                ctx.bulk(b"consumers");
+                ctx.int(g.consumers.len() as i64);
+                ctx.bulk(b"pending");
+                ctx.int(g.pel.len() as i64);
+                ctx.bulk(b"last-delivered-id");
+                ctx.bulk(super::stream::id_text(g.last, &mut buf));
+                ctx.bulk(b"entries-read");
+                if g.entries_read == -1 {
+                    ctx.null();
+                } else {
+                    ctx.int(g.entries_read);
+                }
+                ctx.bulk(b"lag");
+                match lag(&s, g) {
+                    Some(n) => ctx.int(n),
+                    None => ctx.null(),
+                }
+            }
+            Ok(())
+        }
+        _ => match s.groups.get(&args[3][..]) {
+            None => Err(nogroup(&args[3], key)),
+            Some(g) => {
+                ctx.array(g.consumers.len());
+                for (name, c) in &g.consumers {
+                    map(ctx, 3);
+                    ctx.bulk(b"name");
+                    ctx.bulk(name);
+                    ctx.bulk(b"pending");
+                    ctx.int(c.pending.len() as i64);
+                    ctx.bulk(b"idle");
+                    ctx.int(now.saturating_sub(c.seen_ms) as i64);
+                }
+                Ok(())
+            }
+        },
+    };
+    s.close();
+    drop(slot);
+    result
 }
 
 /// `NOGROUP No such key '<key>' or consumer group '<group>'`.
