@@ -528,3 +528,68 @@ fn xclaim_and_xautoclaim_move_idle_entries_and_drop_deleted_ones() {
         "everything is c's now"
     );
 }
+
+#[test]
+fn xinfo_reports_lengths_groups_lag_and_the_full_form() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    r.cmd(&["XADD", "s", "1-1", "a", "1"]);
+    r.cmd(&["XADD", "s", "2-1", "b", "2"]);
+    r.cmd(&["XGROUP", "CREATE", "s", "g", "0"]);
+    r.cmd(&[
+        "XREADGROUP",
+        "GROUP",
+        "g",
+        "c",
+        "COUNT",
+        "1",
+        "STREAMS",
+        "s",
+        ">",
+    ]);
+    let info = |r: &mut common::Raw, args: &[&str]| -> Vec<Frame> {
+        match r.cmd(args) {
+            Frame::Array(v) => v,
+            other => panic!("{other:?}"),
+        }
+    };
+    let stream = info(&mut r, &["XINFO", "STREAM", "s"]);
+    assert_eq!(stream[0..2], [bulk("length"), int(2)]);
+    assert_eq!(stream[6..8], [bulk("last-generated-id"), bulk("2-1")]);
+    assert_eq!(stream[10..12], [bulk("entries-added"), int(2)]);
+    assert_eq!(
+        stream[16..18],
+        [bulk("first-entry"), entry("1-1", &["a", "1"])]
+    );
+    let groups = info(&mut r, &["XINFO", "GROUPS", "s"]);
+    assert_eq!(
+        groups[0],
+        arr(vec![
+            bulk("name"),
+            bulk("g"),
+            bulk("consumers"),
+            int(1),
+            bulk("pending"),
+            int(1),
+            bulk("last-delivered-id"),
+            bulk("1-1"),
+            bulk("entries-read"),
+            int(1),
+            bulk("lag"),
+            int(1),
+        ])
+    );
+    let full = info(&mut r, &["XINFO", "STREAM", "s", "FULL", "COUNT", "1"]);
+    assert_eq!(full[14], bulk("entries"));
+    assert_eq!(full[15], arr(vec![entry("1-1", &["a", "1"])]));
+    // After a restart the counters are derived from the entries.
+    let s = s.restart();
+    let mut r = s.raw();
+    let stream = info(&mut r, &["XINFO", "STREAM", "s"]);
+    assert_eq!(stream[10..12], [bulk("entries-added"), int(2)]);
+    let groups = info(&mut r, &["XINFO", "GROUPS", "s"]);
+    let Frame::Array(ref g) = groups[0] else {
+        panic!()
+    };
+    assert_eq!(g[9..12], [int(1), bulk("lag"), int(1)]);
+}

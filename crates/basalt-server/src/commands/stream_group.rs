@@ -937,17 +937,24 @@ fn xinfo(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         }
         return Ok(());
     }
+    // XINFO STREAM key FULL [COUNT n]: entries and pending lists up to n
+    // (default 10, 0 = all).
+    let mut full: Option<usize> = None;
     let which = if is(sub, "stream") {
-        if args.len() != 3 {
-            if args.len() >= 4 && is(&args[3], "full") {
-                return Err(Error::err(
-                    "XINFO STREAM FULL is not supported by Basalt yet",
-                ));
-            }
-            return Err(Error::err(format!(
+        let bad = || {
+            Error::err(format!(
                 "unknown subcommand or wrong number of arguments for '{}'. Try XINFO HELP.",
                 String::from_utf8_lossy(sub)
-            )));
+            ))
+        };
+        match args.len() {
+            3 => {}
+            4 if is(&args[3], "full") => full = Some(10),
+            6 if is(&args[3], "full") && is(&args[4], "count") => {
+                let n = parse_i64(&args[5]).ok_or(Error::NotInteger)?;
+                full = Some(n.max(0) as usize);
+            }
+            _ => return Err(bad()),
         }
         0
     } else if is(sub, "groups") {
@@ -972,6 +979,7 @@ fn xinfo(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let map = |ctx: &mut Ctx<'_>, n: usize| ctx.enc().map(n);
     let mut buf = [0u8; 41];
     let result = match which {
+        0 if full.is_some() => xinfo_full(ctx, &s, full.unwrap_or(10)),
         0 => {
             map(ctx, 10);
             ctx.bulk(b"length");
@@ -1064,6 +1072,85 @@ fn xinfo(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     s.close();
     drop(slot);
     result
+}
+
+/// XINFO STREAM key FULL: everything, lists cut at `count` (0 = all).
+fn xinfo_full(ctx: &mut Ctx<'_>, s: &Stream<'_>, count: usize) -> Result {
+    let limit = if count == 0 { usize::MAX } else { count };
+    let mut buf = [0u8; 41];
+    let nodes = s.len().div_ceil(100) as i64;
+    ctx.enc().map(9);
+    ctx.bulk(b"length");
+    ctx.int(s.len() as i64);
+    ctx.bulk(b"radix-tree-keys");
+    ctx.int(nodes);
+    ctx.bulk(b"radix-tree-nodes");
+    ctx.int(nodes + 1);
+    ctx.bulk(b"last-generated-id");
+    ctx.bulk(super::stream::id_text(s.meta.last, &mut buf));
+    ctx.bulk(b"max-deleted-entry-id");
+    ctx.bulk(super::stream::id_text(s.meta.max_deleted, &mut buf));
+    ctx.bulk(b"entries-added");
+    ctx.int(s.meta.added as i64);
+    ctx.bulk(b"recorded-first-entry-id");
+    ctx.bulk(super::stream::id_text(s.first_id(), &mut buf));
+    ctx.bulk(b"entries");
+    let ids: Vec<Id> = s.ids.iter().take(limit).copied().collect();
+    s.reply(ctx, &ids)?;
+    ctx.bulk(b"groups");
+    ctx.array(s.groups.len());
+    for (name, g) in &s.groups {
+        ctx.enc().map(7);
+        ctx.bulk(b"name");
+        ctx.bulk(name);
+        ctx.bulk(b"last-delivered-id");
+        ctx.bulk(super::stream::id_text(g.last, &mut buf));
+        ctx.bulk(b"entries-read");
+        if g.entries_read == -1 {
+            ctx.null();
+        } else {
+            ctx.int(g.entries_read);
+        }
+        ctx.bulk(b"lag");
+        match lag(s, g) {
+            Some(n) => ctx.int(n),
+            None => ctx.null(),
+        }
+        ctx.bulk(b"pel-count");
+        ctx.int(g.pel.len() as i64);
+        ctx.bulk(b"pending");
+        let pel: Vec<(&Id, &Pending)> = g.pel.iter().take(limit).collect();
+        ctx.array(pel.len());
+        for (id, p) in pel {
+            ctx.array(4);
+            ctx.bulk(super::stream::id_text(*id, &mut buf));
+            ctx.bulk(&p.consumer);
+            ctx.int(p.delivered_ms as i64);
+            ctx.int(p.count as i64);
+        }
+        ctx.bulk(b"consumers");
+        ctx.array(g.consumers.len());
+        for (cname, c) in &g.consumers {
+            ctx.enc().map(4);
+            ctx.bulk(b"name");
+            ctx.bulk(cname);
+            ctx.bulk(b"seen-time");
+            ctx.int(c.seen_ms as i64);
+            ctx.bulk(b"pel-count");
+            ctx.int(c.pending.len() as i64);
+            ctx.bulk(b"pending");
+            let mine: Vec<&Id> = c.pending.iter().take(limit).collect();
+            ctx.array(mine.len());
+            for id in mine {
+                let p = g.pel.get(id);
+                ctx.array(3);
+                ctx.bulk(super::stream::id_text(*id, &mut buf));
+                ctx.int(p.map_or(0, |p| p.delivered_ms as i64));
+                ctx.int(p.map_or(0, |p| p.count as i64));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `NOGROUP No such key '<key>' or consumer group '<group>'`.
