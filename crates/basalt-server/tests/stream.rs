@@ -593,3 +593,31 @@ fn xinfo_reports_lengths_groups_lag_and_the_full_form() {
     };
     assert_eq!(g[9..12], [int(1), bulk("lag"), int(1)]);
 }
+
+#[test]
+fn a_stream_expires_and_works_in_a_transaction() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    r.cmd(&["XADD", "s", "1-1", "a", "1"]);
+    r.cmd(&["XGROUP", "CREATE", "s", "g", "0"]);
+    assert_eq!(r.cmd(&["PEXPIRE", "s", "50"]), int(1));
+    assert!(
+        common::eventually(std::time::Duration::from_secs(5), || r
+            .cmd(&["EXISTS", "s"])
+            == int(0)),
+        "the stream expired"
+    );
+    assert_eq!(r.cmd(&["XLEN", "s"]), int(0));
+    // A new stream under the name starts from scratch (no stale index).
+    assert_eq!(r.cmd(&["XADD", "s", "1-1", "b", "2"]), bulk("1-1"));
+    assert_eq!(r.cmd(&["MULTI"]), ok());
+    r.cmd(&["XADD", "s", "2-1", "c", "3"]);
+    r.cmd(&["XRANGE", "s", "-", "+"]);
+    assert_eq!(
+        r.cmd(&["EXEC"]),
+        arr(vec![
+            bulk("2-1"),
+            arr(vec![entry("1-1", &["b", "2"]), entry("2-1", &["c", "3"])])
+        ])
+    );
+}
