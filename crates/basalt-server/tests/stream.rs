@@ -740,3 +740,44 @@ fn random_stream_histories_read_the_same_after_a_restart() {
         );
     }
 }
+
+#[test]
+fn a_blocked_xreadgroup_is_told_when_its_stream_or_group_goes_away() {
+    let s = TestServer::start();
+    let mut w = s.raw();
+    w.cmd(&["XGROUP", "CREATE", "q", "g", "$", "MKSTREAM"]);
+    let mut a = s.raw();
+    a.send_cmd(&[
+        b"XREADGROUP",
+        b"GROUP",
+        b"g",
+        b"c",
+        b"BLOCK",
+        b"0",
+        b"STREAMS",
+        b"q",
+        b">",
+    ]);
+    s.wait_blocked(1);
+    assert_eq!(w.cmd(&["DEL", "q"]), int(1));
+    assert_eq!(a.read(), err("UNBLOCKED the stream key no longer exists"));
+    w.cmd(&["XGROUP", "CREATE", "q", "g", "$", "MKSTREAM"]);
+    a.send_cmd(&[
+        b"XREADGROUP",
+        b"GROUP",
+        b"g",
+        b"c",
+        b"BLOCK",
+        b"0",
+        b"STREAMS",
+        b"q",
+        b">",
+    ]);
+    s.wait_blocked(1);
+    assert_eq!(w.cmd(&["XGROUP", "DESTROY", "q", "g"]), int(1));
+    assert_eq!(
+        a.read(),
+        err("NOGROUP the consumer group this client was blocked on no longer exists")
+    );
+    s.wait_blocked(0);
+}

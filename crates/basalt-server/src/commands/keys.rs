@@ -59,6 +59,9 @@ fn del(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     for key in args.iter().skip(1) {
         if db.delete(key)? {
             ctx.notify(GENERIC, "del", key);
+            // A client blocked in XREADGROUP on a deleted stream is told
+            // so (others re-run and wait again).
+            ctx.shared.blocking.signal(n, key);
             count += 1;
         }
     }

@@ -489,7 +489,11 @@ fn xgroup(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     match name {
         "create" => ctx.notify(STREAM, "xgroup-create", key),
         "setid" => ctx.notify(STREAM, "xgroup-setid", key),
-        "destroy" if reply == Ok(1) => ctx.notify(STREAM, "xgroup-destroy", key),
+        "destroy" if reply == Ok(1) => {
+            ctx.notify(STREAM, "xgroup-destroy", key);
+            // Clients blocked in XREADGROUP on the group are told.
+            ctx.shared.blocking.signal(ctx.conn.db, key);
+        }
         "createconsumer" if reply == Ok(1) => ctx.notify(STREAM, "xgroup-createconsumer", key),
         "delconsumer" => ctx.notify(STREAM, "xgroup-delconsumer", key),
         _ => {}
@@ -570,16 +574,28 @@ fn xreadgroup(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     sorted.sort_unstable();
     sorted.dedup();
     let guards: Vec<_> = sorted.iter().map(|k| ctx.lock(k)).collect();
+    let rerun = block.is_some() && ctx.shared.blocking.is_blocked(ctx.conn.info.id);
     let mut streams: Vec<Stream<'_>> = Vec::with_capacity(n);
     for key in &keys {
         let s = match Stream::open(&db, generation, key) {
             Ok(Some(s)) if s.groups.contains_key(gname) => s,
             Ok(other) => {
+                let gone = other.is_none();
                 if let Some(s) = other {
                     s.close();
                 }
                 for s in streams {
                     s.close();
+                }
+                if rerun {
+                    // What a blocked client waited on went away (Redis 7.0's
+                    // words).
+                    return Err(Error::Msg(if gone {
+                        "UNBLOCKED the stream key no longer exists".into()
+                    } else {
+                        "NOGROUP the consumer group this client was blocked on no longer exists"
+                            .into()
+                    }));
                 }
                 return Err(Error::Msg(
                     format!(
