@@ -131,21 +131,41 @@ fn run_inner(args: &CheckArgs) -> anyhow::Result<bool> {
         };
         results.push(r);
     }
-    let clean = results.iter().all(|(c, _)| c.is_clean());
+    // The FUNCTION libraries (`<dir>/FUNCTIONS`), checksummed as a whole.
+    let functions = crate::script::check_functions(&args.dir);
+    let functions_ok = !matches!(functions, Some(Err(_)));
+    let clean = results.iter().all(|(c, _)| c.is_clean()) && functions_ok;
     let mut out = std::io::stdout().lock();
     if args.json {
         let v = serde_json::json!({
             "dir": args.dir.display().to_string(),
             "clean": clean,
             "databases": results.iter().map(|(c, r)| json_report(c, r.as_ref())).collect::<Vec<_>>(),
+            "functions": match &functions {
+                None => serde_json::Value::Null,
+                Some(Ok(n)) => serde_json::json!({"libraries": n}),
+                Some(Err(e)) => serde_json::json!({"error": e}),
+            },
         });
         writeln!(out, "{}", serde_json::to_string_pretty(&v)?)?;
     } else {
         for (c, r) in &results {
             print_report(&mut out, c, r.as_ref())?;
         }
-        let errors: usize = results.iter().map(|(c, _)| c.errors().count()).sum();
-        let notes: usize = results.iter().map(|(c, _)| c.damage.len()).sum::<usize>() - errors;
+        match &functions {
+            Some(Ok(n)) => writeln!(
+                out,
+                "FUNCTIONS: {n} librar{}",
+                if *n == 1 { "y" } else { "ies" }
+            )?,
+            Some(Err(e)) => writeln!(out, "FUNCTIONS: ERROR {e}")?,
+            None => {}
+        }
+        let db_errors: usize = results.iter().map(|(c, _)| c.errors().count()).sum();
+        let notes: usize = results.iter().map(|(c, _)| c.damage.len()).sum::<usize>() - db_errors;
+        // A damaged FUNCTIONS file is an error that --repair does not
+        // mend: restore it with FUNCTION RESTORE from a dump.
+        let errors = db_errors + usize::from(!functions_ok);
         let status = match (errors, args.repair) {
             (0, _) => "clean",
             (_, false) => "DAMAGED (run with --repair to keep what is readable)",

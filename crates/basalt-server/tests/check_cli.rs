@@ -231,3 +231,31 @@ fn usage_errors_exit_2() {
         "{err}"
     );
 }
+
+#[test]
+fn check_counts_the_function_libraries_and_reports_a_damaged_functions_file() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    assert_eq!(
+        r.cmd(&[
+            "FUNCTION",
+            "LOAD",
+            "#!lua name=lib\nredis.register_function('f', function() return 1 end)"
+        ]),
+        bulk("lib")
+    );
+    let TestServer { handle, dir: tmp } = s;
+    handle.unwrap().shutdown().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let d = dir.to_str().unwrap();
+    let (code, out, _) = basalt_check(&["--dir", d]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("FUNCTIONS: 1 library"), "{out}");
+    let path = dir.join("FUNCTIONS");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[20] ^= 0xff;
+    std::fs::write(&path, bytes).unwrap();
+    let (code, out, _) = basalt_check(&["--dir", d]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("FUNCTIONS: ERROR"), "{out}");
+}

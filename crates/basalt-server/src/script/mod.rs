@@ -1208,6 +1208,19 @@ fn function_restore(ctx: &mut Ctx<'_>, args: &Args<'_>) -> Result {
     Ok(())
 }
 
+/// `basalt check`: the state of `<dir>/FUNCTIONS`: `None` if absent, the
+/// number of libraries it holds, or why it cannot be read.
+pub fn check_functions(dir: &std::path::Path) -> Option<std::result::Result<usize, String>> {
+    if !dir.join(functions::FILE).exists() {
+        return None;
+    }
+    Some(
+        functions::load(dir)
+            .map(|l| l.len())
+            .map_err(|e| e.to_string()),
+    )
+}
+
 /// INFO's scripting numbers: (cached scripts, libraries, functions).
 pub fn info(scripts: &Scripts) -> (usize, usize, usize) {
     let e = scripts.engine.lock();
