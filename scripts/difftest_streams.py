@@ -158,9 +158,10 @@ CASES = [
 ]
 
 
-def run_case(r, b, cmds, verbose, name):
+def run_case(r, b, cmds, verbose, name, proto=2):
     diffs = 0
     for conn in (r, b):
+        conn.call("HELLO", str(proto))
         conn.call("FLUSHALL")
     for cmd in cmds:
         rr, bb = r.call(*cmd), b.call(*cmd)
@@ -245,9 +246,12 @@ def main():
     r, b = Conn(args.redis), Conn(args.basalt)
     total = 0
     diffs = 0
-    for name, cmds in CASES:
-        total += 1
-        diffs += run_case(r, b, cmds, args.v, name) > 0
+    # The fixed cases in RESP2 and RESP3 (XREAD, XREADGROUP and XINFO
+    # reply maps in RESP3); the random sequences in RESP2.
+    for proto in (2, 3):
+        for name, cmds in CASES:
+            total += 1
+            diffs += run_case(r, b, cmds, args.v, f"{name} (RESP{proto})", proto) > 0
     for seed in range(args.seeds):
         total += 1
         cmds = random_sequence(random.Random(seed), args.len)
