@@ -618,12 +618,18 @@ fn xreadgroup(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let limit = if count == 0 { usize::MAX } else { count };
     // What each stream answers: (index, ids, whether the entries are history).
     let mut out: Vec<(usize, Vec<Id>, bool)> = Vec::new();
+    // Streams whose group got this consumer now (`xgroup-createconsumer`).
+    let mut created: Vec<usize> = Vec::new();
     for (k, s) in streams.iter_mut().enumerate() {
         let g = s.groups.get_mut(gname).expect("checked above");
+        let existed = g.consumers.contains_key(consumer);
         // A history read makes the consumer exist; a `>` read only when it
         // gets something (as in Redis).
         match wants[k] {
             Some(from) => {
+                if !existed {
+                    created.push(k);
+                }
                 let c = touch_consumer(&db, s.key, gname, g, consumer, now)?;
                 // History: this consumer's pending entries after `from`.
                 let ids: Vec<Id> = match from.next() {
@@ -649,6 +655,9 @@ fn xreadgroup(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                     continue;
                 }
                 let g = s.groups.get_mut(gname).expect("checked above");
+                if !existed {
+                    created.push(k);
+                }
                 touch_consumer(&db, s.key, gname, g, consumer, now)?;
                 for id in &ids {
                     // Redis's read counter: counted while it is valid and
@@ -756,6 +765,9 @@ fn xreadgroup(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     }
     drop(db);
     drop(guards);
+    for k in created {
+        ctx.notify(STREAM, "xgroup-createconsumer", keys[k]);
+    }
     result
 }
 
@@ -1293,6 +1305,7 @@ fn xclaim(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         s.close();
         return Err(nokey_or_group(key, gname));
     };
+    let existed = g.consumers.contains_key(&consumer[..]);
     if let Some(l) = lastid {
         if l > g.last {
             g.last = l;
@@ -1330,6 +1343,7 @@ fn xclaim(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     if !claimed.is_empty() {
         touch_consumer(&db, key, gname, &mut g, consumer, now)?;
     }
+    let new_consumer = !existed && !claimed.is_empty();
     s.groups.insert(gname.to_vec(), g);
     let r = if justid {
         ctx.array(claimed.len());
@@ -1342,6 +1356,9 @@ fn xclaim(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     };
     s.close();
     drop(db);
+    if new_consumer {
+        ctx.notify(STREAM, "xgroup-createconsumer", key);
+    }
     r
 }
 
@@ -1383,6 +1400,7 @@ fn xautoclaim(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         s.close();
         return Err(nokey_or_group(key, gname));
     };
+    let existed = g.consumers.contains_key(&consumer[..]);
     let mut attempts = count.saturating_mul(10);
     let mut claimed = Vec::new();
     let mut deleted = Vec::new();
@@ -1413,6 +1431,7 @@ fn xautoclaim(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     if !claimed.is_empty() {
         touch_consumer(&db, key, gname, &mut g, consumer, now)?;
     }
+    let new_consumer = !existed && !claimed.is_empty();
     s.groups.insert(gname.to_vec(), g);
     ctx.array(3);
     let mut buf = [0u8; 41];
@@ -1434,6 +1453,9 @@ fn xautoclaim(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     }
     s.close();
     drop(db);
+    if new_consumer {
+        ctx.notify(STREAM, "xgroup-createconsumer", key);
+    }
     r
 }
 
