@@ -1305,7 +1305,7 @@ fn xclaim(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         s.close();
         return Err(nokey_or_group(key, gname));
     };
-    let existed = g.consumers.contains_key(&consumer[..]);
+    let existed = g.consumers.contains_key(consumer);
     if let Some(l) = lastid {
         if l > g.last {
             g.last = l;
@@ -1400,7 +1400,7 @@ fn xautoclaim(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         s.close();
         return Err(nokey_or_group(key, gname));
     };
-    let existed = g.consumers.contains_key(&consumer[..]);
+    let existed = g.consumers.contains_key(consumer);
     let mut attempts = count.saturating_mul(10);
     let mut claimed = Vec::new();
     let mut deleted = Vec::new();
