@@ -564,17 +564,54 @@ impl<'a> Stream<'a> {
         }
     }
 
-    /// Writes the entries of `ids` (in that order) as XRANGE replies them,
-    /// reading their values in one pass and encoding them as they are
-    /// read (no copy of a value).
+    /// Writes the entries of `ids` (in that order) as XRANGE replies them.
     pub(super) fn reply(&self, ctx: &mut Ctx<'_>, ids: &[Id]) -> Result {
-        let names: Vec<[u8; 17]> = ids.iter().map(|id| id.field()).collect();
-        let protocol = ctx.conn.protocol;
+        let body = self.entries(ctx.conn.protocol, ids, false)?;
+        ctx.array(ids.len());
+        ctx.out.extend_from_slice(&body);
+        Ok(())
+    }
+
+    /// The entries of `ids`, each `[id, [field, value, ...]]`, encoded
+    /// without an array header: their values are read in one pass and
+    /// encoded as they are read (no copy of a value). With `may_be_gone`,
+    /// an id the stream no longer has answers `[id, nil]` (XREADGROUP's
+    /// history); without, every id must be in the stream.
+    pub(super) fn entries(
+        &self,
+        protocol: basalt_resp::Protocol,
+        ids: &[Id],
+        may_be_gone: bool,
+    ) -> Result<Vec<u8>> {
+        let present: Vec<usize> = if may_be_gone {
+            (0..ids.len())
+                .filter(|&i| self.ids.contains(&ids[i]))
+                .collect()
+        } else {
+            (0..ids.len()).collect()
+        };
+        let names: Vec<[u8; 17]> = present.iter().map(|&i| ids[i].field()).collect();
         let mut body = Vec::with_capacity(ids.len() * 64);
         let mut damaged = false;
+        // The next position of `ids` to write: the gone ones before a
+        // present one are written as it comes.
+        let mut next = 0;
+        let gone = |body: &mut Vec<u8>, id: Id| {
+            let mut e = basalt_resp::Encoder::new(body, protocol);
+            e.array(2);
+            let mut buf = [0u8; 41];
+            e.bulk(id_text(id, &mut buf));
+            e.null_array();
+        };
         let found = self
             .db
-            .fields_with(self.key, &names, |i, v| {
+            .fields_with(self.key, &names, |j, v| {
+                let i = present[j];
+                while next < i {
+                    gone(&mut body, ids[next]);
+                    next += 1;
+                }
+                next = i + 1;
                 let mut e = basalt_resp::Encoder::new(&mut body, protocol);
                 e.array(2);
                 let mut buf = [0u8; 41];
@@ -593,14 +630,15 @@ impl<'a> Stream<'a> {
                 }
             })?
             .unwrap_or(0);
+        for id in &ids[next..] {
+            gone(&mut body, *id);
+        }
         // Under the key's stripe the index and the engine agree; anything
         // else is damage, reported rather than sent as a broken reply.
-        if damaged || found != ids.len() {
+        if damaged || found != present.len() {
             return Err(Error::err("stream entry is damaged or missing"));
         }
-        ctx.array(ids.len());
-        ctx.out.extend_from_slice(&body);
-        Ok(())
+        Ok(body)
     }
 }
 
@@ -1084,10 +1122,31 @@ fn xsetid(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     Ok(())
 }
 
-/// XREAD [COUNT n] [BLOCK ms] STREAMS key... id...
-fn xread(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
-    let mut count = 0usize;
-    let mut block: Option<Option<std::time::Duration>> = None;
+/// The options of XREAD and XREADGROUP, parsed as Redis parses them for
+/// both (one loop: XREAD refuses GROUP and NOACK by name).
+pub(super) struct ReadArgs<'a> {
+    /// Entries per stream (0 = no limit).
+    pub(super) count: usize,
+    /// BLOCK: `Some(None)` blocks forever (0 ms).
+    pub(super) block: Option<Option<std::time::Duration>>,
+    pub(super) noack: bool,
+    /// GROUP's group and consumer.
+    pub(super) group: Option<(&'a [u8], &'a [u8])>,
+    /// The keys after STREAMS.
+    pub(super) keys: Vec<&'a [u8]>,
+    /// Where the ids start (`keys.len()` of them).
+    pub(super) ids_at: usize,
+}
+
+pub(super) fn read_args<'a>(args: &Args<'a>, xreadgroup: bool) -> Result<ReadArgs<'a>> {
+    let mut r = ReadArgs {
+        count: 0,
+        block: None,
+        noack: false,
+        group: None,
+        keys: Vec::new(),
+        ids_at: 0,
+    };
     let mut streams_at = 0;
     let mut i = 1;
     while i < args.len() {
@@ -1098,22 +1157,33 @@ fn xread(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             if ms < 0 {
                 return Err(Error::err("timeout is negative"));
             }
-            block = Some((ms > 0).then(|| std::time::Duration::from_millis(ms as u64)));
+            r.block = Some((ms > 0).then(|| std::time::Duration::from_millis(ms as u64)));
             i += 2;
         } else if is(&args[i], "count") && more > 0 {
-            count = parse_i64(&args[i + 1]).ok_or(Error::NotInteger)?.max(0) as usize;
+            r.count = parse_i64(&args[i + 1]).ok_or(Error::NotInteger)?.max(0) as usize;
             i += 2;
         } else if is(&args[i], "streams") && more > 0 {
             streams_at = i + 1;
             break;
         } else if is(&args[i], "group") && more >= 2 {
-            return Err(Error::err(
-                "The GROUP option is only supported by XREADGROUP. You called XREAD instead.",
+            if !xreadgroup {
+                return Err(Error::err(
+                    "The GROUP option is only supported by XREADGROUP. You called XREAD instead.",
+                ));
+            }
+            r.group = Some((
+                args.get(i + 1).unwrap_or_default(),
+                args.get(i + 2).unwrap_or_default(),
             ));
+            i += 3;
         } else if is(&args[i], "noack") {
-            return Err(Error::err(
-                "The NOACK option is only supported by XREADGROUP. You called XREAD instead.",
-            ));
+            if !xreadgroup {
+                return Err(Error::err(
+                    "The NOACK option is only supported by XREADGROUP. You called XREAD instead.",
+                ));
+            }
+            r.noack = true;
+            i += 1;
         } else {
             return Err(Error::Syntax);
         }
@@ -1123,12 +1193,28 @@ fn xread(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     }
     let n = args.len() - streams_at;
     if !n.is_multiple_of(2) {
+        // Redis says XREAD for both commands.
         return Err(Error::err(
             "Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.",
         ));
     }
-    let n = n / 2;
-    let keys: Vec<&[u8]> = (0..n).map(|k| &args[streams_at + k]).collect();
+    r.keys = (streams_at..streams_at + n / 2)
+        .filter_map(|k| args.get(k))
+        .collect();
+    r.ids_at = streams_at + n / 2;
+    Ok(r)
+}
+
+/// XREAD [COUNT n] [BLOCK ms] STREAMS key... id...
+fn xread(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let ReadArgs {
+        count,
+        block,
+        keys,
+        ids_at,
+        ..
+    } = read_args(&args, false)?;
+    let n = keys.len();
     let client = ctx.conn.info.id;
     let rerun = block.is_some() && ctx.shared.blocking.is_blocked(client);
     // A re-run uses the ids its first run resolved (`$` then).
@@ -1164,7 +1250,7 @@ fn xread(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             },
             None => None,
         };
-        let arg = &args[streams_at + n + k];
+        let arg = &args[ids_at + k];
         let id = match &memo {
             Some(m) if k < m.len() => m[k],
             _ if arg == b"$" => s.as_ref().map_or(Id::MIN, |s| s.meta.last),

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use basalt_engine::Db;
 use basalt_resp::Args;
 
-use super::stream::{parse_bound, parse_id, Id, Stream};
+use super::stream::{parse_bound, parse_id, read_args, Id, ReadArgs, Stream};
 use super::{def, flags::*, is, parse_i64, sub_arity, CommandDef, Ctx, Error, Group, Result};
 use crate::keyspace::TAG_STREAM;
 use crate::notify::STREAM;
@@ -507,56 +507,22 @@ fn xgroup(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 
 /// XREADGROUP GROUP group consumer [COUNT n] [BLOCK ms] [NOACK] STREAMS key... id...
 fn xreadgroup(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
-    let mut count = 0usize;
-    let mut block: Option<Option<std::time::Duration>> = None;
-    let mut noack = false;
-    let mut group: Option<(&[u8], &[u8])> = None;
-    let mut streams_at = 0;
-    let mut i = 1;
-    while i < args.len() {
-        let more = args.len() - i - 1;
-        if is(&args[i], "block") && more > 0 {
-            let ms = parse_i64(&args[i + 1])
-                .ok_or_else(|| Error::err("timeout is not an integer or out of range"))?;
-            if ms < 0 {
-                return Err(Error::err("timeout is negative"));
-            }
-            block = Some((ms > 0).then(|| std::time::Duration::from_millis(ms as u64)));
-            i += 2;
-        } else if is(&args[i], "count") && more > 0 {
-            count = parse_i64(&args[i + 1]).ok_or(Error::NotInteger)?.max(0) as usize;
-            i += 2;
-        } else if is(&args[i], "streams") && more > 0 {
-            streams_at = i + 1;
-            break;
-        } else if is(&args[i], "group") && more >= 2 {
-            group = Some((&args[i + 1], &args[i + 2]));
-            i += 3;
-        } else if is(&args[i], "noack") {
-            noack = true;
-            i += 1;
-        } else {
-            return Err(Error::Syntax);
-        }
-    }
-    if streams_at == 0 {
-        return Err(Error::Syntax);
-    }
-    let n = args.len() - streams_at;
-    if !n.is_multiple_of(2) {
-        return Err(Error::err(
-            "Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified.",
-        ));
-    }
+    let ReadArgs {
+        count,
+        block,
+        noack,
+        group,
+        keys,
+        ids_at,
+    } = read_args(&args, true)?;
     let Some((gname, consumer)) = group else {
         return Err(Error::err("Missing GROUP option for XREADGROUP"));
     };
-    let n = n / 2;
-    let keys: Vec<&[u8]> = (0..n).map(|k| &args[streams_at + k]).collect();
+    let n = keys.len();
     // `>` or an id; `$` means nothing here.
     let mut wants: Vec<Option<Id>> = Vec::with_capacity(n);
     for k in 0..n {
-        let arg = &args[streams_at + n + k];
+        let arg = &args[ids_at + k];
         if arg == b">" {
             wants.push(None);
         } else if arg == b"$" {
@@ -727,31 +693,12 @@ fn xreadgroup(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         let s = &streams[*k];
         if *history {
             // Entries deleted since delivery answer [id, nil].
-            let present: Vec<Id> = ids
-                .iter()
-                .filter(|id| s.ids.contains(id))
-                .copied()
-                .collect();
-            if present.len() == ids.len() {
-                result = s.reply(ctx, ids);
-            } else {
-                ctx.array(ids.len());
-                for id in ids {
-                    if s.ids.contains(id) {
-                        let mut one = Vec::new();
-                        std::mem::swap(&mut one, ctx.out);
-                        let r = s.reply(ctx, &[*id]);
-                        std::mem::swap(&mut one, ctx.out);
-                        r?;
-                        // `one` is `*1\r\n` + the entry: drop the header.
-                        let at = one.iter().position(|&b| b == b'\n').map_or(0, |p| p + 1);
-                        ctx.out.extend_from_slice(&one[at..]);
-                    } else {
-                        ctx.array(2);
-                        ctx.bulk(id.text().as_bytes());
-                        ctx.enc().null_array();
-                    }
+            match s.entries(ctx.conn.protocol, ids, true) {
+                Ok(body) => {
+                    ctx.array(ids.len());
+                    ctx.out.extend_from_slice(&body);
                 }
+                Err(e) => result = Err(e),
             }
         } else {
             result = s.reply(ctx, ids);
@@ -1010,23 +957,7 @@ fn xinfo(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         0 if full.is_some() => xinfo_full(ctx, &s, full.unwrap_or(10)),
         0 => {
             map(ctx, 10);
-            ctx.bulk(b"length");
-            ctx.int(s.len() as i64);
-            // Basalt keeps no radix tree: these are what Redis's would hold
-            // with its default 100 entries per node.
-            let nodes = s.len().div_ceil(100) as i64;
-            ctx.bulk(b"radix-tree-keys");
-            ctx.int(nodes);
-            ctx.bulk(b"radix-tree-nodes");
-            ctx.int(nodes + 1);
-            ctx.bulk(b"last-generated-id");
-            ctx.bulk(super::stream::id_text(s.meta.last, &mut buf));
-            ctx.bulk(b"max-deleted-entry-id");
-            ctx.bulk(super::stream::id_text(s.meta.max_deleted, &mut buf));
-            ctx.bulk(b"entries-added");
-            ctx.int(s.meta.added as i64);
-            ctx.bulk(b"recorded-first-entry-id");
-            ctx.bulk(super::stream::id_text(s.first_id(), &mut buf));
+            info_head(ctx, &s);
             ctx.bulk(b"groups");
             ctx.int(s.groups.len() as i64);
             let mut r = Ok(());
@@ -1036,19 +967,13 @@ fn xinfo(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             ] {
                 ctx.bulk(name.as_bytes());
                 match pick {
-                    Some(id) => {
-                        // One entry, without the array header `reply` adds.
-                        let mut one = Vec::new();
-                        std::mem::swap(&mut one, ctx.out);
-                        let res = s.reply(ctx, &[*id]);
-                        std::mem::swap(&mut one, ctx.out);
-                        if let Err(e) = res {
+                    Some(id) => match s.entries(ctx.conn.protocol, &[*id], false) {
+                        Ok(body) => ctx.out.extend_from_slice(&body),
+                        Err(e) => {
                             r = Err(e);
                             break;
                         }
-                        let at = one.iter().position(|&b| b == b'\n').map_or(0, |p| p + 1);
-                        ctx.out.extend_from_slice(&one[at..]);
-                    }
+                    },
                     None => ctx.null(),
                 }
             }
@@ -1066,17 +991,7 @@ fn xinfo(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                 ctx.int(g.pel.len() as i64);
                 ctx.bulk(b"last-delivered-id");
                 ctx.bulk(super::stream::id_text(g.last, &mut buf));
-                ctx.bulk(b"entries-read");
-                if g.entries_read == -1 {
-                    ctx.null();
-                } else {
-                    ctx.int(g.entries_read);
-                }
-                ctx.bulk(b"lag");
-                match lag(&s, g) {
-                    Some(n) => ctx.int(n),
-                    None => ctx.null(),
-                }
+                read_and_lag(ctx, &s, g);
             }
             Ok(())
         }
@@ -1102,14 +1017,14 @@ fn xinfo(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     result
 }
 
-/// XINFO STREAM key FULL: everything, lists cut at `count` (0 = all).
-fn xinfo_full(ctx: &mut Ctx<'_>, s: &Stream<'_>, count: usize) -> Result {
-    let limit = if count == 0 { usize::MAX } else { count };
+/// The seven fields XINFO STREAM starts with, plain and FULL.
+fn info_head(ctx: &mut Ctx<'_>, s: &Stream<'_>) {
     let mut buf = [0u8; 41];
-    let nodes = s.len().div_ceil(100) as i64;
-    ctx.enc().map(9);
     ctx.bulk(b"length");
     ctx.int(s.len() as i64);
+    // Basalt keeps no radix tree: these are what Redis's would hold with
+    // its default 100 entries per node.
+    let nodes = s.len().div_ceil(100) as i64;
     ctx.bulk(b"radix-tree-keys");
     ctx.int(nodes);
     ctx.bulk(b"radix-tree-nodes");
@@ -1122,6 +1037,29 @@ fn xinfo_full(ctx: &mut Ctx<'_>, s: &Stream<'_>, count: usize) -> Result {
     ctx.int(s.meta.added as i64);
     ctx.bulk(b"recorded-first-entry-id");
     ctx.bulk(super::stream::id_text(s.first_id(), &mut buf));
+}
+
+/// A group's `entries-read` and `lag` fields (nil where unknown).
+fn read_and_lag(ctx: &mut Ctx<'_>, s: &Stream<'_>, g: &GroupState) {
+    ctx.bulk(b"entries-read");
+    if g.entries_read == -1 {
+        ctx.null();
+    } else {
+        ctx.int(g.entries_read);
+    }
+    ctx.bulk(b"lag");
+    match lag(s, g) {
+        Some(n) => ctx.int(n),
+        None => ctx.null(),
+    }
+}
+
+/// XINFO STREAM key FULL: everything, lists cut at `count` (0 = all).
+fn xinfo_full(ctx: &mut Ctx<'_>, s: &Stream<'_>, count: usize) -> Result {
+    let limit = if count == 0 { usize::MAX } else { count };
+    let mut buf = [0u8; 41];
+    ctx.enc().map(9);
+    info_head(ctx, s);
     ctx.bulk(b"entries");
     let ids: Vec<Id> = s.ids.iter().take(limit).copied().collect();
     s.reply(ctx, &ids)?;
@@ -1133,17 +1071,7 @@ fn xinfo_full(ctx: &mut Ctx<'_>, s: &Stream<'_>, count: usize) -> Result {
         ctx.bulk(name);
         ctx.bulk(b"last-delivered-id");
         ctx.bulk(super::stream::id_text(g.last, &mut buf));
-        ctx.bulk(b"entries-read");
-        if g.entries_read == -1 {
-            ctx.null();
-        } else {
-            ctx.int(g.entries_read);
-        }
-        ctx.bulk(b"lag");
-        match lag(s, g) {
-            Some(n) => ctx.int(n),
-            None => ctx.null(),
-        }
+        read_and_lag(ctx, s, g);
         ctx.bulk(b"pel-count");
         ctx.int(g.pel.len() as i64);
         ctx.bulk(b"pending");
