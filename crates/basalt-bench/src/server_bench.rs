@@ -615,6 +615,23 @@ struct CpuTimes {
     children: f64,
 }
 
+/// The median of `f` over the runs at pipeline depth `p` against `kind`
+/// (the `tx` and `groups` runs alternate servers and repeat).
+fn median_at<R>(
+    results: &[(u32, ServerKind, R)],
+    p: u32,
+    kind: ServerKind,
+    f: fn(&R) -> f64,
+) -> f64 {
+    let mut v: Vec<f64> = results
+        .iter()
+        .filter(|(q, k, _)| *q == p && *k == kind)
+        .map(|(_, _, r)| f(r))
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 fn cpu_times(pid: u32) -> Result<CpuTimes> {
     let path = format!("/proc/{pid}/stat");
     let stat = fs::read_to_string(&path).with_context(|| format!("read {path}"))?;

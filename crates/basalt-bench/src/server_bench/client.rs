@@ -111,9 +111,10 @@ impl Conn {
 }
 
 /// RESP2 multibulk encoding of one command, appended to `out`.
-fn encode(c: &Cmd, out: &mut Vec<u8>) {
+pub(super) fn encode<A: AsRef<[u8]>>(c: &[A], out: &mut Vec<u8>) {
     out.extend_from_slice(format!("*{}\r\n", c.len()).as_bytes());
     for a in c {
+        let a = a.as_ref();
         out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
         out.extend_from_slice(a);
         out.extend_from_slice(b"\r\n");

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use basalt_resp::Frame;
 
-use super::{cpu_times, ServerArgs, ServerKind, Tools};
+use super::client::encode;
+use super::{cpu_times, median_at, ServerArgs, ServerKind, Tools};
 
 #[derive(Debug, clap::Args)]
 pub struct GroupsArgs {
@@ -65,15 +66,7 @@ pub fn run(args: GroupsArgs) -> Result<()> {
     println!("| P | redis entries/s | basalt entries/s | basalt/redis | redis cpu us/entry | basalt cpu us/entry |");
     println!("|---:|---:|---:|---:|---:|---:|");
     for &p in &a.pipelines {
-        let med = |kind: ServerKind, f: fn(&Run) -> f64| {
-            let mut v: Vec<f64> = results
-                .iter()
-                .filter(|(q, k, _)| *q == p && *k == kind)
-                .map(|(_, _, r)| f(r))
-                .collect();
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        };
+        let med = |kind: ServerKind, f: fn(&Run) -> f64| median_at(&results, p, kind, f);
         let (r, b) = (
             med(ServerKind::Redis, |r| r.entries_per_sec),
             med(ServerKind::Basalt, |r| r.entries_per_sec),
@@ -89,12 +82,8 @@ pub fn run(args: GroupsArgs) -> Result<()> {
 }
 
 fn command(parts: &[&[u8]]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", parts.len()).into_bytes();
-    for p in parts {
-        out.extend_from_slice(format!("${}\r\n", p.len()).as_bytes());
-        out.extend_from_slice(p);
-        out.extend_from_slice(b"\r\n");
-    }
+    let mut out = Vec::new();
+    encode(parts, &mut out);
     out
 }
 

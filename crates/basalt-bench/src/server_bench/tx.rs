@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use super::{cpu_times, ServerArgs, ServerKind, Tools};
+use super::{cpu_times, median_at, ServerArgs, ServerKind, Tools};
 
 #[derive(Debug, clap::Args)]
 pub struct TxArgs {
@@ -73,15 +73,7 @@ pub fn run(args: TxArgs) -> Result<()> {
     );
     println!("|---:|---:|---:|---:|---:|---:|");
     for &p in &a.pipelines {
-        let med = |kind: ServerKind, f: fn(&Run) -> f64| {
-            let mut v: Vec<f64> = results
-                .iter()
-                .filter(|(q, k, _)| *q == p && *k == kind)
-                .map(|(_, _, r)| f(r))
-                .collect();
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        };
+        let med = |kind: ServerKind, f: fn(&Run) -> f64| median_at(&results, p, kind, f);
         let (rt, bt) = (
             med(ServerKind::Redis, |r| r.tx_per_sec),
             med(ServerKind::Basalt, |r| r.tx_per_sec),
