@@ -370,7 +370,10 @@ mod tests {
     #[test]
     fn unknown_and_unserved_tests_are_refused_by_name() {
         let err = select(&["geoadd".to_string()]).unwrap_err().to_string();
-        assert!(err.starts_with("unknown test \"geoadd\" in --tests"), "{err}");
+        assert!(
+            err.starts_with("unknown test \"geoadd\" in --tests"),
+            "{err}"
+        );
         assert!(err.contains("lpush,rpush,lpop"), "{err}");
         assert!(select(&[]).is_err());
     }
