@@ -183,12 +183,85 @@ pub struct Blocking {
     inner: Mutex<Inner>,
     /// Number of blocked clients: lets [`Blocking::signal`] skip the lock.
     count: AtomicUsize,
+    /// Tasks off the connection loop waiting for keys (HTTP long polls).
+    watches: KeyWatches,
+}
+
+/// Tasks that wait for a key to be signalled without being a blocked
+/// client: HTTP long polls and event streams (`crate::http`). They take
+/// no place in any key's line and re-check by themselves when woken, so a
+/// signal simply wakes all of a key's watchers; a wakeup that comes while
+/// a watcher is not waiting is kept for its next wait (`Notify`'s permit),
+/// so one between its check and its wait is not lost. Empty almost
+/// always: a signal then costs one atomic load.
+#[derive(Debug, Default)]
+struct KeyWatches {
+    by_key: Mutex<WakeupsByKey>,
+    count: AtomicUsize,
+}
+
+/// (db, key) -> the watchers' wakeups.
+type WakeupsByKey = HashMap<(usize, Vec<u8>), Vec<Arc<Notify>>>;
+
+/// A registration of [`Blocking::watch`]; unregisters when dropped.
+#[derive(Debug)]
+pub struct KeyWatch<'a> {
+    blocking: &'a Blocking,
+    db: usize,
+    keys: Vec<Vec<u8>>,
+    notify: Arc<Notify>,
+}
+
+impl KeyWatch<'_> {
+    /// Waits until one of the keys is signalled (at once if one was since
+    /// the last wait).
+    pub async fn notified(&self) {
+        self.notify.notified().await
+    }
+}
+
+impl Drop for KeyWatch<'_> {
+    fn drop(&mut self) {
+        let w = &self.blocking.watches;
+        let mut by_key = w.by_key.lock();
+        for k in self.keys.drain(..) {
+            let entry = (self.db, k);
+            if let Some(list) = by_key.get_mut(&entry) {
+                list.retain(|n| !Arc::ptr_eq(n, &self.notify));
+                if list.is_empty() {
+                    by_key.remove(&entry);
+                }
+            }
+        }
+        w.count.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Blocking {
     /// Number of blocked clients (INFO `blocked_clients`).
     pub fn blocked_clients(&self) -> usize {
         self.count.load(Ordering::Relaxed)
+    }
+
+    /// Registers a task (not a client) that waits for any of `keys` of
+    /// `db` to be signalled: see [`KeyWatch`]. Register before checking
+    /// the keys, so that a write after the check wakes it.
+    pub fn watch(&self, db: usize, keys: &[Vec<u8>]) -> KeyWatch<'_> {
+        let notify = Arc::new(Notify::new());
+        let mut by_key = self.watches.by_key.lock();
+        for k in keys {
+            by_key
+                .entry((db, k.clone()))
+                .or_default()
+                .push(notify.clone());
+        }
+        self.watches.count.fetch_add(1, Ordering::SeqCst);
+        KeyWatch {
+            blocking: self,
+            db,
+            keys: keys.to_vec(),
+            notify,
+        }
     }
 
     /// Registers `client` as waiting for any of `keys` in `db`, at the back
@@ -316,6 +389,11 @@ impl Blocking {
     /// A key of `db` may now serve a blocked client: wakes the first waiter
     /// of its queue not woken yet. Cheap when nobody is blocked.
     pub fn signal(&self, db: usize, key: &[u8]) {
+        if self.watches.count.load(Ordering::SeqCst) != 0 {
+            if let Some(list) = self.watches.by_key.lock().get(&(db, key.to_vec())) {
+                list.iter().for_each(|n| n.notify_one());
+            }
+        }
         if self.count.load(Ordering::SeqCst) == 0 {
             return;
         }
@@ -329,6 +407,13 @@ impl Blocking {
     /// now holds something (Redis's `scanDatabaseForReadyKeys`). A waiter
     /// whose key now holds another type re-runs and blocks again.
     pub fn signal_db(&self, db: usize, exists: impl Fn(&[u8]) -> bool) {
+        if self.watches.count.load(Ordering::SeqCst) != 0 {
+            for ((d, _), list) in self.watches.by_key.lock().iter() {
+                if *d == db {
+                    list.iter().for_each(|n| n.notify_one());
+                }
+            }
+        }
         if self.count.load(Ordering::SeqCst) == 0 {
             return;
         }

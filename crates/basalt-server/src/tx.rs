@@ -254,7 +254,7 @@ impl Entered<'_> {
     }
 
     /// Runs `f` holding the gate exclusively (no other batch runs).
-    fn exclusive<R>(&mut self, f: impl FnOnce() -> R) -> R {
+    pub(crate) fn exclusive<R>(&mut self, f: impl FnOnce() -> R) -> R {
         self.release();
         if !self.gate.0.try_lock_exclusive() {
             crate::workers::note_contention(self.gate.other_holder());

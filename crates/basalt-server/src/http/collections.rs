@@ -70,7 +70,7 @@ fn strings_json(t: &Texts, items: &[Vec<u8>]) -> Value {
 }
 
 /// The elements of a request body (see the module comment).
-fn elements(req: &Req) -> ApiResult<Vec<Vec<u8>>> {
+pub(super) fn elements(req: &Req) -> ApiResult<Vec<Vec<u8>>> {
     let is_json = req
         .headers
         .get(header::CONTENT_TYPE)

@@ -30,6 +30,7 @@
 mod collections;
 mod keys;
 mod metrics;
+mod queues;
 mod sse;
 
 use std::collections::HashMap;
@@ -182,6 +183,22 @@ fn endpoints() -> Vec<Endpoint> {
         ep("post", "/v1/lists/{key}/pop", c::list_pop),
         ep("post", "/v1/publish/{channel}", c::publish),
         ep("get", "/v1/subscribe", sse::subscribe),
+        ep("get", "/v1/queues", queues::list),
+        ep("get", "/v1/queues/{queue}", queues::stats),
+        ep("put", "/v1/queues/{queue}", queues::configure),
+        ep("delete", "/v1/queues/{queue}", queues::delete),
+        ep("post", "/v1/queues/{queue}/items", queues::push),
+        ep("post", "/v1/queues/{queue}/take", queues::take_route),
+        ep("post", "/v1/queues/{queue}/ack/{token}", queues::ack),
+        ep("post", "/v1/queues/{queue}/nack/{token}", queues::nack),
+        ep("post", "/v1/queues/{queue}/touch/{token}", queues::touch),
+        ep("get", "/v1/queues/{queue}/events", queues::events),
+        ep("post", "/v1/queues/{queue}/lock", queues::lock),
+        ep("post", "/v1/queues/{queue}/unlock", queues::unlock),
+        ep("post", "/v1/queues/{queue}/purge", queues::purge),
+        ep("get", "/v1/queues/{queue}/dead", queues::dead),
+        ep("post", "/v1/topics/{topic}", queues::publish),
+        ep("get", "/v1/topics/{topic}", queues::read_topic),
     ]
 }
 
@@ -314,6 +331,8 @@ pub(crate) struct ApiError {
     code: &'static str,
     message: String,
     version: Option<u64>,
+    /// One more number field of the body (`"capacity"` of `QUEUE_FULL`).
+    extra: Option<(&'static str, u64)>,
 }
 
 impl ApiError {
@@ -323,6 +342,7 @@ impl ApiError {
             code,
             message: message.into(),
             version: None,
+            extra: None,
         }
     }
 
@@ -402,6 +422,9 @@ impl IntoResponse for ApiError {
         let mut body = json!({"error": self.message, "code": self.code});
         if let Some(v) = self.version {
             body["version"] = json!(v);
+        }
+        if let Some((name, v)) = self.extra {
+            body[name] = json!(v);
         }
         let mut resp = (self.status, Json(body)).into_response();
         if let Some(v) = self.version {
@@ -534,16 +557,12 @@ impl Req {
     /// `appendfsync always`, syncs before the answer leaves, as a RESP
     /// batch does.
     fn wrote(&self) -> ApiResult<()> {
-        self.shared
-            .stats
-            .dirty
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if self.shared.settings.appendfsync() == Appendfsync::Always {
-            if let Some(db) = self.shared.keyspace.read(self.db).db() {
-                db.sync()?;
-            }
-        }
-        Ok(())
+        wrote(&self.shared, self.db)
+    }
+
+    /// Runs `f` atomically: see [`atomically`].
+    fn atomically<T>(&self, f: impl FnOnce(&mut Atomic<'_>) -> ApiResult<T>) -> ApiResult<T> {
+        atomically(&self.shared, &self.state, self.db, f)
     }
 
     /// Runs one command through the command table on the request's
@@ -590,6 +609,120 @@ impl Req {
         }
         Ok(frame)
     }
+}
+
+// ------------------------------------------------------- atomic programs
+
+/// Runs `f`, a small program of Redis commands ([`Atomic::call`]) on
+/// database `db`, as one isolated and crash-atomic unit, the way EXEC runs
+/// a transaction and the script thread a script: holding the exec gate
+/// exclusively (no RESP batch, EXEC, script or other HTTP request runs
+/// meanwhile), inside one engine write batch, with one clock reading for
+/// all its commands. Between the commands `f` decides what to run next
+/// from their replies, which a MULTI cannot. 503 `BUSY` while a script is
+/// busy. `f` must check before it writes: an error it returns after a
+/// write does not undo the write.
+pub(crate) fn atomically<T>(
+    shared: &Shared,
+    state: &State,
+    db: usize,
+    f: impl FnOnce(&mut Atomic<'_>) -> ApiResult<T>,
+) -> ApiResult<T> {
+    let mut gate = shared.gate.enter();
+    if !gate.held() {
+        return Err(ApiError::busy());
+    }
+    let info = state.client.get().expect("set with shared").clone();
+    let (r, writes) = gate.exclusive(|| {
+        let now_ns = crate::state::now_ns();
+        let mut a = Atomic {
+            shared,
+            conn: Conn {
+                db,
+                protocol: Protocol::Resp2,
+                info,
+                tx: Default::default(),
+                batch_clock: now_ns / 1_000_000,
+                tick: now_ns,
+                script: Vec::new(),
+            },
+            out: Vec::new(),
+            wire: Vec::new(),
+            writes: 0,
+        };
+        let _batch = shared.keyspace.batch();
+        let r = f(&mut a);
+        (r, a.writes)
+    });
+    if writes > 0 {
+        wrote(shared, db)?;
+    }
+    r
+}
+
+/// The commands of an [`atomically`] program.
+pub(crate) struct Atomic<'a> {
+    shared: &'a Shared,
+    conn: Conn,
+    out: Vec<u8>,
+    wire: Vec<u8>,
+    writes: u64,
+}
+
+impl Atomic<'_> {
+    /// The program's clock (unix ms), the same for all its commands.
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.conn.batch_clock
+    }
+
+    /// Runs one command (RESP2 replies); an error reply is `Err` with its
+    /// line (`WRONGTYPE ...`, `NOGROUP ...`).
+    pub(crate) fn try_call(&mut self, args: &[&[u8]]) -> Result<Frame, String> {
+        self.wire.clear();
+        basalt_resp::write_command(&mut self.wire, args.iter().copied());
+        let mut parser = RequestParser::new(Limits::default());
+        let Ok(Parsed::Command { args, .. }) = parser.parse(&self.wire) else {
+            return Err("ERR argument too large".into());
+        };
+        self.out.clear();
+        let (found, after) = commands::execute(self.shared, &mut self.conn, &mut self.out, args);
+        debug_assert!(after.is_none(), "a queue program runs no blocking command");
+        self.shared
+            .stats
+            .commands
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if found.is_some_and(|c| c.is_write()) {
+            self.writes += 1;
+        }
+        match Frame::parse(&self.out) {
+            Ok(Some((Frame::Error(line) | Frame::BlobError(line), _))) => {
+                Err(String::from_utf8_lossy(&line).into_owned())
+            }
+            Ok(Some((f, _))) => Ok(f),
+            _ => Err("ERR unreadable command reply".into()),
+        }
+    }
+
+    /// [`Atomic::try_call`] with an error reply as an [`ApiError`].
+    pub(crate) fn call(&mut self, args: &[&[u8]]) -> ApiResult<Frame> {
+        self.try_call(args).map_err(|e| ApiError::from_redis(&e))
+    }
+}
+
+/// After a write on `db`: counts it (INFO's changes since save) and, under
+/// `appendfsync always`, syncs before the answer leaves, as a RESP batch
+/// does.
+fn wrote(shared: &Shared, db: usize) -> ApiResult<()> {
+    shared
+        .stats
+        .dirty
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if shared.settings.appendfsync() == Appendfsync::Always {
+        if let Some(db) = shared.keyspace.read(db).db() {
+            db.sync()?;
+        }
+    }
+    Ok(())
 }
 
 // ------------------------------------------------------------------ helpers

@@ -39,16 +39,24 @@ impl Rng {
 pub struct Server {
     child: Child,
     pub addr: SocketAddr,
+    /// The HTTP API's address.
+    pub http: SocketAddr,
 }
 
 impl Server {
     pub fn start(dir: &Path, appendfsync: &str, file_size: &str) -> Server {
+        // A free port for the HTTP API (0 turns it off).
+        let http = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port()
+            .to_string();
         let mut child = Command::new(env!("CARGO_BIN_EXE_basalt"))
             .args([
                 "--port",
                 "0",
                 "--http-port",
-                "0",
+                &http,
                 "--loglevel",
                 "info",
                 "--databases",
@@ -66,22 +74,29 @@ impl Server {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut sent = false;
+            let mut http = None;
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
+                if let Some(rest) = line.split("HTTP API on http://").nth(1) {
+                    http = rest.split_whitespace().next().map(|a| a.to_string());
+                }
                 if !sent {
                     if let Some(rest) = line.split("ready on ").nth(1) {
-                        let _ = tx.send(rest.split_whitespace().next().unwrap().to_string());
+                        let resp = rest.split_whitespace().next().unwrap().to_string();
+                        let _ = tx.send((resp, http.take().expect("HTTP API line first")));
                         sent = true;
                     }
                 }
             }
         });
-        let addr = rx
+        let (addr, http) = rx
             .recv_timeout(Duration::from_secs(30))
-            .expect("no start-up banner")
-            .parse()
-            .unwrap();
-        Server { child, addr }
+            .expect("no start-up banner");
+        Server {
+            child,
+            addr: addr.parse().unwrap(),
+            http: http.parse().unwrap(),
+        }
     }
 
     /// SIGKILL: no shutdown code runs.

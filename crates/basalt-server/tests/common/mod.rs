@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod binary;
+pub mod http;
 
 use std::io::{BufRead, Read, Write};
 use std::net::{SocketAddr, TcpStream};
