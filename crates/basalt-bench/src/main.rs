@@ -7,6 +7,10 @@
 //!   `redis-benchmark` (see [`server_bench`]).
 //! - `tx`: MULTI/EXEC transactions against `redis-server`, with this
 //!   crate's own client (see [`server_bench::tx`]).
+//! - `groups`: stream consumer groups against `redis-server`
+//!   (see [`server_bench::groups`]).
+//! - `queues`: the HTTP work queues, beside the same work on
+//!   `redis-server`'s streams (see [`server_bench::queues`]).
 
 use clap::{Parser, Subcommand};
 
@@ -38,6 +42,9 @@ enum Command {
     /// Stream consumer groups: XREADGROUP COUNT P + XACK round trips
     /// against redis-server and basalt, with this benchmark's own client.
     Groups(server_bench::groups::GroupsArgs),
+    /// HTTP work queues (push, take + ack, 50 connections) on basalt,
+    /// beside the same work on redis-server's streams over RESP.
+    Queues(server_bench::queues::QueuesArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -46,5 +53,6 @@ fn main() -> anyhow::Result<()> {
         Command::Server(args) => server_bench::run(args),
         Command::Tx(args) => server_bench::tx::run(args),
         Command::Groups(args) => server_bench::groups::run(args),
+        Command::Queues(args) => server_bench::queues::run(args),
     }
 }

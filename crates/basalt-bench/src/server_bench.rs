@@ -56,6 +56,7 @@ mod catalog;
 mod client;
 mod collections;
 pub mod groups;
+pub mod queues;
 pub mod tx;
 
 use catalog::{Coll, TestSpec};
@@ -353,6 +354,8 @@ struct Server {
     /// Commands this program sent itself (collection setup, fills), for the
     /// per-request CPU total at the end.
     setup_requests: u64,
+    /// Basalt's HTTP API port, when started with it ([`Server::start_http`]).
+    http_port: Option<u16>,
 }
 
 impl Server {
@@ -363,6 +366,18 @@ impl Server {
         base: &Path,
         startup_timeout: Duration,
     ) -> Result<Server> {
+        Self::start_http(kind, tools, pinned, base, startup_timeout, false)
+    }
+
+    /// [`Server::start`], with Basalt's HTTP API on a free port if `http`.
+    fn start_http(
+        kind: ServerKind,
+        tools: &Tools,
+        pinned: bool,
+        base: &Path,
+        startup_timeout: Duration,
+        http: bool,
+    ) -> Result<Server> {
         let tmp = tempfile::Builder::new()
             .prefix(&format!("basalt-bench-{}-", kind.name()))
             .tempdir_in(base)
@@ -371,6 +386,11 @@ impl Server {
         fs::create_dir(&data).with_context(|| format!("create {}", data.display()))?;
         let port = free_port()?;
         let port_s = port.to_string();
+        let http_port = match (kind, http) {
+            (ServerKind::Basalt, true) => Some(free_port()?),
+            _ => None,
+        };
+        let http_s = http_port.map_or("0".to_string(), |p| p.to_string());
         let data_s = data.display().to_string();
         let server_args: Vec<&str> = match kind {
             ServerKind::Redis => vec![
@@ -396,9 +416,9 @@ impl Server {
                 &data_s,
                 "--appendfsync",
                 "everysec",
-                // The HTTP API is not measured here; leave its port free.
+                // Off (0) unless the HTTP API is measured.
                 "--http-port",
-                "0",
+                &http_s,
             ],
         };
         let mut argv = tools.pin_prefix(pinned, SERVER_CPU);
@@ -423,6 +443,7 @@ impl Server {
             command_line: shell_line(&argv),
             tmp,
             setup_requests: 0,
+            http_port,
         };
         server.wait_ready(startup_timeout)?;
         Ok(server)

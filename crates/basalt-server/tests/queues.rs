@@ -147,6 +147,12 @@ fn nack_releases_at_once_and_touch_restarts_the_timeout() {
     let d = h.take("q", "a", "").unwrap();
     let (s, v) = h.token_op("q", "nack", &d["token"]);
     assert_eq!((s, v), (StatusCode::OK, json!({"released": true})));
+    let stats = h.stats("q");
+    assert_eq!(
+        (stats["ready"].as_i64(), stats["in_flight"].as_i64()),
+        (Some(1), Some(0)),
+        "a released item counts as ready"
+    );
     let again = h.take("q", "b", "").unwrap();
     assert_eq!(again["item"], "one");
     assert_eq!(again["deliveries"], 2, "the count carries over a nack");

@@ -88,7 +88,7 @@ fn command(parts: &[&[u8]]) -> Vec<u8> {
 }
 
 /// Reads one whole reply from `stream` (`buf` keeps what follows it).
-fn reply(stream: &mut TcpStream, buf: &mut Vec<u8>, chunk: &mut [u8]) -> Result<Frame> {
+pub(super) fn reply(stream: &mut TcpStream, buf: &mut Vec<u8>, chunk: &mut [u8]) -> Result<Frame> {
     loop {
         if let Some((f, used)) = Frame::parse(buf).map_err(|e| anyhow::anyhow!("{e}"))? {
             buf.drain(..used);

@@ -61,9 +61,6 @@ const RECHECK: Duration = Duration::from_secs(1);
 /// Workers idle for longer than this are no longer listed in stats
 /// (unless they hold items).
 const SEEN_RECENTLY_MS: i64 = 60_000;
-/// Expired deliveries dead-lettered by one take, at most (the rest go on
-/// the next take).
-const DEAD_PER_TAKE: usize = 100;
 /// Delayed items moved into their streams by one operation, at most.
 const PROMOTE_PER_OP: &str = "1000";
 /// Keep-alive comment interval of the event stream.
@@ -399,7 +396,6 @@ fn take(a: &mut Atomic<'_>, n: &Names, worker: &[u8]) -> ApiResult<Option<Delive
     }
     promote(a, n)?;
     let vis = s.visibility_ms.to_string();
-    let mut dead = 0;
     for p in (0..LEVELS).rev() {
         let key = n.ready[p as usize].clone();
         // Redeliveries first: the oldest entry whose timeout ran out.
@@ -427,13 +423,9 @@ fn take(a: &mut Atomic<'_>, n: &Names, worker: &[u8]) -> ApiResult<Option<Delive
             };
             let (id, owner) = (id.to_vec(), owner.to_vec());
             let count = row.get(3).map_or(0, int);
-            if s.max_deliveries > 0 && count as u64 >= s.max_deliveries && dead < DEAD_PER_TAKE {
+            if s.max_deliveries > 0 && count as u64 >= s.max_deliveries {
                 dead_letter(a, n, p, &id, count, &owner)?;
-                dead += 1;
                 continue;
-            }
-            if dead >= DEAD_PER_TAKE {
-                break;
             }
             let claimed = a.call(&[b"xclaim", &key, GROUP, worker, vis.as_bytes(), &id])?;
             if let Some((_, Some(item))) = items(&claimed).first().and_then(|e| entry(e, b"item")) {
@@ -717,11 +709,24 @@ pub(crate) async fn stats(req: Req) -> ApiResult {
         for p in (0..LEVELS).rev() {
             let key = &n.ready[p as usize];
             let len = int(&a.call(&[b"xlen", key])?);
-            let pending = match a.try_call(&[b"xpending", key, GROUP]) {
-                Ok(f) => items(&f).first().map_or(0, int),
-                Err(e) if no_group(&e) => 0,
+            // Deliveries past their visibility timeout (timed out or
+            // nacked) are ready again, not in flight.
+            let rows = match a.try_call(&[b"xpending", key, GROUP, b"-", b"+", b"1000000000"]) {
+                Ok(f) => f,
+                Err(e) if no_group(&e) => Frame::Array(Vec::new()),
                 Err(e) => return Err(ApiError::from_redis(&e)),
             };
+            let mut pending = 0;
+            for row in items(&rows).iter().filter(|row| live(row, &s)) {
+                pending += 1;
+                let Some(owner) = items(row).get(1).and_then(bulk) else {
+                    continue;
+                };
+                match workers.iter_mut().find(|w| w.0 == owner) {
+                    Some(w) => w.1 += 1,
+                    None => workers.push((owner.to_vec(), 1, i64::MAX)),
+                }
+            }
             let later = int(&a.call(&[b"xlen", &n.delayed[p as usize]])?);
             levels.push(json!({
                 "priority": p, "ready": len - pending, "in_flight": pending, "delayed": later,
@@ -734,23 +739,20 @@ pub(crate) async fn stats(req: Req) -> ApiResult {
                 Err(e) if no_group(&e) => continue,
                 Err(e) => return Err(ApiError::from_redis(&e)),
             };
+            // The workers' last take (a consumer's seen time).
             for c in items(&consumers) {
-                let (mut name, mut pending, mut idle) = (None, 0, i64::MAX);
+                let (mut name, mut idle) = (None, i64::MAX);
                 for pair in items(c).chunks(2) {
                     match (bulk(&pair[0]), pair.get(1)) {
                         (Some(b"name"), Some(v)) => name = bulk(v).map(|v| v.to_vec()),
-                        (Some(b"pending"), Some(v)) => pending = int(v),
                         (Some(b"idle"), Some(v)) => idle = int(v),
                         _ => {}
                     }
                 }
                 let Some(name) = name else { continue };
                 match workers.iter_mut().find(|w| w.0 == name) {
-                    Some(w) => {
-                        w.1 += pending;
-                        w.2 = w.2.min(idle);
-                    }
-                    None => workers.push((name, pending, idle)),
+                    Some(w) => w.2 = w.2.min(idle),
+                    None => workers.push((name, 0, idle)),
                 }
             }
         }
@@ -868,17 +870,25 @@ fn try_take(
     })
 }
 
-/// Items `worker` holds in flight, over all priorities.
+/// Items `worker` holds in flight (its deliveries whose visibility
+/// timeout has not run out, nacked ones excluded), over all priorities.
 fn in_flight_of(a: &mut Atomic<'_>, n: &Names, worker: &[u8]) -> ApiResult<usize> {
+    let s = settings(a, n)?.unwrap_or_default();
     let mut held = 0;
     for key in &n.ready {
         match a.try_call(&[b"xpending", key, GROUP, b"-", b"+", b"1000000", worker]) {
-            Ok(f) => held += items(&f).len(),
+            Ok(f) => held += items(&f).iter().filter(|row| live(row, &s)).count(),
             Err(e) if no_group(&e) => {}
             Err(e) => return Err(ApiError::from_redis(&e)),
         }
     }
     Ok(held)
+}
+
+/// Whether an extended XPENDING row `[id, consumer, idle, count]` is a
+/// delivery still in flight (not past its visibility timeout).
+fn live(row: &Frame, s: &Settings) -> bool {
+    items(row).get(2).map_or(0, int) < s.visibility_ms as i64
 }
 
 /// `POST /v1/queues/{queue}/take?worker=W&wait=S`
@@ -1053,10 +1063,10 @@ pub(crate) async fn dead(req: Req) -> ApiResult {
             .collect();
         rows.push((id.to_vec(), pairs));
     }
+    // Every byte string of the answer: the items, workers and ids.
     let t = Texts::for_all(
         rows.iter()
-            .flat_map(|(_, f)| f.iter().map(|(k, v)| if k == b"item" { v } else { k }))
-            .map(|v| v.as_slice()),
+            .flat_map(|(_, f)| f.iter().map(|(_, v)| v.as_slice())),
     );
     let out: Vec<Value> = rows
         .iter()
@@ -1069,11 +1079,11 @@ pub(crate) async fn dead(req: Req) -> ApiResult {
             };
             json!({
                 "dead_id": String::from_utf8_lossy(dead_id),
-                "id": String::from_utf8_lossy(get(b"id").unwrap_or_default()),
+                "id": t.value(get(b"id").unwrap_or_default()),
                 "item": t.value(get(b"item").unwrap_or_default()),
                 "priority": num(b"priority"),
                 "deliveries": num(b"deliveries"),
-                "worker": String::from_utf8_lossy(get(b"worker").unwrap_or_default()),
+                "worker": t.value(get(b"worker").unwrap_or_default()),
             })
         })
         .collect();
