@@ -799,3 +799,23 @@ fn workers_acknowledge_every_item_exactly_once_across_a_kill_9() {
     assert_eq!(stats["total"], 0, "nothing left: {stats}");
     assert_eq!(stats["dead"], 0);
 }
+
+#[test]
+fn queue_and_topic_routes_need_the_password_like_every_route() {
+    let h = Http::start_with(|c| c.requirepass = Some("secret".into()));
+    let (s, v) = h.post("/v1/queues/q/items", b"x");
+    assert_eq!(s, StatusCode::UNAUTHORIZED, "{v}");
+    assert_eq!(v["code"], "NOAUTH");
+    let (s, _) = h.post("/v1/topics/t", b"x");
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    let auth = [("authorization", "Bearer secret")];
+    let (s, _, _) = h.send(
+        Method::POST,
+        "/v1/queues/q/items",
+        &auth,
+        Some(b"x".to_vec()),
+    );
+    assert_eq!(s, StatusCode::CREATED);
+    let (s, _, b) = h.send(Method::POST, "/v1/queues/q/take?worker=w", &auth, None);
+    assert_eq!(s, StatusCode::OK, "{}", String::from_utf8_lossy(&b));
+}
