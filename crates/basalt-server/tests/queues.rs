@@ -103,11 +103,11 @@ fn higher_priorities_are_served_first_and_each_priority_in_order() {
 #[test]
 fn an_unacknowledged_item_comes_back_after_the_timeout_and_only_the_latest_token_acks() {
     let h = Http::start();
-    configure(&h, "q", json!({"visibility_timeout": 0.2}));
+    configure(&h, "q", json!({"visibility_timeout": 0.5}));
     h.push("q", "job", "");
     let first = h.take("q", "a", "").unwrap();
     assert_eq!(h.take("q", "b", ""), None, "invisible while in flight");
-    std::thread::sleep(Duration::from_millis(300));
+    std::thread::sleep(Duration::from_millis(600));
     let second = h.take("q", "b", "").unwrap();
     assert_eq!(second["item"], "job");
     assert_eq!(second["deliveries"], 2);
@@ -142,7 +142,7 @@ fn an_unacknowledged_item_comes_back_after_the_timeout_and_only_the_latest_token
 #[test]
 fn nack_releases_at_once_and_touch_restarts_the_timeout() {
     let h = Http::start();
-    configure(&h, "q", json!({"visibility_timeout": 0.4}));
+    configure(&h, "q", json!({"visibility_timeout": 1}));
     h.push("q", "one", "");
     let d = h.take("q", "a", "").unwrap();
     let (s, v) = h.token_op("q", "nack", &d["token"]);
@@ -159,13 +159,13 @@ fn nack_releases_at_once_and_touch_restarts_the_timeout() {
 
     // Touch twice across more than one timeout: never redelivered.
     for _ in 0..3 {
-        std::thread::sleep(Duration::from_millis(250));
+        std::thread::sleep(Duration::from_millis(450));
         let (s, v) = h.token_op("q", "touch", &again["token"]);
         assert_eq!(s, StatusCode::OK, "{v}");
-        assert_eq!(v["visible_in_ms"], 400);
+        assert_eq!(v["visible_in_ms"], 1000);
         assert_eq!(h.take("q", "c", ""), None);
     }
-    std::thread::sleep(Duration::from_millis(500));
+    std::thread::sleep(Duration::from_millis(1100));
     let third = h.take("q", "c", "").unwrap();
     assert_eq!(third["deliveries"], 3, "once the touches stop it times out");
     let (s, _) = h.token_op("q", "touch", &again["token"]);
@@ -238,7 +238,7 @@ fn a_full_queue_refuses_pushes_with_507_and_pushes_nothing() {
 #[test]
 fn a_delayed_item_is_taken_only_once_due_and_wakes_a_long_poll() {
     let h = Http::start();
-    let v = h.push("q", "later", "delay=0.5&priority=2");
+    let v = h.push("q", "later", "delay=1&priority=2");
     assert_eq!(v["delayed"], true);
     let stats = h.stats("q");
     assert_eq!(
@@ -253,7 +253,7 @@ fn a_delayed_item_is_taken_only_once_due_and_wakes_a_long_poll() {
     assert_eq!(d["item"], "later");
     assert_eq!(d["priority"], 2);
     assert!(
-        waited >= Duration::from_millis(300) && waited < Duration::from_millis(1500),
+        waited >= Duration::from_millis(700) && waited < Duration::from_millis(2500),
         "taken when due, not at the end of the wait: {waited:?}"
     );
 }
