@@ -169,7 +169,7 @@ def mems(r, lo=1, hi=3):
 def gen_string(r):
     c = r.choice(["GET", "SET", "SET", "SET", "SETNX", "GETSET", "GETDEL", "GETEX", "MGET", "MSET",
                   "MSETNX", "APPEND", "STRLEN", "GETRANGE", "SETRANGE", "INCR", "DECR", "INCRBY",
-                  "DECRBY", "INCRBYFLOAT", "SETEX", "PSETEX"])
+                  "DECRBY", "INCRBYFLOAT", "SETEX", "PSETEX", "LCS", "LCS"])
     if c == "GET" or c == "GETDEL" or c == "STRLEN" or c == "INCR" or c == "DECR":
         return [c, key(r)]
     if c == "SET":
@@ -218,6 +218,15 @@ def gen_string(r):
         return [c, key(r), pick(r, FLOATS)]
     if c in ("SETEX", "PSETEX"):
         return [c, key(r), pick(r, BIGTTL), pick(r, STRVALS)]
+    if c == "LCS":
+        a = [c, key(r), key(r)]
+        for _ in range(r.randint(0, 3)):
+            o = r.choice(["LEN", "IDX", "idx", "WITHMATCHLEN", "MINMATCHLEN", "MINMATCHLEN", "BAD"])
+            if o == "MINMATCHLEN" and r.random() < 0.9:
+                a += [o, pick(r, ["0", "1", "2", "3", "-1", "x"])]
+            else:
+                a.append(o)
+        return a
 
 
 def gen_keys(r):

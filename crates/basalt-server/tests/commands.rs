@@ -889,3 +889,67 @@ fn a_server_with_one_worker_thread_serves_blocking_and_plain_clients() {
         Some(("q".to_string(), "x".to_string()))
     );
 }
+
+#[test]
+fn lcs_answers_the_subsequence_its_length_and_the_matching_ranges() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    r.cmd(&["MSET", "key1", "ohmytext", "key2", "mynewtext"]);
+    assert_eq!(r.cmd(&["LCS", "key1", "key2"]), bulk("mytext"));
+    assert_eq!(r.cmd(&["LCS", "key1", "key2", "LEN"]), int(6));
+    let range = |a: i64, b: i64| arr(vec![int(a), int(b)]);
+    assert_eq!(
+        r.cmd(&["LCS", "key1", "key2", "IDX"]),
+        arr(vec![
+            bulk("matches"),
+            arr(vec![
+                arr(vec![range(4, 7), range(5, 8)]),
+                arr(vec![range(2, 3), range(0, 1)]),
+            ]),
+            bulk("len"),
+            int(6),
+        ])
+    );
+    assert_eq!(
+        r.cmd(&[
+            "LCS",
+            "key1",
+            "key2",
+            "IDX",
+            "MINMATCHLEN",
+            "4",
+            "WITHMATCHLEN"
+        ]),
+        arr(vec![
+            bulk("matches"),
+            arr(vec![arr(vec![range(4, 7), range(5, 8), int(4)])]),
+            bulk("len"),
+            int(6),
+        ])
+    );
+    assert_eq!(
+        r.cmd(&["LCS", "nokey", "key2"]),
+        bulk(""),
+        "missing is empty"
+    );
+    r.cmd(&["HSET", "h", "f", "v"]);
+    assert_eq!(
+        r.cmd(&["LCS", "key1", "h"]),
+        err("ERR The specified keys must contain string values")
+    );
+    assert_eq!(
+        r.cmd(&["LCS", "key1", "key2", "LEN", "IDX"]),
+        err("ERR If you want both the length and indexes, please just use IDX.")
+    );
+    assert_eq!(
+        r.cmd(&["LCS", "key1", "key2", "MINMATCHLEN"]),
+        err("ERR syntax error")
+    );
+    // The table would pass proto-max-bulk-len (512 MB): refused, not built.
+    let big = "a".repeat(12_000);
+    r.cmd(&["MSET", "big1", &big, "big2", &big]);
+    assert_eq!(
+        r.cmd(&["LCS", "big1", "big2", "LEN"]),
+        err("ERR Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len")
+    );
+}

@@ -38,6 +38,7 @@ pub const COMMANDS: &[CommandDef] = &[
     def("strlen", 2, READONLY | FAST, (1, 1, 1), G, "2.2.0", "Returns the length of a string value.", strlen),
     def("getrange", 4, READONLY, (1, 1, 1), G, "2.4.0", "Returns a substring of the string stored at a key.", getrange),
     def("substr", 4, READONLY, (1, 1, 1), G, "1.0.0", "Returns a substring from a string value.", getrange),
+    def("lcs", -3, READONLY, (1, 2, 1), G, "7.0.0", "Finds the longest common substring.", lcs),
     def("setrange", 4, WRITE | DENYOOM, (1, 1, 1), G, "2.2.0", "Overwrites a part of a string value with another by an offset. Creates the key if it doesn't exist.", setrange),
     def("incr", 2, WRITE | DENYOOM | FAST, (1, 1, 1), G, "1.0.0", "Increments the integer value of a key by one. Uses 0 as initial value if the key doesn't exist.", incr),
     def("decr", 2, WRITE | DENYOOM | FAST, (1, 1, 1), G, "1.0.0", "Decrements the integer value of a key by one. Uses 0 as initial value if the key doesn't exist.", decr),
@@ -458,6 +459,139 @@ fn getrange(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     } else {
         ctx.bulk(&v[start as usize..=end as usize]);
     }
+    Ok(())
+}
+
+/// `LCS key1 key2 [LEN] [IDX] [MINMATCHLEN n] [WITHMATCHLEN]`: the longest
+/// common subsequence of two strings (a missing key is the empty string),
+/// by the classic dynamic program over the prefixes, walked back from the
+/// ends as Redis walks it, so ties resolve the same way: the subsequence
+/// itself, its length (LEN), or the matching ranges (IDX) from the last
+/// to the first, those shorter than MINMATCHLEN left out.
+fn lcs(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let read = |ctx: &Ctx<'_>, key: &[u8]| match read_string(ctx.slot().db(), key) {
+        Err(Error::WrongType) => Err(Error::err("The specified keys must contain string values")),
+        other => other,
+    };
+    let a = read(ctx, &args[1])?;
+    let b = read(ctx, &args[2])?;
+    for (key, v) in [(&args[1], &a), (&args[2], &b)] {
+        if v.is_none() {
+            ctx.keymiss(key);
+        }
+    }
+    let (a, b) = (a.unwrap_or_default(), b.unwrap_or_default());
+    let (mut len_only, mut idx, mut with_len, mut min_len) = (false, false, false, 0i64);
+    let mut i = 3;
+    while i < args.len() {
+        let o = &args[i];
+        if is(o, "idx") {
+            idx = true;
+        } else if is(o, "len") {
+            len_only = true;
+        } else if is(o, "withmatchlen") {
+            with_len = true;
+        } else if is(o, "minmatchlen") && i + 1 < args.len() {
+            min_len = int_arg(&args[i + 1])?.max(0);
+            i += 1;
+        } else {
+            return Err(Error::Syntax);
+        }
+        i += 1;
+    }
+    if idx && len_only {
+        return Err(Error::err(
+            "If you want both the length and indexes, please just use IDX.",
+        ));
+    }
+    // The table of LCS lengths of every pair of prefixes, as u32 (Redis's
+    // bound on its transient memory is the same).
+    let (n, m) = (a.len(), b.len());
+    let cells = (n as u128 + 1) * (m as u128 + 1);
+    if cells * 4 > ctx.shared.security.proto_max_bulk_len() as u128 {
+        return Err(Error::err(
+            "Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len",
+        ));
+    }
+    let w = m + 1;
+    let mut dp = vec![0u32; (n + 1) * w];
+    for i in 1..=n {
+        for j in 1..=m {
+            dp[i * w + j] = if a[i - 1] == b[j - 1] {
+                dp[(i - 1) * w + j - 1] + 1
+            } else {
+                dp[(i - 1) * w + j].max(dp[i * w + j - 1])
+            };
+        }
+    }
+    let total = dp[n * w + m] as usize;
+    if len_only {
+        ctx.int(total as i64);
+        return Ok(());
+    }
+    // Walk back from the ends: a match takes both bytes; otherwise go
+    // toward the larger of the two sub-problems (j on a tie). Contiguous
+    // matches form a range, closed by a step that is not a match or by
+    // reaching the start of either string.
+    let mut out = vec![0u8; total];
+    let mut k = total;
+    let mut ranges: Vec<[usize; 4]> = Vec::new();
+    let mut open: Option<[usize; 4]> = None; // a_start, a_end, b_start, b_end
+    let (mut i, mut j) = (n, m);
+    while i > 0 && j > 0 {
+        let mut close = false;
+        if a[i - 1] == b[j - 1] {
+            out[k - 1] = a[i - 1];
+            k -= 1;
+            match &mut open {
+                None => open = Some([i - 1, i - 1, j - 1, j - 1]),
+                Some(r) => {
+                    r[0] -= 1;
+                    r[2] -= 1;
+                }
+            }
+            if i == 1 || j == 1 {
+                close = true;
+            }
+            i -= 1;
+            j -= 1;
+        } else {
+            if dp[(i - 1) * w + j] > dp[i * w + j - 1] {
+                i -= 1;
+            } else {
+                j -= 1;
+            }
+            close = open.is_some();
+        }
+        if close {
+            let r = open.take().expect("an open range");
+            if min_len == 0 || (r[1] - r[0] + 1) as i64 >= min_len {
+                ranges.push(r);
+            }
+        }
+    }
+    if !idx {
+        ctx.bulk(&out);
+        return Ok(());
+    }
+    let mut e = ctx.enc();
+    e.map(2);
+    e.bulk(b"matches");
+    e.array(ranges.len());
+    for r in &ranges {
+        e.array(2 + with_len as usize);
+        e.array(2);
+        e.integer(r[0] as i64);
+        e.integer(r[1] as i64);
+        e.array(2);
+        e.integer(r[2] as i64);
+        e.integer(r[3] as i64);
+        if with_len {
+            e.integer((r[1] - r[0] + 1) as i64);
+        }
+    }
+    e.bulk(b"len");
+    e.integer(total as i64);
     Ok(())
 }
 
