@@ -360,8 +360,10 @@ fn dead_letter(
 ) -> ApiResult<()> {
     let key = &n.ready[p as usize];
     let got = a.call(&[b"xrange", key, id, id])?;
-    if let Some((_, Some(item))) = items(&got).first().and_then(|e| entry(e, b"item")) {
-        let item = item.to_vec();
+    // An entry without an `item` field (written from RESP) is dead-lettered
+    // with an empty item rather than dropped.
+    if let Some((_, item)) = items(&got).first().and_then(|e| entry(e, b"item")) {
+        let item = item.unwrap_or_default().to_vec();
         let (pr, d) = (p.to_string(), deliveries.to_string());
         let orig = [pr.as_bytes(), b"-", id].concat();
         a.call(&[
@@ -428,11 +430,11 @@ fn take(a: &mut Atomic<'_>, n: &Names, worker: &[u8]) -> ApiResult<Option<Delive
                 continue;
             }
             let claimed = a.call(&[b"xclaim", &key, GROUP, worker, vis.as_bytes(), &id])?;
-            if let Some((_, Some(item))) = items(&claimed).first().and_then(|e| entry(e, b"item")) {
+            if let Some((_, item)) = items(&claimed).first().and_then(|e| entry(e, b"item")) {
                 return Ok(Some(Delivery {
                     priority: p,
                     id,
-                    item: item.to_vec(),
+                    item: item.unwrap_or_default().to_vec(),
                     deliveries: count + 1,
                     visibility_ms: s.visibility_ms,
                 }));
@@ -568,8 +570,9 @@ async fn poll<T>(
             return Ok(None);
         }
         let mut nap = (deadline - now).min(RECHECK);
-        if let Some(at) = wake_at {
-            let in_ms = at.saturating_sub(crate::state::now_ms());
+        // A time already past (a due item a locked queue holds back)
+        // leaves the recheck as it is: no spinning.
+        if let Some(in_ms) = wake_at.and_then(|at| at.checked_sub(crate::state::now_ms())) {
             nap = nap.min(Duration::from_millis(in_ms.max(1)));
         }
         tokio::select! {
@@ -594,6 +597,8 @@ fn next_due(a: &mut Atomic<'_>, n: &Names) -> ApiResult<Option<u64>> {
 fn wake_keys(n: &Names) -> Vec<Vec<u8>> {
     let mut k = n.ready.clone();
     k.push(n.conf.clone());
+    // A delayed push: the wait shortens to its due time.
+    k.push(n.due.clone());
     k
 }
 
@@ -1112,6 +1117,7 @@ pub(crate) async fn events(req: Req) -> ApiResult {
                 }) => got,
                 _ = tx.closed() => return,
             };
+            let failed = got.is_err();
             let ev = match got {
                 Ok(Some(d)) => Event::default().event("item").data(d.json().to_string()),
                 Ok(None) if *state.stop.borrow() => return,
@@ -1124,6 +1130,10 @@ pub(crate) async fn events(req: Req) -> ApiResult {
             // back, as for a worker that died holding it.
             if tx.send(ev).await.is_err() {
                 return;
+            }
+            if failed {
+                // The same error would come back at once: retry slowly.
+                tokio::time::sleep(RECHECK).await;
             }
         }
     });
@@ -1229,7 +1239,9 @@ pub(crate) async fn read_topic(req: Req) -> ApiResult {
             Some((index_of(id)?, msg.unwrap_or_default(), time))
         })
         .collect();
-    let next = rows.last().map_or(from.max(first), |r| r.0 + 1);
+    let next = rows
+        .last()
+        .map_or(from.max(first), |r| r.0.saturating_add(1));
     let t = Texts::for_all(rows.iter().map(|r| r.1));
     let list: Vec<Value> = rows
         .iter()
