@@ -468,7 +468,39 @@ def gen_list(r):
         return a
 
 
-FAMILIES = {"string": gen_string, "keys": gen_keys, "hash": gen_hash, "set": gen_set,
+def gen_bitmap(r):
+    c = r.choice(["SETBIT", "SETBIT", "SETBIT", "GETBIT", "BITCOUNT", "BITCOUNT", "BITPOS",
+                  "BITPOS", "BITOP"])
+    off = lambda: pick(r, [str(r.randint(0, 40)) for _ in range(8)] +
+                       ["-1", "x", "4294967296", "0"])
+    rng = lambda: pick(r, ["0", "1", "2", "-1", "-2", "-5", "3", "10", "100", "-100", "x"])
+    if c == "SETBIT":
+        return [c, key(r), off(), pick(r, ["0", "1", "1", "2", "-1", "x"])]
+    if c == "GETBIT":
+        return [c, key(r), off()]
+    if c == "BITCOUNT":
+        a = [c, key(r)]
+        n = r.choice([0, 0, 1, 2, 2, 3, 4])
+        a += [rng() for _ in range(min(n, 2))]
+        if n >= 3:
+            a.append(r.choice(["BIT", "BYTE", "bit", "BAD"]))
+        if n == 4:
+            a.append("x")
+        return a
+    if c == "BITPOS":
+        a = [c, key(r), pick(r, ["0", "1", "1", "0", "2", "x"])]
+        n = r.choice([0, 0, 1, 2, 3, 3, 4])
+        a += [rng() for _ in range(min(n, 2))]
+        if n >= 3:
+            a.append(r.choice(["BIT", "BYTE", "bit", "BAD"]))
+        if n == 4:
+            a.append("x")
+        return a
+    op = r.choice(["AND", "OR", "XOR", "NOT", "not", "BAD"])
+    return [c, op, key(r)] + keys(r, 1, 3 if op.upper() != "NOT" else 2)
+
+
+FAMILIES = {"string": gen_string, "bitmap": gen_bitmap, "keys": gen_keys, "hash": gen_hash, "set": gen_set,
             "zset": gen_zset, "list": gen_list}
 
 

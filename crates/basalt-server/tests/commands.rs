@@ -953,3 +953,63 @@ fn lcs_answers_the_subsequence_its_length_and_the_matching_ranges() {
         err("ERR Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len")
     );
 }
+
+#[test]
+fn bitmaps_set_count_find_and_combine_bits_of_strings() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    assert_eq!(r.cmd(&["SETBIT", "b", "7", "1"]), int(0));
+    assert_eq!(r.cmd(&["SETBIT", "b", "7", "1"]), int(1), "the old bit");
+    assert_eq!(r.cmd(&["GET", "b"]), bulk("\x01"));
+    assert_eq!(r.cmd(&["SETBIT", "b", "17", "1"]), int(0));
+    assert_eq!(r.cmd(&["STRLEN", "b"]), int(3), "grown with zero bytes");
+    assert_eq!(r.cmd(&["GETBIT", "b", "17"]), int(1));
+    assert_eq!(r.cmd(&["GETBIT", "b", "1000"]), int(0));
+    r.cmd(&["SET", "f", "foobar"]);
+    assert_eq!(r.cmd(&["BITCOUNT", "f"]), int(26));
+    assert_eq!(r.cmd(&["BITCOUNT", "f", "1", "1"]), int(6));
+    assert_eq!(r.cmd(&["BITCOUNT", "f", "5", "30", "BIT"]), int(17));
+    r.cmd(&["SET", "p", "\u{0}\u{ff}\u{f0}"]);
+    assert_eq!(r.cmd(&["BITPOS", "p", "1"]), int(8));
+    r.cmd(&["SET", "ones", "\u{7f}"]);
+    r.cmd(&["SETBIT", "ones", "0", "1"]);
+    assert_eq!(
+        r.cmd(&["BITPOS", "ones", "0"]),
+        int(8),
+        "zeros after the end"
+    );
+    assert_eq!(
+        r.cmd(&["BITPOS", "ones", "0", "0", "-1"]),
+        int(-1),
+        "not with an end"
+    );
+    assert_eq!(r.cmd(&["BITPOS", "missing", "1"]), int(-1));
+    r.cmd(&["SET", "x", "\u{f}"]);
+    r.cmd(&["SET", "y", "\u{3c}"]);
+    assert_eq!(r.cmd(&["BITOP", "AND", "d", "x", "y"]), int(1));
+    assert_eq!(r.cmd(&["GET", "d"]), bulk("\u{c}"));
+    assert_eq!(r.cmd(&["BITOP", "XOR", "d", "x", "y"]), int(1));
+    assert_eq!(r.cmd(&["GET", "d"]), bulk("\u{33}"));
+    assert_eq!(r.cmd(&["BITOP", "OR", "d", "nokey"]), int(0));
+    assert_eq!(r.cmd(&["EXISTS", "d"]), int(0), "an empty result deletes");
+    assert_eq!(
+        r.cmd(&["BITOP", "NOT", "d", "x", "y"]),
+        err("ERR BITOP NOT must be called with a single source key.")
+    );
+    assert_eq!(
+        r.cmd(&["SETBIT", "b", "-1", "1"]),
+        err("ERR bit offset is not an integer or out of range")
+    );
+    assert_eq!(
+        r.cmd(&["SETBIT", "b", "1", "2"]),
+        err("ERR bit is not an integer or out of range")
+    );
+    assert_eq!(
+        r.cmd(&["BITPOS", "b", "2"]),
+        err("ERR The bit argument must be 1 or 0.")
+    );
+    r.cmd(&["HSET", "h", "f", "v"]);
+    let wrongtype = err("WRONGTYPE Operation against a key holding the wrong kind of value");
+    assert_eq!(r.cmd(&["SETBIT", "h", "1", "1"]), wrongtype);
+    assert_eq!(r.cmd(&["BITOP", "OR", "d", "x", "h"]), wrongtype);
+}

@@ -8,6 +8,7 @@
 //! with the `Ctx` helpers, or returns an [`Error`] that [`execute`] turns
 //! into the error reply.
 
+pub mod bitmap;
 pub mod cnum;
 pub mod connection;
 pub mod expiry;
@@ -130,6 +131,8 @@ pub enum Group {
     Scripting,
     /// Streams.
     Stream,
+    /// Bit operations on strings.
+    Bitmap,
 }
 
 impl Group {
@@ -148,6 +151,7 @@ impl Group {
             Group::Transactions => "transactions",
             Group::Scripting => "scripting",
             Group::Stream => "stream",
+            Group::Bitmap => "bitmap",
         }
     }
 }
@@ -201,6 +205,7 @@ impl CommandDef {
 /// Every family's table.
 const FAMILIES: &[&[CommandDef]] = &[
     strings::COMMANDS,
+    bitmap::COMMANDS,
     keys::COMMANDS,
     expiry::COMMANDS,
     connection::COMMANDS,

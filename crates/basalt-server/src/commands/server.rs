@@ -160,6 +160,7 @@ fn categories(c: &CommandDef) -> Vec<&'static str> {
         // Redis lists @scripting after @slow (its category table's order).
         Group::Scripting => "@slow",
         Group::Stream => "@stream",
+        Group::Bitmap => "@bitmap",
     });
     if c.group == Group::Scripting {
         v.push("@scripting");
