@@ -457,6 +457,8 @@ fn bad_requests_are_clear_json_errors_and_change_nothing() {
     assert_eq!(s, StatusCode::BAD_REQUEST);
     let (s, _) = h.post("/v1/queues/q/take?worker=w&wait=301", b"");
     assert_eq!(s, StatusCode::BAD_REQUEST);
+    let (s, _) = h.post("/v1/queues//items", b"x");
+    assert_eq!(s, StatusCode::BAD_REQUEST, "an empty queue name");
     assert_eq!(
         h.json(Method::GET, "/v1/queues", None).1,
         json!({"queues": []})

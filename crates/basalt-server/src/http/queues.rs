@@ -100,6 +100,14 @@ impl Names {
     }
 }
 
+/// The keys of the request's queue; 400 for an empty name.
+fn names(req: &Req) -> ApiResult<Names> {
+    match req.path(0) {
+        [] => Err(ApiError::bad_request("the queue name is empty")),
+        q => Ok(Names::of(q)),
+    }
+}
+
 // --------------------------------------------------------------- settings
 
 /// A queue's settings (the hash `queue:{Q}`).
@@ -686,7 +694,7 @@ pub(crate) async fn configure(req: Req) -> ApiResult {
     }) {
         return Err(ApiError::bad_request(format!("unknown setting {k:?}")));
     }
-    let n = Names::of(req.path(0));
+    let n = names(&req)?;
     let s = req.atomically(|a| {
         let mut s = settings(a, &n)?.unwrap_or_default();
         s.capacity = capacity.unwrap_or(s.capacity);
@@ -703,7 +711,7 @@ pub(crate) async fn configure(req: Req) -> ApiResult {
 /// `GET /v1/queues/{queue}`: stats.
 pub(crate) async fn stats(req: Req) -> ApiResult {
     let queue = req.path(0).to_vec();
-    let n = Names::of(&queue);
+    let n = names(&req)?;
     let body = req.atomically(|a| {
         let s = existing(a, &n)?;
         promote(a, &n)?;
@@ -791,7 +799,7 @@ pub(crate) async fn stats(req: Req) -> ApiResult {
 
 /// `DELETE /v1/queues/{queue}`
 pub(crate) async fn delete(req: Req) -> ApiResult {
-    let n = Names::of(req.path(0));
+    let n = names(&req)?;
     let deleted = req.atomically(|a| {
         let existed = int(&a.call(&[b"exists", &n.conf])?) == 1;
         let mut args: Vec<&[u8]> = vec![b"del"];
@@ -807,7 +815,7 @@ pub(crate) async fn push(req: Req) -> ApiResult {
     let p = priority_param(&req)?.unwrap_or(DEFAULT_PRIORITY);
     let delay_ms = (float_param(&req, "delay", 0.0, 86_400.0 * 365.0)? * 1000.0) as u64;
     let new = super::collections::elements(&req)?;
-    let n = Names::of(req.path(0));
+    let n = names(&req)?;
     let ids = req.atomically(|a| {
         let s = match settings(a, &n)? {
             Some(s) => s,
@@ -900,7 +908,7 @@ fn live(row: &Frame, s: &Settings) -> bool {
 pub(crate) async fn take_route(req: Req) -> ApiResult {
     let worker = worker_param(&req)?;
     let wait = Duration::from_secs_f64(float_param(&req, "wait", 0.0, MAX_WAIT_S)?);
-    let n = Names::of(req.path(0));
+    let n = names(&req)?;
     let keys = wake_keys(&n);
     let (shared, state, db) = (&req.shared, &req.state, req.db);
     let got = poll(shared, state, db, &keys, wait, || {
@@ -915,7 +923,7 @@ pub(crate) async fn take_route(req: Req) -> ApiResult {
 
 /// `POST /v1/queues/{queue}/ack/{token}`
 pub(crate) async fn ack(req: Req) -> ApiResult {
-    let n = Names::of(req.path(0));
+    let n = names(&req)?;
     let key = req.atomically(|a| {
         let (key, id, _) = current(a, &n, req.path(1))?;
         a.call(&[b"xack", &key, GROUP, &id])?;
@@ -930,7 +938,7 @@ pub(crate) async fn ack(req: Req) -> ApiResult {
 /// `POST /v1/queues/{queue}/nack/{token}?delay=S`
 pub(crate) async fn nack(req: Req) -> ApiResult {
     let delay_ms = (float_param(&req, "delay", 0.0, 86_400.0 * 365.0)? * 1000.0) as u64;
-    let n = Names::of(req.path(0));
+    let n = names(&req)?;
     let key = req.atomically(|a| {
         let s = existing(a, &n)?;
         let (key, id, owner) = current(a, &n, req.path(1))?;
@@ -956,7 +964,7 @@ pub(crate) async fn nack(req: Req) -> ApiResult {
 
 /// `POST /v1/queues/{queue}/touch/{token}`
 pub(crate) async fn touch(req: Req) -> ApiResult {
-    let n = Names::of(req.path(0));
+    let n = names(&req)?;
     let vis = req.atomically(|a| {
         let s = existing(a, &n)?;
         let (key, id, owner) = current(a, &n, req.path(1))?;
@@ -967,7 +975,7 @@ pub(crate) async fn touch(req: Req) -> ApiResult {
 }
 
 async fn set_locked(req: Req, locked: bool) -> ApiResult {
-    let n = Names::of(req.path(0));
+    let n = names(&req)?;
     req.atomically(|a| {
         existing(a, &n)?;
         a.call(&[
@@ -1005,7 +1013,7 @@ pub(crate) async fn purge(req: Req) -> ApiResult {
             "purge either one priority or the dead letters",
         ));
     }
-    let n = Names::of(req.path(0));
+    let n = names(&req)?;
     let purged = req.atomically(|a| {
         existing(a, &n)?;
         if dead {
@@ -1049,7 +1057,7 @@ pub(crate) async fn dead(req: Req) -> ApiResult {
     if count < 1 {
         return Err(ApiError::bad_request("count must be positive"));
     }
-    let n = Names::of(req.path(0));
+    let n = names(&req)?;
     let c = count.to_string();
     let got = req.command(&[b"xrange", &n.dead, b"-", b"+", b"COUNT", c.as_bytes()])?;
     // RESP3: [[id, [f, v, ...]]] as with RESP2 (no map for an entry).
@@ -1105,7 +1113,7 @@ pub(crate) async fn events(req: Req) -> ApiResult {
         return Err(ApiError::bad_request("prefetch must be 1 to 1000"));
     }
     let (shared, state, db) = (req.shared.clone(), req.state.clone(), req.db);
-    let n = Names::of(req.path(0));
+    let n = names(&req)?;
     let (tx, rx) = mpsc::channel::<Event>(1);
     tokio::spawn(async move {
         let keys = wake_keys(&n);
