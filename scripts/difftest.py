@@ -478,24 +478,20 @@ def gen_bitmap(r):
         return [c, key(r), off(), pick(r, ["0", "1", "1", "2", "-1", "x"])]
     if c == "GETBIT":
         return [c, key(r), off()]
+
+    def span(counts):
+        # [start [end [BYTE|BIT [extra]]]], sometimes malformed
+        n = r.choice(counts)
+        a = [rng() for _ in range(min(n, 2))]
+        if n >= 3:
+            a.append(r.choice(["BIT", "BYTE", "bit", "BAD"]))
+        if n == 4:
+            a.append("x")
+        return a
     if c == "BITCOUNT":
-        a = [c, key(r)]
-        n = r.choice([0, 0, 1, 2, 2, 3, 4])
-        a += [rng() for _ in range(min(n, 2))]
-        if n >= 3:
-            a.append(r.choice(["BIT", "BYTE", "bit", "BAD"]))
-        if n == 4:
-            a.append("x")
-        return a
+        return [c, key(r)] + span([0, 0, 1, 2, 2, 3, 4])
     if c == "BITPOS":
-        a = [c, key(r), pick(r, ["0", "1", "1", "0", "2", "x"])]
-        n = r.choice([0, 0, 1, 2, 3, 3, 4])
-        a += [rng() for _ in range(min(n, 2))]
-        if n >= 3:
-            a.append(r.choice(["BIT", "BYTE", "bit", "BAD"]))
-        if n == 4:
-            a.append("x")
-        return a
+        return [c, key(r), pick(r, ["0", "1", "1", "0", "2", "x"])] + span([0, 0, 1, 2, 3, 3, 4])
     op = r.choice(["AND", "OR", "XOR", "NOT", "not", "BAD"])
     return [c, op, key(r)] + keys(r, 1, 3 if op.upper() != "NOT" else 2)
 

@@ -56,6 +56,18 @@ impl Http {
         )
     }
 
+    /// Sends a long-poll request, runs `meanwhile` 300 ms later, and
+    /// returns the request's JSON answer.
+    fn long_poll(&self, method: Method, path: &str, meanwhile: impl FnOnce()) -> Value {
+        let request = self.client.request(method, self.url(path)).send();
+        let answer = self
+            .rt
+            .spawn(async move { request.await.unwrap().json::<Value>().await.unwrap() });
+        std::thread::sleep(Duration::from_millis(300));
+        meanwhile();
+        self.rt.block_on(answer).unwrap()
+    }
+
     fn stats(&self, queue: &str) -> Value {
         let (s, v) = self.json(Method::GET, &format!("/v1/queues/{queue}"), None);
         assert_eq!(s, StatusCode::OK, "{v}");
@@ -265,20 +277,10 @@ fn a_long_poll_take_is_woken_by_a_push_over_http_or_resp() {
     let d = h.take("q", "w", "").unwrap();
     h.token_op("q", "ack", &d["token"]);
 
-    let url = h.url("/v1/queues/q/items");
-    let client = h.client.clone();
+    let take = "/v1/queues/q/take?worker=w&wait=10";
     let t = Instant::now();
-    let got = h.rt.block_on(async {
-        let take = client
-            .post(format!("{}/v1/queues/q/take?worker=w&wait=10", h.base))
-            .send();
-        let push = async {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            client.post(&url).body("hello").send().await.unwrap()
-        };
-        let (taken, pushed) = tokio::join!(take, push);
-        assert_eq!(pushed.status(), StatusCode::CREATED);
-        taken.unwrap().json::<Value>().await.unwrap()
+    let got = h.long_poll(Method::POST, take, || {
+        h.push("q", "hello", "");
     });
     assert_eq!(got["item"], "hello");
     assert!(t.elapsed() < Duration::from_secs(5), "woken, not timed out");
@@ -286,22 +288,14 @@ fn a_long_poll_take_is_woken_by_a_push_over_http_or_resp() {
     // An XADD from a RESP client onto the queue's stream wakes it too.
     let mut r = h.redis();
     let t = Instant::now();
-    let got = h.rt.block_on(async {
-        let take = client
-            .post(format!("{}/v1/queues/q/take?worker=w&wait=10", h.base))
-            .send();
-        let push = async {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            let _: String = redis::cmd("XADD")
-                .arg("queue:{q}:1")
-                .arg("*")
-                .arg("item")
-                .arg("from-resp")
-                .query(&mut r)
-                .unwrap();
-        };
-        let (taken, ()) = tokio::join!(take, push);
-        taken.unwrap().json::<Value>().await.unwrap()
+    let got = h.long_poll(Method::POST, take, || {
+        let _: String = redis::cmd("XADD")
+            .arg("queue:{q}:1")
+            .arg("*")
+            .arg("item")
+            .arg("from-resp")
+            .query(&mut r)
+            .unwrap();
     });
     assert_eq!(got["item"], "from-resp");
     assert!(t.elapsed() < Duration::from_secs(5));
@@ -323,22 +317,9 @@ fn a_locked_queue_delivers_nothing_until_unlocked() {
     h.push("q", "y", "");
     assert_eq!(h.stats("q")["locked"], true);
     assert_eq!(h.stats("q")["ready"], 2, "pushes are still taken");
-    let client = h.client.clone();
-    let took: Value = h.rt.block_on(async {
-        let take = client
-            .post(format!("{}/v1/queues/q/take?worker=w&wait=10", h.base))
-            .send();
-        let unlock = async {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            let r = client
-                .post(format!("{}/v1/queues/q/unlock", h.base))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(r.status(), StatusCode::OK);
-        };
-        let (taken, ()) = tokio::join!(take, unlock);
-        taken.unwrap().json().await.unwrap()
+    let took = h.long_poll(Method::POST, "/v1/queues/q/take?worker=w&wait=10", || {
+        let (s, _) = h.post("/v1/queues/q/unlock", b"");
+        assert_eq!(s, StatusCode::OK);
     });
     assert_eq!(took["item"], "x", "an unlock wakes the long poll");
     assert_eq!(h.stats("q")["locked"], false);
@@ -554,23 +535,10 @@ fn a_topic_keeps_its_last_messages_by_index_and_long_polls_for_new_ones() {
     assert_eq!(v["messages"][0]["message"], "m4");
     assert_eq!(v["next"], 5);
 
-    let client = h.client.clone();
     let t = Instant::now();
-    let v: Value = h.rt.block_on(async {
-        let read = client
-            .get(format!("{}/v1/topics/news?from=6&wait=10", h.base))
-            .send();
-        let publish = async {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            client
-                .post(format!("{}/v1/topics/news", h.base))
-                .body("m6")
-                .send()
-                .await
-                .unwrap()
-        };
-        let (read, _) = tokio::join!(read, publish);
-        read.unwrap().json().await.unwrap()
+    let v = h.long_poll(Method::GET, "/v1/topics/news?from=6&wait=10", || {
+        let (s, _) = h.post("/v1/topics/news", b"m6");
+        assert_eq!(s, StatusCode::CREATED);
     });
     assert_eq!(
         v["messages"][0],

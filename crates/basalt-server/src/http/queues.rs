@@ -230,10 +230,15 @@ fn entry<'f>(f: &'f Frame, field: &[u8]) -> Option<(&'f [u8], Option<&'f [u8]>)>
     Some((id, value))
 }
 
-/// A NOGROUP reply (or XINFO's "no such key"): the stream or its group is
-/// gone, which for a queue reads as "nothing there".
-fn no_group(e: &str) -> bool {
-    e.starts_with("NOGROUP") || e == "ERR no such key"
+/// Runs a command on a priority stream's group; `None` when the stream or
+/// its group is gone (NOGROUP, or XINFO's "no such key"), which for a
+/// queue reads as "nothing there".
+fn group_call(a: &mut Atomic<'_>, args: &[&[u8]]) -> ApiResult<Option<Frame>> {
+    match a.try_call(args) {
+        Ok(f) => Ok(Some(f)),
+        Err(e) if e.starts_with("NOGROUP") || e == "ERR no such key" => Ok(None),
+        Err(e) => Err(ApiError::from_redis(&e)),
+    }
 }
 
 // ------------------------------------------------------------ parameters
@@ -397,33 +402,23 @@ fn dead_letter(
 
 /// Hands the next item to `worker`, or `None` when nothing is ready (or
 /// the queue is locked or absent). See `docs/queues.md` for the order.
-fn take(a: &mut Atomic<'_>, n: &Names, worker: &[u8]) -> ApiResult<Option<Delivery>> {
-    let Some(s) = settings(a, n)? else {
-        return Ok(None);
-    };
-    if s.locked {
-        return Ok(None);
-    }
+fn take(a: &mut Atomic<'_>, n: &Names, s: &Settings, worker: &[u8]) -> ApiResult<Option<Delivery>> {
     promote(a, n)?;
     let vis = s.visibility_ms.to_string();
     for p in (0..LEVELS).rev() {
         let key = n.ready[p as usize].clone();
         // Redeliveries first: the oldest entry whose timeout ran out.
-        loop {
-            let pending = match a.try_call(&[
-                b"xpending",
-                &key,
-                GROUP,
-                b"IDLE",
-                vis.as_bytes(),
-                b"-",
-                b"+",
-                b"1",
-            ]) {
-                Ok(f) => f,
-                Err(e) if no_group(&e) => break,
-                Err(e) => return Err(ApiError::from_redis(&e)),
-            };
+        let expired: &[&[u8]] = &[
+            b"xpending",
+            &key,
+            GROUP,
+            b"IDLE",
+            vis.as_bytes(),
+            b"-",
+            b"+",
+            b"1",
+        ];
+        while let Some(pending) = group_call(a, expired)? {
             let Some(row) = items(&pending).first().map(items) else {
                 break;
             };
@@ -451,31 +446,28 @@ fn take(a: &mut Atomic<'_>, n: &Names, worker: &[u8]) -> ApiResult<Option<Delive
             // RESP): XCLAIM dropped it from the pending list; go on.
         }
         // Then the oldest item never delivered.
-        let read = |a: &mut Atomic<'_>| {
-            a.try_call(&[
-                b"xreadgroup",
-                b"GROUP",
-                GROUP,
-                worker,
-                b"COUNT",
-                b"1",
-                b"STREAMS",
-                &key,
-                b">",
-            ])
-        };
-        let got = match read(a) {
-            Ok(f) => f,
-            Err(e) if no_group(&e) => {
+        let read: &[&[u8]] = &[
+            b"xreadgroup",
+            b"GROUP",
+            GROUP,
+            worker,
+            b"COUNT",
+            b"1",
+            b"STREAMS",
+            &key,
+            b">",
+        ];
+        let got = match group_call(a, read)? {
+            Some(f) => f,
+            None => {
                 // A stream whose group was destroyed from RESP: recreate
                 // it from the start.
                 if int(&a.call(&[b"exists", &key])?) == 0 {
                     continue;
                 }
                 a.call(&[b"xgroup", b"create", &key, GROUP, b"0"])?;
-                read(a).map_err(|e| ApiError::from_redis(&e))?
+                a.call(read)?
             }
-            Err(e) => return Err(ApiError::from_redis(&e)),
         };
         // [[key, [[id, [field, value]]]]]
         let first = items(&got)
@@ -529,10 +521,8 @@ fn stale() -> ApiError {
 fn current(a: &mut Atomic<'_>, n: &Names, token: &[u8]) -> ApiResult<(Vec<u8>, Vec<u8>, Vec<u8>)> {
     let (p, id, d) = parse_token(token)?;
     let key = n.ready[p as usize].clone();
-    let pending = match a.try_call(&[b"xpending", &key, GROUP, &id, &id, b"1"]) {
-        Ok(f) => f,
-        Err(e) if no_group(&e) => return Err(stale()),
-        Err(e) => return Err(ApiError::from_redis(&e)),
+    let Some(pending) = group_call(a, &[b"xpending", &key, GROUP, &id, &id, b"1"])? else {
+        return Err(stale());
     };
     let row = items(&pending).first().map(items).unwrap_or(&[]);
     let owner = row.get(1).and_then(bulk).map(|o| o.to_vec());
@@ -724,11 +714,8 @@ pub(crate) async fn stats(req: Req) -> ApiResult {
             let len = int(&a.call(&[b"xlen", key])?);
             // Deliveries past their visibility timeout (timed out or
             // nacked) are ready again, not in flight.
-            let rows = match a.try_call(&[b"xpending", key, GROUP, b"-", b"+", b"1000000000"]) {
-                Ok(f) => f,
-                Err(e) if no_group(&e) => Frame::Array(Vec::new()),
-                Err(e) => return Err(ApiError::from_redis(&e)),
-            };
+            let rows = group_call(a, &[b"xpending", key, GROUP, b"-", b"+", b"1000000000"])?
+                .unwrap_or(Frame::Array(Vec::new()));
             let mut pending = 0;
             for row in items(&rows).iter().filter(|row| live(row, &s)) {
                 pending += 1;
@@ -747,10 +734,8 @@ pub(crate) async fn stats(req: Req) -> ApiResult {
             ready += len - pending;
             in_flight += pending;
             delayed += later;
-            let consumers = match a.try_call(&[b"xinfo", b"consumers", key, GROUP]) {
-                Ok(f) => f,
-                Err(e) if no_group(&e) => continue,
-                Err(e) => return Err(ApiError::from_redis(&e)),
+            let Some(consumers) = group_call(a, &[b"xinfo", b"consumers", key, GROUP])? else {
+                continue;
             };
             // The workers' last take (a consumer's seen time).
             for c in items(&consumers) {
@@ -871,12 +856,16 @@ fn try_take(
     prefetch: Option<usize>,
 ) -> Attempt<Delivery> {
     atomically(shared, state, db, |a| {
+        // An absent or locked queue hands out nothing, whatever is due.
+        let Some(s) = settings(a, n)?.filter(|s| !s.locked) else {
+            return Ok((None, None));
+        };
         if let Some(max) = prefetch {
-            if in_flight_of(a, n, worker)? >= max {
+            if in_flight_of(a, n, &s, worker)? >= max {
                 return Ok((None, None));
             }
         }
-        match take(a, n, worker)? {
+        match take(a, n, &s, worker)? {
             Some(d) => Ok((Some(d), None)),
             None => Ok((None, next_due(a, n)?)),
         }
@@ -885,14 +874,14 @@ fn try_take(
 
 /// Items `worker` holds in flight (its deliveries whose visibility
 /// timeout has not run out, nacked ones excluded), over all priorities.
-fn in_flight_of(a: &mut Atomic<'_>, n: &Names, worker: &[u8]) -> ApiResult<usize> {
-    let s = settings(a, n)?.unwrap_or_default();
+fn in_flight_of(a: &mut Atomic<'_>, n: &Names, s: &Settings, worker: &[u8]) -> ApiResult<usize> {
     let mut held = 0;
     for key in &n.ready {
-        match a.try_call(&[b"xpending", key, GROUP, b"-", b"+", b"1000000", worker]) {
-            Ok(f) => held += items(&f).iter().filter(|row| live(row, &s)).count(),
-            Err(e) if no_group(&e) => {}
-            Err(e) => return Err(ApiError::from_redis(&e)),
+        if let Some(f) = group_call(
+            a,
+            &[b"xpending", key, GROUP, b"-", b"+", b"1000000", worker],
+        )? {
+            held += items(&f).iter().filter(|row| live(row, s)).count();
         }
     }
     Ok(held)
