@@ -12,7 +12,9 @@ pub mod bitmap;
 pub mod cnum;
 pub mod connection;
 pub mod expiry;
+pub mod geo;
 pub mod hash;
+pub mod hll;
 pub mod keys;
 pub mod list;
 pub mod memory;
@@ -133,6 +135,10 @@ pub enum Group {
     Stream,
     /// Bit operations on strings.
     Bitmap,
+    /// Geospatial indexes over sorted sets.
+    Geo,
+    /// HyperLogLog cardinality estimates.
+    HyperLogLog,
 }
 
 impl Group {
@@ -152,6 +158,8 @@ impl Group {
             Group::Scripting => "scripting",
             Group::Stream => "stream",
             Group::Bitmap => "bitmap",
+            Group::Geo => "geo",
+            Group::HyperLogLog => "hyperloglog",
         }
     }
 }
@@ -206,6 +214,8 @@ impl CommandDef {
 const FAMILIES: &[&[CommandDef]] = &[
     strings::COMMANDS,
     bitmap::COMMANDS,
+    hll::COMMANDS,
+    geo::COMMANDS,
     keys::COMMANDS,
     expiry::COMMANDS,
     connection::COMMANDS,

@@ -161,6 +161,8 @@ fn categories(c: &CommandDef) -> Vec<&'static str> {
         Group::Scripting => "@slow",
         Group::Stream => "@stream",
         Group::Bitmap => "@bitmap",
+        Group::Geo => "@geo",
+        Group::HyperLogLog => "@hyperloglog",
     });
     if c.group == Group::Scripting {
         v.push("@scripting");
