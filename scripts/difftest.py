@@ -468,9 +468,47 @@ def gen_list(r):
         return a
 
 
+def bitfield_ops(r, ro):
+    """BITFIELD subcommands: every type width, #n offsets, values at and past
+    the type's limits, OVERFLOW modes, and now and then a malformed one."""
+    def ftype():
+        if r.random() < 0.05:
+            return pick(r, ["u64", "i65", "i0", "x8", "u", "I8", "U3"])
+        if r.random() < 0.5:
+            return r.choice(["i8", "u8", "i16", "u16", "i64", "u63", "i1", "u1", "i2", "u2"])
+        s = r.choice("iu")
+        return s + str(r.randint(1, 64 if s == "i" else 63))
+
+    def foff():
+        if r.random() < 0.3:
+            return "#" + str(r.randint(0, 6))
+        return pick(r, [str(r.randint(0, 70)) for _ in range(6)] + ["-1", "x", "0"])
+
+    def fval():
+        return pick(r, [str(r.randint(-300, 300)) for _ in range(4)] +
+                    ["127", "128", "-128", "-129", "255", "256", "9223372036854775807",
+                     "-9223372036854775808", "4611686018427387904", "x"])
+    ops = []
+    for _ in range(r.randint(0, 4)):
+        k = r.random()
+        if ro and k < 0.85:
+            k = 0
+        if k < 0.35:
+            ops += ["GET", ftype(), foff()]
+        elif k < 0.6:
+            ops += ["SET", ftype(), foff(), fval()]
+        elif k < 0.85:
+            ops += ["INCRBY", ftype(), foff(), fval()]
+        elif k < 0.97:
+            ops += ["OVERFLOW", pick(r, ["WRAP", "SAT", "FAIL", "fail", "sat", "BAD"])]
+        else:
+            ops += [pick(r, ["GET", "SET", "BAD", "OVERFLOW"])]
+    return ops
+
+
 def gen_bitmap(r):
     c = r.choice(["SETBIT", "SETBIT", "SETBIT", "GETBIT", "BITCOUNT", "BITCOUNT", "BITPOS",
-                  "BITPOS", "BITOP"])
+                  "BITPOS", "BITOP", "BITFIELD", "BITFIELD", "BITFIELD", "BITFIELD_RO"])
     off = lambda: pick(r, [str(r.randint(0, 40)) for _ in range(8)] +
                        ["-1", "x", "4294967296", "0"])
     rng = lambda: pick(r, ["0", "1", "2", "-1", "-2", "-5", "3", "10", "100", "-100", "x"])
@@ -478,6 +516,8 @@ def gen_bitmap(r):
         return [c, key(r), off(), pick(r, ["0", "1", "1", "2", "-1", "x"])]
     if c == "GETBIT":
         return [c, key(r), off()]
+    if c.startswith("BITFIELD"):
+        return [c, key(r)] + bitfield_ops(r, c == "BITFIELD_RO")
 
     def span(counts):
         # [start [end [BYTE|BIT [extra]]]], sometimes malformed

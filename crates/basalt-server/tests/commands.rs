@@ -1013,3 +1013,90 @@ fn bitmaps_set_count_find_and_combine_bits_of_strings() {
     assert_eq!(r.cmd(&["SETBIT", "h", "1", "1"]), wrongtype);
     assert_eq!(r.cmd(&["BITOP", "OR", "d", "x", "h"]), wrongtype);
 }
+
+#[test]
+fn bitfields_read_write_and_overflow_integers_at_any_bit_offset() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    let null = Frame::NullBulk;
+    assert_eq!(
+        r.cmd(&["BITFIELD", "bf", "SET", "u8", "#1", "200", "GET", "u8", "8", "GET", "i8", "8"]),
+        arr(vec![int(0), int(200), int(-56)]),
+        "SET answers the old value; #1 is the second u8"
+    );
+    assert_eq!(r.cmd(&["GET", "bf"]), Frame::Bulk(vec![0, 200]));
+    assert_eq!(
+        r.cmd(&[
+            "BITFIELD", "bf", "INCRBY", "u8", "8", "100", "OVERFLOW", "SAT", "INCRBY", "u8", "8",
+            "250"
+        ]),
+        arr(vec![int(44), int(255)]),
+        "wraps by default, then saturates"
+    );
+    assert_eq!(
+        r.cmd(&[
+            "BITFIELD", "bf", "OVERFLOW", "FAIL", "INCRBY", "i8", "8", "-200", "INCRBY", "i8", "8",
+            "-1"
+        ]),
+        arr(vec![null.clone(), int(-2)]),
+        "FAIL refuses the overflowing write only"
+    );
+    assert_eq!(
+        r.cmd(&[
+            "BITFIELD",
+            "bf",
+            "SET",
+            "i64",
+            "0",
+            "-9223372036854775808",
+            "INCRBY",
+            "i64",
+            "0",
+            "-1"
+        ]),
+        arr(vec![int(0xfe << 48), int(9223372036854775807)]),
+        "i64 wraps at its limits"
+    );
+    assert_eq!(
+        r.cmd(&["BITFIELD_RO", "nokey", "GET", "u63", "5", "GET", "i1", "0"]),
+        arr(vec![int(0), int(0)]),
+        "a missing key reads as zeros and is not created"
+    );
+    assert_eq!(r.cmd(&["EXISTS", "nokey"]), int(0));
+    assert_eq!(
+        r.cmd(&["BITFIELD", "grow", "OVERFLOW", "FAIL", "SET", "u2", "100", "7"]),
+        arr(vec![null])
+    );
+    assert_eq!(
+        r.cmd(&["STRLEN", "grow"]),
+        int(13),
+        "grown to the written bit even on FAIL"
+    );
+    let before = r.cmd(&["GET", "bf"]);
+    for (args, e) in [
+        (vec!["SET", "u64", "0", "1"], "ERR Invalid bitfield type. Use something like i16 u8. Note that u64 is not supported but i64 is."),
+        (vec!["SET", "I8", "0", "1"], "ERR Invalid bitfield type. Use something like i16 u8. Note that u64 is not supported but i64 is."),
+        (vec!["SET", "u8", "-1", "1"], "ERR bit offset is not an integer or out of range"),
+        (vec!["SET", "u8", "0", "x"], "ERR value is not an integer or out of range"),
+        (vec!["OVERFLOW", "MAYBE"], "ERR Invalid OVERFLOW type specified"),
+        (vec!["SET", "u8", "0", "1", "GET", "u8"], "ERR syntax error"),
+    ] {
+        let mut cmd = vec!["BITFIELD", "bf"];
+        cmd.extend(args.iter().copied());
+        assert_eq!(r.cmd(&cmd), err(e), "{args:?}");
+    }
+    assert_eq!(
+        r.cmd(&["GET", "bf"]),
+        before,
+        "a rejected command writes nothing"
+    );
+    assert_eq!(
+        r.cmd(&["BITFIELD_RO", "bf", "GET", "u8", "0", "SET", "u8", "0", "1"]),
+        err("ERR BITFIELD_RO only supports the GET subcommand")
+    );
+    r.cmd(&["LPUSH", "l", "x"]);
+    assert_eq!(
+        r.cmd(&["BITFIELD", "l", "GET", "u8", "0"]),
+        err("WRONGTYPE Operation against a key holding the wrong kind of value")
+    );
+}

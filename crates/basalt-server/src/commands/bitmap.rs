@@ -3,7 +3,12 @@
 //! `7 - n % 8` of byte `n / 8` (the most significant bit first), and bytes
 //! past the end read as zero.
 //!
-//! SETBIT is a read-modify-write of the whole value under the key's stripe
+//! BITFIELD reads and writes integers of 1 to 64 bits at any bit offset,
+//! with Redis's overflow rules (WRAP, SAT, FAIL) worked out in `u64`/`i64`
+//! wrapping arithmetic so that every edge (i64 at its limits, u63) gives
+//! the numbers Redis gives.
+//!
+//! SETBIT and BITFIELD's writes are a read-modify-write of the whole value under the key's stripe
 //! lock, as SETRANGE is: correct and crash-atomic, but it rewrites the
 //! value, so its cost grows with the string (see `docs/compatibility.md`).
 
@@ -23,6 +28,8 @@ pub const COMMANDS: &[CommandDef] = &[
     def("bitcount", -2, READONLY, (1, 1, 1), G, "2.6.0", "Counts the number of set bits (population counting) in a string.", bitcount),
     def("bitpos", -3, READONLY, (1, 1, 1), G, "2.8.7", "Finds the first set (1) or clear (0) bit in a string.", bitpos),
     def("bitop", -4, WRITE | DENYOOM, (2, -1, 1), G, "2.6.0", "Performs bitwise operations on multiple strings, and stores the result.", bitop),
+    def("bitfield", -2, WRITE | DENYOOM, (1, 1, 1), G, "3.2.0", "Performs arbitrary bitfield integer operations on strings.", bitfield),
+    def("bitfield_ro", -2, READONLY | FAST, (1, 1, 1), G, "6.0.0", "Performs arbitrary read-only bitfield integer operations on strings.", bitfield_ro),
 ];
 
 /// A bit offset: `0 <= offset` and its byte below `proto-max-bulk-len`.
@@ -132,11 +139,13 @@ fn bitcount(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         }
         4 | 5 => {
             let (start, end) = (int_arg(&args[2])?, int_arg(&args[3])?);
-            let bits = args.len() == 5 && unit_arg(&args[4])?;
+            // Redis answers an inverted negative range before it reads
+            // the unit, so `-1 -100 BAD` is 0, not a syntax error.
             if start < 0 && end < 0 && start > end {
                 ctx.int(0);
                 return Ok(());
             }
+            let bits = args.len() == 5 && unit_arg(&args[4])?;
             let units = if bits { len * 8 } else { len };
             match clamp(start, end, units) {
                 None => {
@@ -286,6 +295,308 @@ fn bitop(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     Ok(())
 }
 
+/// How a BITFIELD write treats a result that does not fit its type.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Overflow {
+    Wrap,
+    Sat,
+    Fail,
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum FieldOp {
+    Get,
+    Set(i64),
+    IncrBy(i64),
+}
+
+/// One BITFIELD operation on the integer of `bits` bits at bit `offset`.
+#[derive(Clone, Copy, Debug)]
+struct Field {
+    op: FieldOp,
+    signed: bool,
+    bits: u32,
+    offset: u64,
+    overflow: Overflow,
+}
+
+/// `i1`..`i64` or `u1`..`u63` (lower case only, as Redis 7.0): `(signed, bits)`.
+fn field_type(arg: &[u8]) -> Result<(bool, u32)> {
+    let bad = || {
+        Error::err(
+            "Invalid bitfield type. Use something like i16 u8. Note that u64 is not supported but i64 is.",
+        )
+    };
+    let signed = match arg.first() {
+        Some(b'i') => true,
+        Some(b'u') => false,
+        _ => return Err(bad()),
+    };
+    match parse_i64(&arg[1..]) {
+        Some(n) if n >= 1 && n <= if signed { 64 } else { 63 } => Ok((signed, n as u32)),
+        _ => Err(bad()),
+    }
+}
+
+/// A field offset: bits, or `#n` for the n-th field of this width.
+fn field_offset(ctx: &Ctx<'_>, arg: &[u8], bits: u32) -> Result<u64> {
+    let bad = || Error::err("bit offset is not an integer or out of range");
+    let (hash, digits) = match arg.split_first() {
+        Some((b'#', rest)) => (true, rest),
+        _ => (false, arg),
+    };
+    let mut n = parse_i64(digits).ok_or_else(bad)?;
+    if hash {
+        n = n.checked_mul(bits as i64).ok_or_else(bad)?;
+    }
+    if n < 0 || (n as u64 >> 3) >= ctx.shared.security.proto_max_bulk_len() {
+        return Err(bad());
+    }
+    Ok(n as u64)
+}
+
+/// Parses every operation first, as Redis does: one bad argument anywhere
+/// fails the whole command before anything is read or written.
+fn parse_fields(ctx: &Ctx<'_>, args: &Args<'_>) -> Result<Vec<Field>> {
+    let mut out = Vec::new();
+    let mut overflow = Overflow::Wrap;
+    let mut j = 2;
+    while j < args.len() {
+        let rest = args.len() - j - 1;
+        let sub = &args[j];
+        let kind = if is(sub, "get") && rest >= 2 {
+            0
+        } else if is(sub, "set") && rest >= 3 {
+            1
+        } else if is(sub, "incrby") && rest >= 3 {
+            2
+        } else if is(sub, "overflow") && rest >= 1 {
+            let w = &args[j + 1];
+            overflow = if is(w, "wrap") {
+                Overflow::Wrap
+            } else if is(w, "sat") {
+                Overflow::Sat
+            } else if is(w, "fail") {
+                Overflow::Fail
+            } else {
+                return Err(Error::err("Invalid OVERFLOW type specified"));
+            };
+            j += 2;
+            continue;
+        } else {
+            return Err(Error::Syntax);
+        };
+        let (signed, bits) = field_type(&args[j + 1])?;
+        let offset = field_offset(ctx, &args[j + 2], bits)?;
+        let op = match kind {
+            0 => FieldOp::Get,
+            1 => FieldOp::Set(int_arg(&args[j + 3])?),
+            _ => FieldOp::IncrBy(int_arg(&args[j + 3])?),
+        };
+        out.push(Field {
+            op,
+            signed,
+            bits,
+            offset,
+            overflow,
+        });
+        j += if kind == 0 { 3 } else { 4 };
+    }
+    Ok(out)
+}
+
+/// The unsigned integer of `bits` bits at bit `offset` (bytes past the end
+/// read as zero).
+fn get_field_bits(v: &[u8], offset: u64, bits: u32) -> u64 {
+    (0..bits as u64).fold(0, |acc, i| (acc << 1) | bit_at(v, offset + i) as u64)
+}
+
+/// Writes the low `bits` bits of `value` at bit `offset` (`v` is long
+/// enough).
+fn set_field_bits(v: &mut [u8], offset: u64, bits: u32, value: u64) {
+    for i in 0..bits as u64 {
+        let bit = (value >> (bits as u64 - 1 - i)) & 1;
+        let o = offset + i;
+        let shift = 7 - (o & 7);
+        let b = &mut v[(o >> 3) as usize];
+        *b = (*b & !(1 << shift)) | ((bit as u8) << shift);
+    }
+}
+
+fn sign_extend(v: u64, bits: u32) -> i64 {
+    if bits < 64 && v & (1 << (bits - 1)) != 0 {
+        (v | (u64::MAX << bits)) as i64
+    } else {
+        v as i64
+    }
+}
+
+/// `value + incr` in a signed field of `bits` bits: `(overflowed, result)`
+/// where the result is wrapped or saturated as `how` says (FAIL's result is
+/// not used).
+fn signed_add(value: i64, incr: i64, bits: u32, how: Overflow) -> (bool, i64) {
+    let max: i64 = if bits == 64 {
+        i64::MAX
+    } else {
+        (1i64 << (bits - 1)) - 1
+    };
+    let min = -max - 1;
+    let max_incr = (max as u64).wrapping_sub(value as u64) as i64;
+    let min_incr = min.wrapping_sub(value);
+    let wrapped = || {
+        let c = (value as u64).wrapping_add(incr as u64);
+        sign_extend(
+            c & if bits == 64 {
+                u64::MAX
+            } else {
+                !(u64::MAX << bits)
+            },
+            bits,
+        )
+    };
+    if value > max || (bits != 64 && incr > max_incr) || (value >= 0 && incr > 0 && incr > max_incr)
+    {
+        (true, if how == Overflow::Sat { max } else { wrapped() })
+    } else if value < min
+        || (bits != 64 && incr < min_incr)
+        || (value < 0 && incr < 0 && incr < min_incr)
+    {
+        (true, if how == Overflow::Sat { min } else { wrapped() })
+    } else {
+        (false, value.wrapping_add(incr))
+    }
+}
+
+/// `value + incr` in an unsigned field of `bits` (< 64) bits; `value` may
+/// be a SET argument read as unsigned, so larger than the field.
+fn unsigned_add(value: u64, incr: i64, bits: u32, how: Overflow) -> (bool, u64) {
+    let max = (1u64 << bits) - 1;
+    let max_incr = max.wrapping_sub(value) as i64;
+    let min_incr = (value as i64).wrapping_neg();
+    let wrapped = || value.wrapping_add(incr as u64) & max;
+    if value > max || (incr > 0 && incr > max_incr) {
+        (true, if how == Overflow::Sat { max } else { wrapped() })
+    } else if incr < 0 && incr < min_incr {
+        (true, if how == Overflow::Sat { 0 } else { wrapped() })
+    } else {
+        (false, value.wrapping_add(incr as u64))
+    }
+}
+
+/// Runs one write on `v` (long enough for it): the reply, `None` when
+/// OVERFLOW FAIL refused it (nothing written).
+fn write_field(v: &mut [u8], f: &Field) -> Option<i64> {
+    let raw = get_field_bits(v, f.offset, f.bits);
+    let (overflowed, new, reply) = if f.signed {
+        let old = sign_extend(raw, f.bits);
+        match f.op {
+            FieldOp::IncrBy(d) => {
+                let (o, n) = signed_add(old, d, f.bits, f.overflow);
+                (o, n as u64, n)
+            }
+            FieldOp::Set(x) => {
+                let (o, n) = signed_add(x, 0, f.bits, f.overflow);
+                (o, n as u64, old)
+            }
+            FieldOp::Get => unreachable!("GET is not a write"),
+        }
+    } else {
+        match f.op {
+            FieldOp::IncrBy(d) => {
+                let (o, n) = unsigned_add(raw, d, f.bits, f.overflow);
+                (o, n, n as i64)
+            }
+            FieldOp::Set(x) => {
+                let (o, n) = unsigned_add(x as u64, 0, f.bits, f.overflow);
+                (o, n, raw as i64)
+            }
+            FieldOp::Get => unreachable!("GET is not a write"),
+        }
+    };
+    if overflowed && f.overflow == Overflow::Fail {
+        return None;
+    }
+    set_field_bits(v, f.offset, f.bits, new);
+    Some(reply)
+}
+
+fn read_field(v: &[u8], f: &Field) -> i64 {
+    let raw = get_field_bits(v, f.offset, f.bits);
+    if f.signed {
+        sign_extend(raw, f.bits)
+    } else {
+        raw as i64
+    }
+}
+
+fn bitfield(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    bitfield_generic(ctx, args, false)
+}
+
+fn bitfield_ro(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    bitfield_generic(ctx, args, true)
+}
+
+fn bitfield_generic(ctx: &mut Ctx<'_>, args: Args<'_>, read_only: bool) -> Result {
+    let key = &args[1];
+    let fields = parse_fields(ctx, &args)?;
+    let highest = fields
+        .iter()
+        .filter(|f| f.op != FieldOp::Get)
+        .map(|f| f.offset + f.bits as u64 - 1)
+        .max();
+    let Some(highest) = highest else {
+        let v = read_string(ctx.slot().db(), key)?;
+        if v.is_none() {
+            ctx.keymiss(key);
+        }
+        let v = v.unwrap_or_default();
+        ctx.array(fields.len());
+        for f in &fields {
+            ctx.int(read_field(&v, f));
+        }
+        return Ok(());
+    };
+    if read_only {
+        return Err(Error::err("BITFIELD_RO only supports the GET subcommand"));
+    }
+    let db = ctx.db_w()?;
+    let _g = ctx.lock(key);
+    let found = db.get_versioned(key)?;
+    let created = found.is_none();
+    let (mut value, at) = found.map_or((Vec::new(), None), |v| (v.value, v.expires_at));
+    let before = value.clone();
+    let need = (highest >> 3) as usize + 1;
+    if value.len() < need {
+        value.resize(need, 0);
+    }
+    let mut replies = Vec::with_capacity(fields.len());
+    for f in &fields {
+        replies.push(match f.op {
+            FieldOp::Get => Some(read_field(&value, f)),
+            _ => write_field(&mut value, f),
+        });
+    }
+    // Redis grows (or creates) the string to the highest written bit even
+    // when OVERFLOW FAIL refuses every write; an unchanged value is not
+    // written again.
+    if created || value != before {
+        db.put_with_expiry(key, &value, at)?;
+    }
+    if created {
+        ctx.notify(NEW, "new", key);
+    }
+    ctx.notify(STRING, "setbit", key);
+    ctx.array(replies.len());
+    for r in replies {
+        match r {
+            Some(n) => ctx.int(n),
+            None => ctx.null(),
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -297,5 +608,43 @@ mod tests {
         assert_eq!(count_bits(&v, 3, 20), 18);
         assert_eq!(count_bits(&v, 5, 5), 1);
         assert_eq!(count_bits(&[0b1010_0000], 0, 2), 2);
+    }
+
+    #[test]
+    fn signed_fields_wrap_and_saturate_at_their_width() {
+        assert_eq!(signed_add(127, 1, 8, Overflow::Wrap), (true, -128));
+        assert_eq!(signed_add(127, 1, 8, Overflow::Sat), (true, 127));
+        assert_eq!(signed_add(-128, -1, 8, Overflow::Sat), (true, -128));
+        assert_eq!(signed_add(-128, -1, 8, Overflow::Wrap), (true, 127));
+        assert_eq!(
+            signed_add(i64::MAX, 1, 64, Overflow::Wrap),
+            (true, i64::MIN)
+        );
+        assert_eq!(
+            signed_add(i64::MIN, -1, 64, Overflow::Sat),
+            (true, i64::MIN)
+        );
+        assert_eq!(signed_add(5, -3, 4, Overflow::Wrap), (false, 2));
+        // SET of a value too big for the field: the value wraps.
+        assert_eq!(signed_add(300, 0, 8, Overflow::Wrap), (true, 44));
+    }
+
+    #[test]
+    fn unsigned_fields_wrap_and_saturate_at_their_width() {
+        assert_eq!(unsigned_add(255, 1, 8, Overflow::Wrap), (true, 0));
+        assert_eq!(unsigned_add(255, 1, 8, Overflow::Sat), (true, 255));
+        assert_eq!(unsigned_add(0, -1, 8, Overflow::Sat), (true, 0));
+        assert_eq!(unsigned_add(0, -1, 8, Overflow::Wrap), (true, 255));
+        // SET u8 -1 reads -1 as 2^64 - 1.
+        assert_eq!(unsigned_add(u64::MAX, 0, 8, Overflow::Wrap), (true, 255));
+    }
+
+    #[test]
+    fn fields_cross_byte_boundaries_most_significant_bit_first() {
+        let mut v = vec![0u8; 3];
+        set_field_bits(&mut v, 5, 10, 0b11_0000_0001);
+        assert_eq!(v, [0b0000_0110, 0b0000_0010, 0]);
+        assert_eq!(get_field_bits(&v, 5, 10), 0b11_0000_0001);
+        assert_eq!(get_field_bits(&v, 20, 16), 0);
     }
 }
