@@ -536,8 +536,51 @@ def gen_bitmap(r):
     return [c, op, key(r)] + keys(r, 1, 3 if op.upper() != "NOT" else 2)
 
 
+def gen_hll(r):
+    """HyperLogLog: sketches small (sparse) and big (dense), unions, the
+    cached count, PFDEBUG, and strings that are not sketches. The state
+    check GETs every string, so sketch bytes must match Redis's exactly.
+    Corrupt sketches live only under the key `hllbad` (not state-checked)
+    and are only read, merged from and debugged: a PFADD that meets a
+    corrupt sketch keeps the registers it already raised in Redis and
+    stores nothing in Basalt (documented in docs/compatibility.md)."""
+    def elems(lo=0, hi=4):
+        n = r.choice([lo, 1, 2, 3, hi, 20, 200, 1500]) if hi > 4 else r.randint(lo, hi)
+        top = r.choice([50, 5000, 100000])
+        return ["e%d" % r.randint(0, top) for _ in range(n)]
+
+    def hkeys(lo, hi):
+        ks = keys(r, lo, hi)
+        if ks and r.random() < 0.2:
+            ks[r.randrange(len(ks))] = "hllbad"
+        return ks
+    c = r.choice(["PFADD"] * 6 + ["PFCOUNT"] * 3 + ["PFMERGE"] * 2 + ["PFDEBUG", "SETHLL", "SETBAD", "GET"])
+    if c == "PFADD":
+        return [c, key(r)] + elems(0, 5000)
+    if c == "PFCOUNT":
+        return [c] + hkeys(1, 3)
+    if c == "PFMERGE":
+        return [c, key(r)] + hkeys(0, 2)
+    if c == "PFDEBUG":
+        return [c, pick(r, ["ENCODING", "GETREG", "TODENSE", "DECODE", "decode", "BAD"]),
+                "hllbad" if r.random() < 0.2 else key(r)]
+    hdr = "HYLL\x01\x00\x00\x00" + "\x00" * 7 + pick(r, ["\x00", "\x80"])
+    if c == "SETHLL":
+        # Hand-made valid sparse sketches, a wrong magic, a short dense one,
+        # and a plain string.
+        body = pick(r, ["\x7f\xff", "\x7f\xfe\x80", "\x40\x00\x7f\xfd\x84",
+                        "\xbc" * 4 + "\x7f\xfb", "\x3f\x7f\xbf"])
+        v = pick(r, [hdr + body, hdr + body, "HYLL\x00" + "\x00" * 11, "HYLX" + hdr[4:] + body, "short"])
+        return ["SET", key(r), v]
+    if c == "SETBAD":
+        body = pick(r, ["\x7f", "\x7f\xff\xff", "\x7f\xff\x00", "\x7f\xfe", "\xbc" * 3 + "\x7f\xfb",
+                        "\x7f\xfe\x81", "\x7f\xff", "\x7f\xfd\xfc"])
+        return ["SET", "hllbad", hdr + body]
+    return [c, key(r)]
+
+
 FAMILIES = {"string": gen_string, "bitmap": gen_bitmap, "keys": gen_keys, "hash": gen_hash, "set": gen_set,
-            "zset": gen_zset, "list": gen_list}
+            "zset": gen_zset, "list": gen_list, "hll": gen_hll}
 
 
 def gen_cmd(r, fams):

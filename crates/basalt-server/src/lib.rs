@@ -35,6 +35,7 @@ pub mod config;
 mod conn;
 pub mod glob;
 pub mod http;
+pub mod hyperloglog;
 pub mod keyspace;
 pub mod notify;
 pub mod pubsub;

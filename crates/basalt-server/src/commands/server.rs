@@ -164,6 +164,10 @@ fn categories(c: &CommandDef) -> Vec<&'static str> {
         Group::Geo => "@geo",
         Group::HyperLogLog => "@hyperloglog",
     });
+    // Redis adds @admin for the admin flag; the server group has it above.
+    if c.flags & ADMIN != 0 && c.group != Group::Server {
+        v.push("@admin");
+    }
     if c.group == Group::Scripting {
         v.push("@scripting");
     } else {
