@@ -39,6 +39,7 @@ pub mod hyperloglog;
 pub mod keyspace;
 pub mod notify;
 pub mod pubsub;
+pub mod rdb;
 pub mod script;
 mod state;
 pub mod tx;

@@ -11,6 +11,7 @@
 pub mod bitmap;
 pub mod cnum;
 pub mod connection;
+pub mod dump;
 pub mod expiry;
 pub mod geo;
 pub mod hash;
@@ -217,6 +218,7 @@ const FAMILIES: &[&[CommandDef]] = &[
     hll::COMMANDS,
     geo::COMMANDS,
     keys::COMMANDS,
+    dump::COMMANDS,
     expiry::COMMANDS,
     connection::COMMANDS,
     server::COMMANDS,

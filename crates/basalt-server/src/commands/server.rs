@@ -138,49 +138,82 @@ pub(crate) fn help(ctx: &mut Ctx<'_>, cmd: &str, lines: &[&str]) {
 
 // ---------------------------------------------------------------- COMMAND
 
+/// Commands Redis puts in @dangerous without the admin flag.
+const DANGEROUS: &[&str] = &[
+    "info",
+    "keys",
+    "migrate",
+    "restore",
+    "restore-asking",
+    "role",
+];
+
+/// Commands whose categories Redis 7.0 sets by hand rather than from
+/// their flags and group: containers (their subcommands carry the real
+/// ones), and a few that Redis files under other categories.
+const CATEGORIES_AS_REDIS: &[(&str, &[&str])] = &[
+    ("acl", &["@slow"]),
+    ("client", &["@slow"]),
+    ("cluster", &["@slow"]),
+    ("command", &["@slow", "@connection"]),
+    ("config", &["@slow"]),
+    ("dbsize", &["@keyspace", "@read", "@fast"]),
+    ("flushall", &["@keyspace", "@write", "@slow", "@dangerous"]),
+    ("flushdb", &["@keyspace", "@write", "@slow", "@dangerous"]),
+    ("function", &["@slow"]),
+    ("lastsave", &["@admin", "@fast", "@dangerous"]),
+    ("latency", &["@slow"]),
+    ("memory", &["@slow"]),
+    ("module", &["@slow"]),
+    ("object", &["@slow"]),
+    ("pubsub", &["@slow"]),
+    ("script", &["@slow"]),
+    ("slowlog", &["@slow"]),
+    ("sort", &["@write", "@set", "@sortedset", "@list", "@slow", "@dangerous"]),
+    ("sort_ro", &["@read", "@set", "@sortedset", "@list", "@slow", "@dangerous"]),
+    ("swapdb", &["@keyspace", "@write", "@fast", "@dangerous"]),
+    ("xgroup", &["@slow"]),
+    ("xinfo", &["@slow"]),
+];
+
+/// A command's ACL categories, in the order of Redis's category table
+/// (`ACL CAT`), as COMMAND INFO lists them.
 fn categories(c: &CommandDef) -> Vec<&'static str> {
-    let mut v = Vec::new();
-    if c.flags & WRITE != 0 {
-        v.push("@write");
+    if let Some((_, cats)) = CATEGORIES_AS_REDIS.iter().find(|(n, _)| *n == c.name) {
+        return cats.to_vec();
     }
-    if c.flags & READONLY != 0 && c.group != Group::Scripting {
-        v.push("@read");
-    }
-    v.push(match c.group {
-        Group::String => "@string",
-        Group::Generic => "@keyspace",
-        Group::Connection => "@connection",
-        Group::Server => "@admin",
-        Group::Hash => "@hash",
-        Group::Set => "@set",
-        Group::SortedSet => "@sortedset",
-        Group::List => "@list",
-        Group::Pubsub => "@pubsub",
-        Group::Transactions => "@transaction",
-        // Redis lists @scripting after @slow (its category table's order).
-        Group::Scripting => "@slow",
-        Group::Stream => "@stream",
-        Group::Bitmap => "@bitmap",
-        Group::Geo => "@geo",
-        Group::HyperLogLog => "@hyperloglog",
-    });
-    // Redis adds @admin for the admin flag; the server group has it above.
-    if c.flags & ADMIN != 0 && c.group != Group::Server {
-        v.push("@admin");
-    }
-    if c.group == Group::Scripting {
-        v.push("@scripting");
-    } else {
-        v.push(if c.flags & FAST != 0 {
-            "@fast"
-        } else {
-            "@slow"
-        });
-    }
-    if c.flags & ADMIN != 0 {
-        v.push("@dangerous");
-    }
-    v
+    let group = |g: Group| c.group == g;
+    let admin = c.flags & ADMIN != 0;
+    let dangerous = admin || DANGEROUS.contains(&c.name);
+    [
+        ("@keyspace", group(Group::Generic)),
+        (
+            "@read",
+            c.flags & READONLY != 0 && !group(Group::Scripting),
+        ),
+        ("@write", c.flags & WRITE != 0),
+        ("@set", group(Group::Set)),
+        ("@sortedset", group(Group::SortedSet)),
+        ("@list", group(Group::List)),
+        ("@hash", group(Group::Hash)),
+        ("@string", group(Group::String)),
+        ("@bitmap", group(Group::Bitmap)),
+        ("@hyperloglog", group(Group::HyperLogLog)),
+        ("@geo", group(Group::Geo)),
+        ("@stream", group(Group::Stream)),
+        ("@pubsub", group(Group::Pubsub)),
+        ("@admin", admin),
+        ("@fast", c.flags & FAST != 0),
+        ("@slow", c.flags & FAST == 0),
+        ("@blocking", c.flags & BLOCKING != 0),
+        ("@dangerous", dangerous),
+        ("@connection", group(Group::Connection)),
+        ("@transaction", group(Group::Transactions)),
+        ("@scripting", group(Group::Scripting)),
+    ]
+    .into_iter()
+    .filter_map(|(name, on)| on.then_some(name))
+    .collect()
 }
 
 fn command_info(e: &mut Encoder<'_>, c: &CommandDef) {

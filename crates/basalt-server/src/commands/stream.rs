@@ -642,6 +642,77 @@ impl<'a> Stream<'a> {
     }
 }
 
+impl From<crate::rdb::StreamId> for Id {
+    fn from(i: crate::rdb::StreamId) -> Id {
+        Id {
+            ms: i.ms,
+            seq: i.seq,
+        }
+    }
+}
+
+impl From<Id> for crate::rdb::StreamId {
+    fn from(i: Id) -> crate::rdb::StreamId {
+        crate::rdb::StreamId {
+            ms: i.ms,
+            seq: i.seq,
+        }
+    }
+}
+
+/// DUMP: the stream at `key` as a payload carries it (entries, metadata,
+/// groups); `None` if absent. The caller holds the key's stripe.
+pub(super) fn export(db: &Db, generation: u64, key: &[u8]) -> Result<Option<crate::rdb::Stream>> {
+    let Some(s) = Stream::open(db, generation, key)? else {
+        return Ok(None);
+    };
+    let mut entries = Vec::with_capacity(s.ids.len());
+    for (name, v) in db.fields(key)? {
+        if let Some(id) = Id::from_field(&name) {
+            let items = decode_pairs(&v)?;
+            let pairs = items
+                .chunks_exact(2)
+                .map(|p| (p[0].to_vec(), p[1].to_vec()))
+                .collect();
+            entries.push((id.into(), pairs));
+        }
+    }
+    entries.sort_by_key(|e: &crate::rdb::StreamEntry| e.0);
+    let out = crate::rdb::Stream {
+        entries,
+        last_id: s.meta.last.into(),
+        max_deleted: s.meta.max_deleted.into(),
+        entries_added: s.meta.added,
+        groups: super::stream_group::export(&s.groups),
+    };
+    s.close();
+    Ok(Some(out))
+}
+
+/// RESTORE: writes `s` under `key`, which the caller has emptied and
+/// holds the stripe of: one field per entry, the metadata, the groups.
+pub(super) fn import(db: &Db, key: &[u8], s: &crate::rdb::Stream) -> Result {
+    let mut top = Id::MIN;
+    for (id, fields) in &s.entries {
+        let id = Id::from(*id);
+        top = top.max(id);
+        let items: Vec<&[u8]> = fields.iter().flat_map(|(f, v)| [&f[..], &v[..]]).collect();
+        db.put_field_tagged(
+            key,
+            TAG_STREAM,
+            &id.field(),
+            &encode_pairs(items.into_iter()),
+        )?;
+    }
+    let meta = Meta {
+        last: Id::from(s.last_id).max(top),
+        added: s.entries_added.max(s.entries.len() as u64),
+        max_deleted: s.max_deleted.into(),
+    };
+    db.put_field_tagged(key, TAG_STREAM, META, &meta.encode())?;
+    super::stream_group::import(db, key, &s.groups)
+}
+
 /// `ms-seq` of `id`, written into `buf`.
 pub(super) fn id_text(id: Id, buf: &mut [u8; 41]) -> &[u8] {
     use std::io::Write as _;

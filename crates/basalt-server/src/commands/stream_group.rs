@@ -289,6 +289,56 @@ fn save_pending(db: &Db, key: &[u8], group: &[u8], id: Id, p: &Pending) -> Resul
     Ok(())
 }
 
+/// DUMP: the groups as a payload carries them.
+pub(super) fn export(groups: &Groups) -> Vec<crate::rdb::StreamGroup> {
+    groups
+        .iter()
+        .map(|(name, g)| crate::rdb::StreamGroup {
+            name: name.clone(),
+            last_id: g.last.into(),
+            entries_read: g.entries_read,
+            pending: g
+                .pel
+                .iter()
+                .map(|(id, p)| crate::rdb::StreamPending {
+                    id: (*id).into(),
+                    consumer: p.consumer.clone(),
+                    delivered_ms: p.delivered_ms,
+                    count: p.count,
+                })
+                .collect(),
+            consumers: g
+                .consumers
+                .iter()
+                .map(|(name, c)| crate::rdb::StreamConsumer {
+                    name: name.clone(),
+                    seen_ms: c.seen_ms,
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// RESTORE: writes `groups` into the stream at `key` (the caller holds its
+/// stripe): each group's, consumer's and pending entry's field.
+pub(super) fn import(db: &Db, key: &[u8], groups: &[crate::rdb::StreamGroup]) -> Result {
+    for g in groups {
+        save_group(db, key, &g.name, g.last_id.into(), g.entries_read)?;
+        for c in &g.consumers {
+            save_consumer(db, key, &g.name, &c.name, c.seen_ms)?;
+        }
+        for p in &g.pending {
+            let pending = Pending {
+                consumer: p.consumer.clone(),
+                delivered_ms: p.delivered_ms,
+                count: p.count,
+            };
+            save_pending(db, key, &g.name, p.id.into(), &pending)?;
+        }
+    }
+    Ok(())
+}
+
 const NEED_KEY: &str = "The XGROUP subcommand requires the key to exist. Note that for CREATE you may want to use the MKSTREAM option to create an empty stream automatically.";
 
 fn nogroup(group: &[u8], key: &[u8]) -> Error {
