@@ -169,8 +169,28 @@ const CATEGORIES_AS_REDIS: &[(&str, &[&str])] = &[
     ("pubsub", &["@slow"]),
     ("script", &["@slow"]),
     ("slowlog", &["@slow"]),
-    ("sort", &["@write", "@set", "@sortedset", "@list", "@slow", "@dangerous"]),
-    ("sort_ro", &["@read", "@set", "@sortedset", "@list", "@slow", "@dangerous"]),
+    (
+        "sort",
+        &[
+            "@write",
+            "@set",
+            "@sortedset",
+            "@list",
+            "@slow",
+            "@dangerous",
+        ],
+    ),
+    (
+        "sort_ro",
+        &[
+            "@read",
+            "@set",
+            "@sortedset",
+            "@list",
+            "@slow",
+            "@dangerous",
+        ],
+    ),
     ("swapdb", &["@keyspace", "@write", "@fast", "@dangerous"]),
     ("xgroup", &["@slow"]),
     ("xinfo", &["@slow"]),
@@ -187,10 +207,7 @@ fn categories(c: &CommandDef) -> Vec<&'static str> {
     let dangerous = admin || DANGEROUS.contains(&c.name);
     [
         ("@keyspace", group(Group::Generic)),
-        (
-            "@read",
-            c.flags & READONLY != 0 && !group(Group::Scripting),
-        ),
+        ("@read", c.flags & READONLY != 0 && !group(Group::Scripting)),
         ("@write", c.flags & WRITE != 0),
         ("@set", group(Group::Set)),
         ("@sortedset", group(Group::SortedSet)),
