@@ -579,8 +579,48 @@ def gen_hll(r):
     return [c, key(r)]
 
 
+def gen_bigstring(r):
+    """Strings past the engine's segmenting threshold (4096 bytes; 512-byte
+    segments): bits, bitfields, ranges and appends far into them, reads
+    across segment boundaries, and whole-value replacements."""
+    far = lambda: str(r.choice([r.randint(0, 70000), r.randint(0, 5000), 4095, 4096, 4097, 511, 512, 513,
+                                 32767, 32768, 40959, 40960, 40961, r.randint(100000, 160000)]))
+    big = lambda: "".join(r.choice("ab\x00\xff") for _ in range(r.choice([1, 3, 511, 512, 513, 1500, 5000])))
+    c = r.choice(["SETBIT"] * 4 + ["GETBIT", "BITFIELD", "BITFIELD", "SETRANGE", "SETRANGE", "APPEND",
+                                    "GETRANGE", "GETRANGE", "STRLEN", "BITCOUNT", "BITPOS", "SET", "GET",
+                                    "EXPIRE"])
+    k = key(r)
+    if c == "SETBIT":
+        return [c, k, far(), r.choice("01")]
+    if c == "GETBIT":
+        return [c, k, far()]
+    if c == "BITFIELD":
+        ops = []
+        for _ in range(r.randint(1, 3)):
+            t = r.choice(["u8", "i16", "u63", "i64", "u1", "i5"])
+            ops += r.choice([["GET", t, far()], ["SET", t, far(), str(r.randint(-500, 500))],
+                             ["INCRBY", t, far(), str(r.randint(-500, 500))], ["OVERFLOW", "SAT"]])
+        return [c, k] + ops
+    if c == "SETRANGE":
+        return [c, k, str(int(far()) // 8), big()]
+    if c == "APPEND":
+        return [c, k, big()]
+    if c == "GETRANGE":
+        return [c, k, r.choice([far(), "-1", "-600", "-5000", "0"]), r.choice([far(), "-1", "-513", "100000"])]
+    if c == "BITCOUNT":
+        return [c, k] + r.choice([[], ["0", "-1"], [str(int(far()) // 8), "-1"], ["511", "513"], ["0", far(), "BIT"]])
+    if c == "BITPOS":
+        return [c, k, r.choice("01")] + r.choice([[], ["100"], ["4000", "-1"]])
+    if c == "SET":
+        return [c, k, big()]
+    if c == "GET":
+        return [c, k]
+    return [c, k, str(r.randint(100, 1000))]
+
+
 FAMILIES = {"string": gen_string, "bitmap": gen_bitmap, "keys": gen_keys, "hash": gen_hash, "set": gen_set,
-            "zset": gen_zset, "list": gen_list, "hll": gen_hll}
+            "zset": gen_zset, "list": gen_list, "hll": gen_hll,
+            "bigstring": gen_bigstring}
 
 
 def gen_cmd(r, fams):

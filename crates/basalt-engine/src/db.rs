@@ -33,11 +33,19 @@ use crate::format::{
 };
 use crate::keydir::{Keydir, Loc, MAP_FILE};
 use crate::options::{Options, SyncPolicy};
+use crate::segmented::SEGMENTED_TAG;
 use crate::vfs::{FileMap, VFile};
 use crate::{Error, Result};
 
 /// A value's file, location and expiry, as `Db::locate_value` finds them.
 type Located = (Arc<DataFile>, Loc, Option<u64>);
+
+/// Where `Db::locate_value` found a value: one record, or the segments of
+/// a segmented value (`segmented.rs`).
+enum Found {
+    Record(Located),
+    Segments { version: u64 },
+}
 /// A value read together with its version.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Versioned {
@@ -624,7 +632,7 @@ impl Inner {
         err
     }
 
-    fn next_seq(&self) -> u64 {
+    pub(crate) fn next_seq(&self) -> u64 {
         self.seq.fetch_add(1, Ordering::SeqCst)
     }
 
@@ -764,7 +772,11 @@ impl Inner {
     /// Called after every write, still holding the writer lock: (after the
     /// lock is dropped) fsyncs under `SyncPolicy::Always`.
     /// Inside a batch the fsync waits for the batch's commit.
-    fn finish_write(&self, shard: &Shard, w: parking_lot::MutexGuard<'_, Writer>) -> Result<()> {
+    pub(crate) fn finish_write(
+        &self,
+        shard: &Shard,
+        w: parking_lot::MutexGuard<'_, Writer>,
+    ) -> Result<()> {
         if self.opts.sync == SyncPolicy::Always && !crate::batch::in_batch(self) {
             let (id, end, file) = (w.file_id, w.len, w.file.clone());
             drop(w);
@@ -895,7 +907,11 @@ impl Inner {
         f(rec).map_err(corrupt)
     }
 
-    fn encode_value<'a>(&self, value: &'a [u8], scratch: &'a mut Vec<u8>) -> (u8, &'a [u8]) {
+    pub(crate) fn encode_value<'a>(
+        &self,
+        value: &'a [u8],
+        scratch: &'a mut Vec<u8>,
+    ) -> (u8, &'a [u8]) {
         match self.opts.compress_above {
             Some(min) if value.len() >= min => {
                 *scratch = lz4_flex::block::compress_prepend_size(value);
@@ -911,7 +927,7 @@ impl Inner {
 
     /// If `key` has expired, writes its deletion to the log and drops it, as
     /// the sweep would. Caller holds the writer lock. Returns whether it did.
-    fn purge_if_expired(
+    pub(crate) fn purge_if_expired(
         &self,
         shard: &Shard,
         w: &mut Writer,
@@ -1103,6 +1119,17 @@ impl Db {
         }
         if e.loc.file == MAP_FILE {
             let m = idx.maps.get(key)?;
+            if m.tag == SEGMENTED_TAG {
+                // A segmented value is a value to every caller.
+                let stored: u64 = m.fields.values().map(|l| l.len as u64).sum();
+                return Some(KeyMeta {
+                    kind: KeyKind::Value {
+                        stored_len: stored.min(u32::MAX as u64) as u32,
+                    },
+                    version: m.version,
+                    expires_at,
+                });
+            }
             Some(KeyMeta {
                 kind: KeyKind::Map {
                     tag: m.tag,
@@ -1150,8 +1177,16 @@ impl Db {
 
     /// The value with its version and expiry.
     pub fn get_versioned(&self, key: &[u8]) -> Result<Option<Versioned>> {
-        let Some((file, loc, expires_at)) = self.locate_value(key)? else {
-            return Ok(None);
+        let (file, loc, expires_at) = match self.locate_value(key)? {
+            None => return Ok(None),
+            Some(Found::Record(r)) => r,
+            Some(Found::Segments { version }) => {
+                return Ok(self.assemble(key)?.map(|(value, expires_at)| Versioned {
+                    value,
+                    version,
+                    expires_at,
+                }))
+            }
         };
         let value = self.read_value(key, &file, loc, |v| v.to_vec())?;
         Ok(Some(Versioned {
@@ -1166,8 +1201,14 @@ impl Db {
     /// key does not exist. The fast path for a caller that only forwards
     /// the bytes (a server writing a reply).
     pub fn get_with<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
-        let Some((file, loc, _)) = self.locate_value(key)? else {
-            return Ok(None);
+        let (file, loc, _) = match self.locate_value(key)? {
+            None => return Ok(None),
+            Some(Found::Record(r)) => r,
+            // Assembled into one buffer: a segmented value is not one
+            // record to read in place.
+            Some(Found::Segments { .. }) => {
+                return Ok(self.assemble(key)?.map(|(v, _)| f(&v)));
+            }
         };
         self.read_value(key, &file, loc, f).map(Some)
     }
@@ -1219,7 +1260,7 @@ impl Db {
     }
 
     /// Where the value of `key` is: its file, location and expiry.
-    fn locate_value(&self, key: &[u8]) -> Result<Option<Located>> {
+    fn locate_value(&self, key: &[u8]) -> Result<Option<Found>> {
         let inner = &*self.inner;
         let shard = inner.shard(key);
         let idx = shard.index.read();
@@ -1231,16 +1272,21 @@ impl Db {
             return Ok(None);
         }
         if e.loc.file == MAP_FILE {
-            return Err(Error::WrongKind {
-                expected: "value",
-                found: "map",
-            });
+            return match idx.maps.get(key) {
+                Some(m) if m.tag == SEGMENTED_TAG => {
+                    Ok(Some(Found::Segments { version: m.version }))
+                }
+                _ => Err(Error::WrongKind {
+                    expected: "value",
+                    found: "map",
+                }),
+            };
         }
         let f = idx
             .files
             .get(&e.loc.file)
             .expect("index points at a missing file");
-        Ok(Some((f.handle.clone(), e.loc, expires_at)))
+        Ok(Some(Found::Record((f.handle.clone(), e.loc, expires_at))))
     }
 
     /// Reads the value record of `key` at `loc` and hands its value to `f`.
@@ -1403,14 +1449,21 @@ impl Db {
         // nothing else changes the map's fields meanwhile.
         let tag = {
             let idx = shard.index.read();
+            let value = Err(Error::WrongKind {
+                expected: "map",
+                found: "value",
+            });
             match idx.keys.get(key) {
-                Some(e) if e.loc.file != MAP_FILE => {
+                Some(e) if e.loc.file != MAP_FILE => return value,
+                // A segmented value is a value (`segmented.rs`).
+                Some(_) if idx.maps[key].tag == SEGMENTED_TAG => return value,
+                Some(_) => idx.maps[key].tag,
+                None if tag == SEGMENTED_TAG => {
                     return Err(Error::WrongKind {
-                        expected: "map",
-                        found: "value",
+                        expected: "a map tag other than 255",
+                        found: "the segmented-value tag",
                     })
                 }
-                Some(_) => idx.maps[key].tag,
                 None => tag,
             }
         };
@@ -1567,13 +1620,14 @@ impl Db {
         if idx.is_expired(key, e.has_ttl, inner.now()) {
             return Ok(None);
         }
-        if e.loc.file != MAP_FILE {
+        let m = idx.maps.get(key);
+        if e.loc.file != MAP_FILE || m.is_some_and(|m| m.tag == SEGMENTED_TAG) {
             return Err(Error::WrongKind {
                 expected: "map",
                 found: "value",
             });
         }
-        Ok(idx.maps.get(key))
+        Ok(m)
     }
 
     /// Removes one field. Removing the last field removes the key, with one

@@ -8,9 +8,12 @@
 //! wrapping arithmetic so that every edge (i64 at its limits, u63) gives
 //! the numbers Redis gives.
 //!
-//! SETBIT and BITFIELD's writes are a read-modify-write of the whole value under the key's stripe
-//! lock, as SETRANGE is: correct and crash-atomic, but it rewrites the
-//! value, so its cost grows with the string (see `docs/compatibility.md`).
+//! SETBIT, GETBIT and BITFIELD read and write only the bytes they touch,
+//! through the engine's ranged reads and writes (`Db::read_range`,
+//! `Db::write_range`) under the key's stripe lock: a bitmap longer than
+//! `basalt_engine::SEGMENT_ABOVE` is kept in 512-byte segments, so setting
+//! one bit of a 1 MB bitmap appends one small record, not a megabyte.
+//! BITCOUNT, BITPOS and BITOP read whole values.
 
 use basalt_resp::Args;
 
@@ -47,13 +50,22 @@ fn bit_at(v: &[u8], offset: u64) -> u8 {
         .map_or(0, |b| (b >> (7 - (offset & 7))) & 1)
 }
 
+/// The byte holding bit `offset` (0 past the end), `None` if the key is
+/// absent: one ranged read.
+fn byte_of(db: Option<&basalt_engine::Db>, key: &[u8], offset: u64) -> Result<Option<u8>> {
+    let Some(db) = db else { return Ok(None) };
+    Ok(db
+        .read_range(key, offset >> 3, 1)?
+        .map(|(b, _)| b.first().copied().unwrap_or(0)))
+}
+
 fn getbit(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let offset = offset_arg(ctx, &args[2])?;
-    let v = read_string(ctx.slot().db(), &args[1])?;
-    if v.is_none() {
+    let b = byte_of(ctx.slot().db(), &args[1], offset)?;
+    if b.is_none() {
         ctx.keymiss(&args[1]);
     }
-    ctx.int(bit_at(v.as_deref().unwrap_or_default(), offset) as i64);
+    ctx.int(((b.unwrap_or(0) >> (7 - (offset & 7))) & 1) as i64);
     Ok(())
 }
 
@@ -66,17 +78,14 @@ fn setbit(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     };
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
-    let found = db.get_versioned(key)?;
+    let found = byte_of(Some(&db), key, offset)?;
     let created = found.is_none();
-    let (mut value, at) = found.map_or((Vec::new(), None), |v| (v.value, v.expires_at));
-    let byte = (offset >> 3) as usize;
-    if value.len() <= byte {
-        value.resize(byte + 1, 0);
-    }
+    let byte = found.unwrap_or(0);
     let shift = 7 - (offset & 7);
-    let old = (value[byte] >> shift) & 1;
-    value[byte] = (value[byte] & !(1 << shift)) | (on << shift);
-    db.put_with_expiry(key, &value, at)?;
+    let old = (byte >> shift) & 1;
+    // Written even when the bit does not change: it may grow the string,
+    // and Redis counts every SETBIT as a modification (WATCH).
+    db.write_range(key, offset >> 3, &[(byte & !(1 << shift)) | (on << shift)])?;
     if created {
         ctx.notify(NEW, "new", key);
     }
@@ -562,26 +571,40 @@ fn bitfield_generic(ctx: &mut Ctx<'_>, args: Args<'_>, read_only: bool) -> Resul
     }
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
-    let found = db.get_versioned(key)?;
-    let created = found.is_none();
-    let (mut value, at) = found.map_or((Vec::new(), None), |v| (v.value, v.expires_at));
-    let before = value.clone();
-    let need = (highest >> 3) as usize + 1;
-    if value.len() < need {
-        value.resize(need, 0);
+    // Redis grows (or creates) the string to the highest written bit even
+    // when OVERFLOW FAIL refuses every write.
+    let need = (highest >> 3) + 1;
+    let len = db.value_len(key)?;
+    let created = len.is_none();
+    let len = len.unwrap_or(0);
+    if len < need {
+        db.write_range(key, len, &vec![0u8; (need - len) as usize])?;
     }
+    // Each operation reads and writes only the bytes its field spans.
     let mut replies = Vec::with_capacity(fields.len());
     for f in &fields {
+        let first = f.offset >> 3;
+        let span = (((f.offset & 7) + f.bits as u64 + 7) / 8) as usize;
+        let mut window = db
+            .read_range(key, first, span)?
+            .map(|(b, _)| b)
+            .unwrap_or_default();
+        window.resize(span, 0);
+        let local = Field {
+            offset: f.offset & 7,
+            ..*f
+        };
         replies.push(match f.op {
-            FieldOp::Get => Some(read_field(&value, f)),
-            _ => write_field(&mut value, f),
+            FieldOp::Get => Some(read_field(&window, &local)),
+            _ => {
+                let before = window.clone();
+                let r = write_field(&mut window, &local);
+                if window != before {
+                    db.write_range(key, first, &window)?;
+                }
+                r
+            }
         });
-    }
-    // Redis grows (or creates) the string to the highest written bit even
-    // when OVERFLOW FAIL refuses every write; an unchanged value is not
-    // written again.
-    if created || value != before {
-        db.put_with_expiry(key, &value, at)?;
     }
     if created {
         ctx.notify(NEW, "new", key);

@@ -400,45 +400,80 @@ fn too_big() -> Error {
 
 fn append(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let key = &args[1];
+    let piece = &args[2];
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
-    let old = read_with_ttl(&db, key)?;
-    let created = old.is_none();
-    let (mut value, at) = old.unwrap_or_default();
-    if value.len() as u64 + args[2].len() as u64 > max_string(ctx) {
+    // A ranged write at the end: a long value gets one or two segments
+    // appended, not rewritten (`basalt_engine::SEGMENT_ABOVE`).
+    let old_len = db.value_len(key)?;
+    let created = old_len.is_none();
+    if old_len.unwrap_or(0) + piece.len() as u64 > max_string(ctx) {
         return Err(too_big());
     }
-    value.extend_from_slice(&args[2]);
-    db.put_with_expiry(key, &value, at)?;
+    let len = if piece.is_empty() {
+        // Still a write, as in Redis (it creates an empty string and counts
+        // as a modification for WATCH).
+        let (v, at) = read_with_ttl(&db, key)?.unwrap_or_default();
+        db.put_with_expiry(key, &v, at)?;
+        v.len() as u64
+    } else {
+        db.write_range(key, old_len.unwrap_or(0), piece)?
+    };
     if created {
         ctx.notify(NEW, "new", key);
     }
     ctx.notify(STRING, "append", key);
-    ctx.int(value.len() as i64);
+    ctx.int(len as i64);
     Ok(())
 }
 
 fn strlen(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     // The index's stored length counts the record's encoding, not the
-    // value, so the value is read (one disk read, like GET).
-    let v = read_string(ctx.slot().db(), &args[1])?;
-    if v.is_none() {
+    // value, so the value is read (one disk read, like GET; one segment of
+    // a segmented value).
+    let len = match ctx.slot().db() {
+        Some(db) => db.value_len(&args[1])?,
+        None => None,
+    };
+    if len.is_none() {
         ctx.keymiss(&args[1]);
     }
-    let len = v.map_or(0, |v| v.len());
-    ctx.int(len as i64);
+    ctx.int(len.unwrap_or(0) as i64);
     Ok(())
 }
 
 fn getrange(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let mut start = int_arg(&args[2])?;
     let mut end = int_arg(&args[3])?;
-    let v = read_string(ctx.slot().db(), &args[1])?;
-    if v.is_none() {
+    let slot = ctx.slot();
+    let Some(db) = slot.db() else {
+        drop(slot);
+        ctx.keymiss(&args[1]);
+        ctx.bulk(b"");
+        return Ok(());
+    };
+    // Only the bytes asked for are read (the segments holding them, for a
+    // segmented value); a range from the end needs the length first.
+    let (v, base, len) = if start >= 0 && end >= start {
+        let n = usize::try_from((end - start).saturating_add(1)).unwrap_or(usize::MAX);
+        match db.read_range(&args[1], start as u64, n)? {
+            Some((v, len)) => (v, start, len as i64),
+            None => (Vec::new(), 0, -1),
+        }
+    } else {
+        match db.get(&args[1])? {
+            Some(v) => {
+                let len = v.len() as i64;
+                (v, 0, len)
+            }
+            None => (Vec::new(), 0, -1),
+        }
+    };
+    drop(slot);
+    if len < 0 {
         ctx.keymiss(&args[1]);
     }
-    let v = v.unwrap_or_default();
-    let len = v.len() as i64;
+    let len = len.max(0);
     if start < 0 && end < 0 && start > end {
         ctx.bulk(b"");
         return Ok(());
@@ -457,7 +492,9 @@ fn getrange(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     if start > end || len == 0 {
         ctx.bulk(b"");
     } else {
-        ctx.bulk(&v[start as usize..=end as usize]);
+        // `v` holds bytes `base..` of the value.
+        let (from, to) = ((start - base) as usize, (end - base) as usize);
+        ctx.bulk(&v[from.min(v.len())..(to + 1).min(v.len())]);
     }
     Ok(())
 }
@@ -604,37 +641,23 @@ fn setrange(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let piece = &args[3];
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
-    let Some((mut value, at)) = read_with_ttl(&db, key)? else {
-        if piece.is_empty() {
-            ctx.int(0);
-            return Ok(());
-        }
-        if offset as u64 + piece.len() as u64 > max_string(ctx) {
-            return Err(too_big());
-        }
-        let mut value = vec![0u8; offset as usize];
-        value.extend_from_slice(piece);
-        db.put(key, &value)?;
-        ctx.notify(NEW, "new", key);
-        ctx.notify(STRING, "setrange", key);
-        ctx.int(value.len() as i64);
-        return Ok(());
-    };
+    let old_len = db.value_len(key)?;
     if piece.is_empty() {
-        ctx.int(value.len() as i64);
+        // Changes nothing and creates nothing, as in Redis.
+        ctx.int(old_len.unwrap_or(0) as i64);
         return Ok(());
     }
     if offset as u64 + piece.len() as u64 > max_string(ctx) {
         return Err(too_big());
     }
-    let offset = offset as usize;
-    if value.len() < offset + piece.len() {
-        value.resize(offset + piece.len(), 0);
+    // A ranged write: a long value has only the segments it covers
+    // rewritten (`basalt_engine::Db::write_range`).
+    let len = db.write_range(key, offset as u64, piece)?;
+    if old_len.is_none() {
+        ctx.notify(NEW, "new", key);
     }
-    value[offset..offset + piece.len()].copy_from_slice(piece);
-    db.put_with_expiry(key, &value, at)?;
     ctx.notify(STRING, "setrange", key);
-    ctx.int(value.len() as i64);
+    ctx.int(len as i64);
     Ok(())
 }
 

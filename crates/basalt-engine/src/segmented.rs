@@ -1,0 +1,429 @@
+//! Segmented values: values a caller changes in place, a range at a time.
+//!
+//! The one idea a reader needs: a value longer than [`SEGMENT_ABOVE`] bytes
+//! that is written with [`Db::write_range`] (a bit of a bitmap, a range of
+//! a string, an append) is kept as a map of fixed-size segments tagged
+//! [`SEGMENTED_TAG`]: field `i` (8 bytes, big-endian) holds bytes
+//! `i * SEGMENT_LEN ..`. A ranged write then appends the one segment it
+//! touches (two at a boundary) instead of the whole value, and the segments
+//! are a run of numbered fields (`fields.rs`), 24 bytes of index each.
+//!
+//! To every other caller the key is a value: [`Db::get`] assembles it,
+//! [`Db::meta`] says [`crate::KeyKind::Value`], the map calls refuse it as
+//! they refuse any value, [`Db::put`] and [`Db::delete`] replace or remove
+//! it whole, and expiry works as for any key. No record kind is new: a
+//! segment is a field record and the map's expiry a map-metadata record,
+//! so recovery, hint files and compaction need nothing of their own.
+//!
+//! Invariants: segments `0..n` all exist; every segment but the last holds
+//! exactly [`SEGMENT_LEN`] bytes and the last `1..=SEGMENT_LEN`. A write
+//! that changes several records (turning a value into segments, a range
+//! across a boundary, growth past the end) runs as one write batch, so a
+//! crash keeps all of it or none; and its records enter the index under
+//! one lock, so a reader sees the value before or after it, never between.
+
+use std::sync::Arc;
+
+use crate::db::{DataFile, MapEntry};
+use crate::format::{Kind, RecordRef};
+use crate::keydir::{Loc, MAP_FILE};
+use crate::{Db, Error, Result};
+
+/// The map tag of a segmented value. Callers' maps may use any other tag;
+/// [`Db::put_field_tagged`] refuses this one.
+pub const SEGMENTED_TAG: u8 = 0xff;
+
+/// Bytes per segment: a ranged write of a few bytes appends a record of
+/// about this size.
+pub const SEGMENT_LEN: usize = 512;
+
+/// A ranged write leaves a value of at most this many bytes as one record
+/// (rewriting it costs no more than a few segments); a longer one becomes
+/// segmented.
+pub const SEGMENT_ABOVE: usize = 4096;
+
+fn name(i: u64) -> [u8; 8] {
+    i.to_be_bytes()
+}
+
+/// Length of segment `i` of a value of `total` bytes.
+fn segment_len(i: u64, total: u64) -> usize {
+    (total - i * SEGMENT_LEN as u64).min(SEGMENT_LEN as u64) as usize
+}
+
+/// What a key holds, for a ranged read or write.
+enum Shape {
+    Absent,
+    /// A plain value record.
+    Plain,
+    /// A segmented value: the segments asked for (index, file, location),
+    /// the last segment's location, the segment count and the expiry.
+    Segmented {
+        wanted: Vec<(u64, Arc<DataFile>, Loc)>,
+        last: (Arc<DataFile>, Loc),
+        count: u64,
+        expires_at: Option<u64>,
+    },
+}
+
+impl Db {
+    /// What `key` holds, with the locations of segments `first..=last`
+    /// (clamped to the segments that exist) taken in one look at the index.
+    fn shape(&self, key: &[u8], first: u64, last: u64) -> Result<Shape> {
+        let inner = &*self.inner;
+        let idx = inner.shard(key).index.read();
+        let Some(e) = idx.keys.get(key) else {
+            return Ok(Shape::Absent);
+        };
+        if idx.is_expired(key, e.has_ttl, inner.now()) {
+            return Ok(Shape::Absent);
+        }
+        if e.loc.file != MAP_FILE {
+            return Ok(Shape::Plain);
+        }
+        let m = &idx.maps[key];
+        if m.tag != SEGMENTED_TAG {
+            return Err(Error::WrongKind {
+                expected: "value",
+                found: "map",
+            });
+        }
+        let count = m.fields.len() as u64;
+        let at = |i: u64| {
+            let loc = m.fields.get(&name(i)).expect("segments form a run");
+            (idx.files[&loc.file].handle.clone(), loc)
+        };
+        let wanted = (first..=last.min(count.saturating_sub(1)))
+            .map(|i| {
+                let (f, l) = at(i);
+                (i, f, l)
+            })
+            .collect();
+        Ok(Shape::Segmented {
+            wanted,
+            last: at(count - 1),
+            count,
+            expires_at: if e.has_ttl { idx.expiry_of(key) } else { None },
+        })
+    }
+
+    fn read_segment(&self, key: &[u8], file: &DataFile, loc: Loc) -> Result<Vec<u8>> {
+        let inner = &*self.inner;
+        // SAFETY: `file` and `loc` were read from this shard's index
+        // (`shape`); the handle keeps the file mapped.
+        unsafe { inner.read_with(inner.shard(key), file, loc, |rec| rec.value()) }
+    }
+
+    /// A segmented value's length: full segments and the last one's bytes.
+    fn segmented_len(&self, key: &[u8], count: u64, last: &(Arc<DataFile>, Loc)) -> Result<u64> {
+        let tail = self.read_segment(key, &last.0, last.1)?.len() as u64;
+        Ok((count - 1) * SEGMENT_LEN as u64 + tail)
+    }
+
+    /// The whole of a segmented value (`None` if the key stopped being one
+    /// meanwhile), with its expiry. What [`Db::get`] returns for it.
+    pub(crate) fn assemble(&self, key: &[u8]) -> Result<Option<(Vec<u8>, Option<u64>)>> {
+        let Shape::Segmented {
+            wanted, expires_at, ..
+        } = self.shape(key, 0, u64::MAX)?
+        else {
+            return Ok(None);
+        };
+        let mut out = Vec::with_capacity(wanted.len() * SEGMENT_LEN);
+        for (_, file, loc) in &wanted {
+            out.extend_from_slice(&self.read_segment(key, file, *loc)?);
+        }
+        Ok(Some((out, expires_at)))
+    }
+
+    /// The value's length in bytes, `None` if the key does not exist; a
+    /// key holding a map is an [`Error::WrongKind`]. Reads one segment of a
+    /// segmented value, not all of it.
+    pub fn value_len(&self, key: &[u8]) -> Result<Option<u64>> {
+        match self.shape(key, 1, 0)? {
+            Shape::Absent => Ok(None),
+            Shape::Plain => Ok(self.get_with(key, |v| v.len() as u64)?),
+            Shape::Segmented { count, last, .. } => {
+                Ok(Some(self.segmented_len(key, count, &last)?))
+            }
+        }
+    }
+
+    /// Up to `len` bytes of the value from byte `offset` (fewer at its end,
+    /// none past it) and the value's whole length; `None` if the key does
+    /// not exist. Reads only the segments the range covers.
+    pub fn read_range(
+        &self,
+        key: &[u8],
+        offset: u64,
+        len: usize,
+    ) -> Result<Option<(Vec<u8>, u64)>> {
+        let seg = SEGMENT_LEN as u64;
+        // The end of the range, saturated: a length may run past any value.
+        let end = offset.saturating_add(len as u64);
+        let (first, last) = if len == 0 {
+            (1, 0)
+        } else {
+            (offset / seg, (end - 1) / seg)
+        };
+        match self.shape(key, first, last)? {
+            Shape::Absent => Ok(None),
+            Shape::Plain => self.get_with(key, |v| {
+                let start = (offset.min(v.len() as u64)) as usize;
+                let end = start + len.min(v.len() - start);
+                (v[start..end].to_vec(), v.len() as u64)
+            }),
+            Shape::Segmented {
+                wanted,
+                count,
+                last: tail,
+                ..
+            } => {
+                let total = self.segmented_len(key, count, &tail)?;
+                let mut out = Vec::with_capacity(len.min(total.saturating_sub(offset) as usize));
+                for (i, file, loc) in &wanted {
+                    let bytes = self.read_segment(key, file, *loc)?;
+                    let base = i * seg;
+                    let from = offset.saturating_sub(base) as usize;
+                    let to = (end - base).min(bytes.len() as u64) as usize;
+                    if from < to {
+                        out.extend_from_slice(&bytes[from..to]);
+                    }
+                }
+                Ok(Some((out, total)))
+            }
+        }
+    }
+
+    /// Writes `data` at byte `offset` of the value at `key`, growing it
+    /// with zero bytes as needed and creating it if absent; the key keeps
+    /// its expiry. Returns the value's new length. Empty `data` changes
+    /// nothing (and creates nothing). A key holding a map is an
+    /// [`Error::WrongKind`].
+    ///
+    /// Not atomic with respect to another writer of the same key between
+    /// its read and its write: callers serialise writers of a key (the
+    /// server holds the key's lock), as for any read-modify-write.
+    pub fn write_range(&self, key: &[u8], offset: u64, data: &[u8]) -> Result<u64> {
+        let end = offset + data.len() as u64;
+        if data.is_empty() {
+            return Ok(self.value_len(key)?.unwrap_or(0));
+        }
+        let seg = SEGMENT_LEN as u64;
+        match self.shape(key, offset / seg, (end - 1) / seg)? {
+            Shape::Absent | Shape::Plain => {
+                let (mut v, at) = match self.get_versioned(key)? {
+                    Some(v) => (v.value, v.expires_at),
+                    None => (Vec::new(), None),
+                };
+                if v.len() < end as usize {
+                    v.resize(end as usize, 0);
+                }
+                v[offset as usize..end as usize].copy_from_slice(data);
+                if v.len() <= SEGMENT_ABOVE {
+                    self.put_with_expiry(key, &v, at)?;
+                } else {
+                    let segments: Vec<(u64, &[u8])> = v
+                        .chunks(SEGMENT_LEN)
+                        .enumerate()
+                        .map(|(i, c)| (i as u64, c))
+                        .collect();
+                    self.put_segments(key, &segments, Some(at))?;
+                }
+                Ok(v.len() as u64)
+            }
+            Shape::Segmented {
+                wanted,
+                count,
+                last,
+                ..
+            } => {
+                let total = self.segmented_len(key, count, &last)?;
+                let new_total = total.max(end);
+                // Segments to write: those the data covers, and when the
+                // value grows, the old last one (filled up with zeros) and
+                // every new one up to the data.
+                let first = if end > total {
+                    (offset / seg).min(count - 1)
+                } else {
+                    offset / seg
+                };
+                let last_seg = (new_total - 1) / seg;
+                let upto = if end > total {
+                    last_seg
+                } else {
+                    (end - 1) / seg
+                };
+                let mut out: Vec<(u64, Vec<u8>)> = Vec::new();
+                for i in first..=upto {
+                    let mut bytes = if i < count {
+                        match wanted.iter().find(|(j, ..)| *j == i) {
+                            Some((_, file, loc)) => self.read_segment(key, file, *loc)?,
+                            None if i == count - 1 => self.read_segment(key, &last.0, last.1)?,
+                            None => self.get_segment_of(key, i)?,
+                        }
+                    } else {
+                        Vec::new()
+                    };
+                    bytes.resize(segment_len(i, new_total), 0);
+                    let base = i * seg;
+                    let from = offset.max(base);
+                    let to = end.min(base + bytes.len() as u64);
+                    if from < to {
+                        bytes[(from - base) as usize..(to - base) as usize].copy_from_slice(
+                            &data[(from - offset) as usize..(to - offset) as usize],
+                        );
+                    }
+                    out.push((i, bytes));
+                }
+                let segments: Vec<(u64, &[u8])> = out.iter().map(|(i, b)| (*i, &b[..])).collect();
+                self.put_segments(key, &segments, None)?;
+                Ok(new_total)
+            }
+        }
+    }
+
+    /// Segment `i` of a segmented value, looked up on its own (a segment
+    /// between the range written and the old end, which `shape` did not
+    /// collect).
+    fn get_segment_of(&self, key: &[u8], i: u64) -> Result<Vec<u8>> {
+        match self.shape(key, i, i)? {
+            Shape::Segmented { wanted, .. } if !wanted.is_empty() => {
+                let (_, file, loc) = &wanted[0];
+                self.read_segment(key, file, *loc)
+            }
+            _ => Err(Error::WrongKind {
+                expected: "segmented value",
+                found: "something else",
+            }),
+        }
+    }
+
+    /// Writes segments (index, bytes) of the segmented value at `key`.
+    /// With `replace: Some(expiry)` the key's plain value (or nothing) is
+    /// replaced by these segments, which must then be all of them, and the
+    /// expiry carried over. Several records form one write batch, and all
+    /// of them enter the index under one lock.
+    fn put_segments(
+        &self,
+        key: &[u8],
+        segments: &[(u64, &[u8])],
+        replace: Option<Option<u64>>,
+    ) -> Result<()> {
+        let inner = &*self.inner;
+        for (_, b) in segments {
+            crate::format::check_sizes(key, &name(0), b.len())?;
+        }
+        inner.check_writable()?;
+        let records = segments.len() + usize::from(matches!(replace, Some(Some(_))));
+        let batch = (records > 1).then(|| self.batch());
+        let shard = inner.shard(key);
+        let mut w = shard.writer.lock();
+        inner.purge_if_expired(shard, &mut w, key, None)?;
+        {
+            let idx = shard.index.read();
+            let ok = match idx.keys.get(key) {
+                None => replace.is_some(),
+                Some(e) if e.loc.file != MAP_FILE => replace.is_some(),
+                Some(_) => replace.is_none() && idx.maps[key].tag == SEGMENTED_TAG,
+            };
+            if !ok {
+                return Err(Error::WrongKind {
+                    expected: "value",
+                    found: "map",
+                });
+            }
+        }
+        let mut locs = Vec::with_capacity(segments.len());
+        let mut scratch = Vec::new();
+        for (i, bytes) in segments {
+            let (flags, stored) = inner.encode_value(bytes, &mut scratch);
+            let seq = inner.next_seq();
+            let loc = inner.append(
+                shard,
+                &mut w,
+                RecordRef {
+                    seq,
+                    expiry: 0,
+                    kind: Kind::Field,
+                    flags,
+                    tag: SEGMENTED_TAG,
+                    key,
+                    field: &name(*i),
+                    value: stored,
+                },
+            )?;
+            locs.push((*i, loc));
+        }
+        let meta = match replace {
+            Some(Some(at)) => {
+                let seq = inner.next_seq();
+                let loc = inner.append(
+                    shard,
+                    &mut w,
+                    RecordRef {
+                        seq,
+                        expiry: at,
+                        kind: Kind::MapMeta,
+                        flags: 0,
+                        tag: SEGMENTED_TAG,
+                        key,
+                        field: &[],
+                        value: &[],
+                    },
+                )?;
+                Some((loc, at))
+            }
+            _ => None,
+        };
+        {
+            let mut idx = shard.index.write();
+            if replace.is_some() {
+                idx.remove_key(key);
+                let first = locs.first().map_or(0, |(_, l)| l.seq);
+                idx.keys.insert(
+                    key,
+                    Loc {
+                        file: MAP_FILE,
+                        offset: 0,
+                        len: 0,
+                        seq: first,
+                    },
+                    false,
+                );
+                idx.maps.insert(
+                    key.into(),
+                    MapEntry {
+                        tag: SEGMENTED_TAG,
+                        ..MapEntry::default()
+                    },
+                );
+            }
+            for &(i, loc) in &locs {
+                idx.note_append(loc, Kind::Field);
+                let m = idx.maps.get_mut(key).expect("segmented key without a map");
+                m.version = loc.seq;
+                let old = m.fields.insert(&name(i), loc);
+                if let Some(old) = old {
+                    idx.sub_live(old);
+                }
+                idx.add_live(loc);
+            }
+            if let Some((loc, at)) = meta {
+                idx.note_append(loc, Kind::MapMeta);
+                let m = idx.maps.get_mut(key).expect("segmented key without a map");
+                m.version = loc.seq;
+                m.expiry = at;
+                m.meta = Some(loc);
+                idx.add_live(loc);
+                idx.keys.set_ttl_flag(key, true);
+                idx.set_expiry(key, at);
+            }
+        }
+        inner.finish_write(shard, w)?;
+        match batch {
+            Some(b) => b.commit(),
+            None => Ok(()),
+        }
+    }
+}
