@@ -148,8 +148,7 @@ fn a_segmented_value_is_a_value_to_every_other_call_and_keeps_its_expiry() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(1_000));
     let db = Db::open(dir.path(), opts(&clock)).unwrap();
-    db.put_with_expiry(b"k", &vec![7u8; 100], Some(50_000))
-        .unwrap();
+    db.put_with_expiry(b"k", &[7u8; 100], Some(50_000)).unwrap();
     // Growing past the threshold turns it into segments, keeping the TTL.
     let n = db
         .write_range(b"k", 10 * SEGMENT_LEN as u64, b"xyz")
@@ -268,4 +267,3 @@ fn a_conversion_torn_at_any_byte_opens_as_the_old_value_or_the_new_one() {
     }
     assert!(cuts > 10 && saw_new && saw_old, "{cuts} cuts");
 }
-

@@ -584,7 +584,7 @@ fn bitfield_generic(ctx: &mut Ctx<'_>, args: Args<'_>, read_only: bool) -> Resul
     let mut replies = Vec::with_capacity(fields.len());
     for f in &fields {
         let first = f.offset >> 3;
-        let span = (((f.offset & 7) + f.bits as u64 + 7) / 8) as usize;
+        let span = ((f.offset & 7) + f.bits as u64).div_ceil(8) as usize;
         let mut window = db
             .read_range(key, first, span)?
             .map(|(b, _)| b)
