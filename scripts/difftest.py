@@ -536,6 +536,146 @@ def gen_bitmap(r):
     return [c, op, key(r)] + keys(r, 1, 3 if op.upper() != "NOT" else 2)
 
 
+# Geo: clustered points (so searches find something), the exact limits,
+# points on and beside geohash cell borders (0, +-90, +-45, +-22.5 ...),
+# values out of range or not numbers; plain ZADD scores are read by the geo
+# commands too when the families are mixed (geo,zset).
+GEO_BASES = [(13.361389, 38.115556), (15.087269, 37.502669), (0, 0), (-122.4194, 37.7749),
+             (179.99, 0.5), (-179.99, -0.5), (2.35, 48.85), (0.001, 84.9)]
+GEO_LONS = ["180", "-180", "179.9999999", "-179.9999999", "0", "-0", "90", "-90", "45", "-45",
+            "22.5", "22.499999", "22.500001", "11.25", "0.0000001", "-0.0000001", "13.361389",
+            "15.087269"]
+GEO_LATS = ["85.05112878", "-85.05112878", "85.05112877", "-85.05112877", "0", "-0", "42.52556439",
+            "42.525564", "21.262782195", "66", "-66.0001", "80.5", "-80.5", "38.115556", "37.502669"]
+GEO_BADLON = ["180.0000001", "-180.0000001", "181", "abc", "", "inf", "-inf", "nan", "1e400", " 1"]
+GEO_BADLAT = ["85.06", "-85.052", "90", "abc", "", "inf", "nan"]
+GEO_DIST = ["0", "1", "10", "100", "1000", "5000", "50000", "200000", "500000", "1e6", "5e6", "2e7",
+            "0.5", "150", "250", "300", "3000", "120000", "250000"]
+GEO_UNITS = ["m", "km", "km", "km", "ft", "mi", "mi", "M", "KM", "Mi"]
+
+
+def geo_key(r):
+    # Mostly one key, so adds and searches meet.
+    return "k0" if r.random() < 0.5 else key(r)
+
+
+def geo_lonlat(r, near=0.5, bad=0.1):
+    x = r.random()
+    if x < near:
+        lon, lat = r.choice(GEO_BASES)
+        lon = max(-180, min(180, lon + r.choice([0, 0, r.uniform(-1, 1), r.uniform(-0.01, 0.01)])))
+        lat = max(-85.05, min(85.05, lat + r.choice([0, 0, r.uniform(-1, 1), r.uniform(-0.01, 0.01)])))
+        return ["%.6f" % lon, "%.6f" % lat]
+    if x < 1 - bad:
+        return [pick(r, GEO_LONS), pick(r, GEO_LATS)]
+    if x < 1 - bad / 2:
+        return [pick(r, GEO_BADLON), pick(r, GEO_LATS)]
+    return [pick(r, GEO_LONS), pick(r, GEO_BADLAT)]
+
+
+def geo_dist(r):
+    if r.random() < 0.96:
+        return pick(r, GEO_DIST)
+    return pick(r, ["-1", "abc", "", "inf", "-0", "nan"])
+
+
+def geo_unit(r):
+    return pick(r, GEO_UNITS) if r.random() < 0.97 else pick(r, ["meters", "", "k"])
+
+
+def geo_opts(r, store_ok, search_store=False):
+    opts = []
+    for _ in range(r.choice([0, 1, 1, 2, 3, 4])):
+        if (store_ok or search_store) and r.random() < 0.4:
+            # Options a STORE accepts.
+            o = r.choice(["ASC", "DESC", "COUNT", "STORE", "STOREDIST"])
+        else:
+            o = r.choice(["WITHDIST", "WITHHASH", "WITHCOORD", "ASC", "DESC", "COUNT", "COUNT",
+                          "STORE", "STOREDIST", "withdist", "asc"] + (["ANY", "BAD"] if r.random() < 0.3 else []))
+        if o == "COUNT":
+            opts += ["COUNT", pick(r, ["1", "2", "3", "5", "1", "2", "8", "20", "45", "100"] if r.random() < 0.9 else
+                                   ["0", "-1", "abc"])]
+            if r.random() < 0.3:
+                opts.append("ANY")
+        elif o in ("STORE", "STOREDIST") and not search_store:
+            if store_ok or r.random() < 0.2:
+                opts += [o, key(r)]
+        elif o == "STOREDIST" and search_store:
+            opts.append(o)
+        else:
+            opts.append(o)
+    return opts
+
+
+def gen_geo(r):
+    c = r.choice(["GEOADD", "GEOADD", "GEOADD", "GEOADD", "GEODIST", "GEOHASH", "GEOPOS", "GEORADIUS",
+                  "GEORADIUS", "GEORADIUSBYMEMBER", "GEORADIUS_RO", "GEORADIUSBYMEMBER_RO",
+                  "GEOSEARCH", "GEOSEARCH", "GEOSEARCH", "GEOSEARCHSTORE", "GEOSEARCHSTORE", "OTHER"])
+    if c == "GEOADD" and r.random() < 0.2:
+        # Many members, few distinct places: distance ties for COUNT's
+        # partial sort, on sets big enough for its median-of-3 pivots.
+        places = [geo_lonlat(r, 0.8, 0) for _ in range(r.randint(1, 4))]
+        a = [c, "k0"]
+        for _ in range(r.randint(5, 40)):
+            a += pick(r, places) + ["m%d" % r.randint(0, 70)]
+        return a
+    if c == "GEOADD":
+        a = [c, geo_key(r)]
+        if r.random() < 0.3:
+            a += [r.choice(["NX", "XX", "CH", "CH", "ch", "nx", "GT"]) for _ in range(r.randint(1, 2))]
+        for _ in range(r.randint(1, 3)):
+            a += geo_lonlat(r, 0.6, 0.04) + [pick(r, MEMBERS)]
+        if r.random() < 0.05:
+            a = a[:-1]
+        return a
+    if c == "GEODIST":
+        a = [c, geo_key(r), pick(r, MEMBERS), pick(r, MEMBERS)]
+        if r.random() < 0.6:
+            a.append(geo_unit(r))
+        if r.random() < 0.05:
+            a.append("x")
+        return a
+    if c in ("GEOHASH", "GEOPOS"):
+        return [c, geo_key(r)] + mems(r, 0, 3)
+    if c in ("GEORADIUS", "GEORADIUS_RO"):
+        return [c, geo_key(r)] + geo_lonlat(r, 0.7, 0.06) + [geo_dist(r), geo_unit(r)] + \
+            geo_opts(r, c == "GEORADIUS")
+    if c in ("GEORADIUSBYMEMBER", "GEORADIUSBYMEMBER_RO"):
+        return [c, geo_key(r), pick(r, MEMBERS), geo_dist(r), geo_unit(r)] + \
+            geo_opts(r, c == "GEORADIUSBYMEMBER")
+    if c in ("GEOSEARCH", "GEOSEARCHSTORE"):
+        a = [c] + ([key(r)] if c == "GEOSEARCHSTORE" else []) + [geo_key(r)]
+        parts = []
+        x = r.random()
+        if x < 0.45:
+            parts.append(["FROMMEMBER", pick(r, MEMBERS)])
+        elif x < 0.92:
+            parts.append(["FROMLONLAT"] + geo_lonlat(r, 0.7, 0.06))
+        elif x < 0.96:
+            parts.append(["FROMMEMBER", pick(r, MEMBERS), "FROMLONLAT"] + geo_lonlat(r))
+        y = r.random()
+        if y < 0.45:
+            parts.append(["BYRADIUS", geo_dist(r), geo_unit(r)])
+        elif y < 0.92:
+            parts.append(["BYBOX", geo_dist(r), geo_dist(r), geo_unit(r)])
+        elif y < 0.96:
+            parts.append(["BYRADIUS", geo_dist(r), geo_unit(r), "BYBOX", "1", "1", "km"])
+        opts = geo_opts(r, False, c == "GEOSEARCHSTORE")
+        parts += [[o] for o in opts] if r.random() < 0.2 else [opts]
+        if r.random() < 0.3:
+            r.shuffle(parts)
+        for p in parts:
+            a += p
+        return a
+    # Other types under the same keys (WRONGTYPE), and plain sorted-set
+    # members with scores no GEOADD would give.
+    return r.choice([["SET", key(r), "x"], ["RPUSH", key(r), "a"],
+                     ["ZADD", key(r), pick(r, SCORES + ["3377699720527872", "13510798882111488",
+                                                         "4503599627370496", "-5", "1e300"]),
+                      pick(r, MEMBERS)],
+                     ["ZREM", key(r)] + mems(r)])
+
+
 def gen_hll(r):
     """HyperLogLog: sketches small (sparse) and big (dense), unions, the
     cached count, PFDEBUG, and strings that are not sketches. The state
@@ -619,7 +759,7 @@ def gen_bigstring(r):
 
 
 FAMILIES = {"string": gen_string, "bitmap": gen_bitmap, "keys": gen_keys, "hash": gen_hash, "set": gen_set,
-            "zset": gen_zset, "list": gen_list, "hll": gen_hll,
+            "zset": gen_zset, "list": gen_list, "geo": gen_geo, "hll": gen_hll,
             "bigstring": gen_bigstring}
 
 

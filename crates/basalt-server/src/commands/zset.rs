@@ -164,7 +164,7 @@ impl<'a> ZDb<'a> {
 
     /// Replaces whatever `key` holds with a sorted set of `items` (deleting
     /// it if `items` is empty). Returns the new set's size.
-    fn store(&self, key: &[u8], items: &[(Vec<u8>, f64)]) -> Result<usize> {
+    pub(crate) fn store(&self, key: &[u8], items: &[(Vec<u8>, f64)]) -> Result<usize> {
         ZCache::global().forget(self.generation, key);
         self.db.delete(key)?;
         let mut ix = ZIndex::new();
@@ -424,6 +424,31 @@ fn zadd_generic(ctx: &mut Ctx<'_>, args: &Args<'_>, mut f: AddFlags, from: usize
     for k in (j..args.len()).step_by(2) {
         pairs.push((score_arg(&args[k])?, &args[k + 1]));
     }
+    zadd_pairs(ctx, key, f, &pairs)
+}
+
+/// ZADD of scores its caller computed (GEOADD's geohashes), under NX / XX
+/// / CH, with ZADD's reply and events: Redis's GEOADD hands ZADD its
+/// arguments the same way.
+pub(crate) fn zadd_scored(
+    ctx: &mut Ctx<'_>,
+    key: &[u8],
+    pairs: &[(f64, &[u8])],
+    nx: bool,
+    xx: bool,
+    ch: bool,
+) -> Result {
+    let f = AddFlags {
+        nx,
+        xx,
+        ch,
+        ..AddFlags::default()
+    };
+    zadd_pairs(ctx, key, f, pairs)
+}
+
+/// ZADD's write: the pairs, already parsed, under the flags.
+fn zadd_pairs(ctx: &mut Ctx<'_>, key: &[u8], f: AddFlags, pairs: &[(f64, &[u8])]) -> Result {
     let slot = slot_w(ctx)?;
     let z = ZDb::of(&slot).expect("opened");
     let _g = ctx.lock(key);
@@ -440,7 +465,7 @@ fn zadd_generic(ctx: &mut Ctx<'_>, args: &Args<'_>, mut f: AddFlags, from: usize
     let mut ix = existing.unwrap_or_default();
     let (mut added, mut updated) = (0, 0);
     let mut last = None;
-    for (score, member) in pairs {
+    for &(score, member) in pairs {
         let out = add_one(&z, key, &mut ix, f, score, member);
         let out = match out {
             Ok(o) => o,
@@ -539,7 +564,11 @@ fn zrem(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 // Reads of one key.
 
 /// Runs `f` on the index of `key` (None if absent) under the key's stripe.
-fn read<R>(ctx: &Ctx<'_>, key: &[u8], f: impl FnOnce(Option<&ZIndex>) -> R) -> Result<R> {
+pub(crate) fn read<R>(
+    ctx: &Ctx<'_>,
+    key: &[u8],
+    f: impl FnOnce(Option<&ZIndex>) -> R,
+) -> Result<R> {
     let slot = ctx.slot();
     let Some(z) = ZDb::of(&slot) else {
         ctx.keymiss(key);
@@ -888,7 +917,7 @@ fn zrangestore(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 
 /// Keyspace events of a *STORE: the command's event if something was
 /// stored, else `del` if the destination existed.
-fn stored_events(ctx: &Ctx<'_>, dst: &[u8], event: &str, stored: usize, existed: bool) {
+pub(crate) fn stored_events(ctx: &Ctx<'_>, dst: &[u8], event: &str, stored: usize, existed: bool) {
     if stored > 0 {
         if !existed {
             ctx.notify(NEW, "new", dst);
