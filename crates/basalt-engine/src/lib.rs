@@ -72,5 +72,5 @@ pub use db::{Db, FileStats, KeyKind, KeyMeta, Stats, Versioned};
 pub use error::{Error, Result};
 pub use format::{crc32c, crc32c_append};
 pub use keydir::prefetch_read;
-pub use segmented::{SEGMENTED_TAG, SEGMENT_ABOVE, SEGMENT_LEN};
 pub use options::{Clock, ExpiryListener, ManualClock, Options, SyncPolicy, SystemClock};
+pub use segmented::{SEGMENTED_TAG, SEGMENT_ABOVE, SEGMENT_LEN};
