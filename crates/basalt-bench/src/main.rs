@@ -11,6 +11,8 @@
 //!   (see [`server_bench::groups`]).
 //! - `queues`: the HTTP work queues, beside the same work on
 //!   `redis-server`'s streams (see [`server_bench::queues`]).
+//! - `families`: bitmaps, HyperLogLog and geo against `redis-server`
+//!   (see [`server_bench::families`]).
 
 use clap::{Parser, Subcommand};
 
@@ -45,6 +47,9 @@ enum Command {
     /// HTTP work queues (push, take + ack, 50 connections) on basalt,
     /// beside the same work on redis-server's streams over RESP.
     Queues(server_bench::queues::QueuesArgs),
+    /// Bitmaps (on a 1 MB string), HyperLogLog and geo against
+    /// redis-server and basalt, with this benchmark's own client.
+    Families(server_bench::families::FamiliesArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -52,6 +57,7 @@ fn main() -> anyhow::Result<()> {
         Command::Engine(args) => engine_bench::run(args),
         Command::Server(args) => server_bench::run(args),
         Command::Tx(args) => server_bench::tx::run(args),
+        Command::Families(args) => server_bench::families::run(args),
         Command::Groups(args) => server_bench::groups::run(args),
         Command::Queues(args) => server_bench::queues::run(args),
     }

@@ -55,6 +55,7 @@ use crate::sysinfo;
 mod catalog;
 mod client;
 mod collections;
+pub mod families;
 pub mod groups;
 pub mod queues;
 pub mod tx;

@@ -1,21 +1,30 @@
-//! Per-command call counters and run time: INFO `commandstats` and the
-//! `basalt_command*` metrics of `GET /metrics`.
+//! Per-command call counters, run time and latency histograms (INFO
+//! `commandstats`, LATENCY HISTOGRAM, the `basalt_command*` metrics of
+//! `GET /metrics`), and the two logs fed by the same measurement: the slow
+//! log (SLOWLOG) and the latency monitor (LATENCY).
 //!
 //! The one idea a reader needs: **each thread counts into its own stripe.**
 //! Every command adds to four counters (calls, nanoseconds, failed,
-//! rejected) in a table indexed by the command's position in the command
-//! table. The table is repeated [`STRIPES`] times; a thread picks its
-//! stripe once (round robin) and keeps it, so two workers running GET at
-//! the same time touch different cache lines, and stripes are padded apart
-//! so their edges never share one. A command costs two relaxed atomic adds
-//! (three when it fails) on a line its thread owns; reading sums the
-//! stripes. The time comes from one clock read per command: the connection
-//! reads the clock after each command and charges it the time since the
-//! previous reading (the batch start, or the previous command's end), see
-//! `Conn::tick`.
+//! rejected) and one histogram bucket in a table indexed by the command's
+//! position in the command table. The table is repeated [`STRIPES`] times;
+//! a thread picks its stripe once (round robin) and keeps it, so two
+//! workers running GET at the same time touch different cache lines, and
+//! stripes are padded apart so their edges never share one. A command
+//! costs three relaxed atomic adds (four when it fails) on lines its thread
+//! owns; reading sums the stripes. The time comes from one clock read per
+//! command: the connection reads the clock after each command and charges
+//! it the time since the previous reading (the batch start, or the previous
+//! command's end), see `Conn::tick`.
+//!
+//! The logs cost one relaxed load and a compare per command while no
+//! command is slower than the lower of their thresholds ([`CommandStats::is_slow`]);
+//! only a slow command takes a lock ([`CommandStats::observe_slow`]).
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+
+use parking_lot::Mutex;
 
 /// Copies of the counter table; threads beyond this many share stripes
 /// (still correct, the adds are atomic).
@@ -35,12 +44,36 @@ struct Counters {
 /// the adjacent-line prefetcher does not pair two stripes either).
 const PAD: usize = 4;
 
-/// Per-command counters for the whole server.
+/// Histogram buckets per command: powers of two of nanoseconds from 2^10
+/// (about 1 µs) to 2^30 (about 1.07 s), where Redis's per-command
+/// histograms (an HDR histogram read with a log-2 iterator from 1024 ns)
+/// report their buckets. Redis caps a sample at 1 s, so 2^30 is the last.
+const BUCKETS: usize = 21;
+/// The first bucket's power of two.
+const FIRST_POW: u32 = 10;
+/// Slots per command row (BUCKETS rounded up to whole cache lines).
+const HIST_ROW: usize = 24;
+
+/// Per-command counters for the whole server, and the slow log and latency
+/// monitor they feed.
 #[derive(Debug)]
 pub struct CommandStats {
     cells: Box<[Counters]>,
     stride: usize,
     commands: usize,
+    /// `STRIPES * commands` rows of [`HIST_ROW`] bucket counts.
+    hist: Box<[AtomicU64]>,
+    /// Nanoseconds from which a command is looked at by [`Self::observe_slow`]:
+    /// the lower of the two logs' thresholds; `u64::MAX` = both are off.
+    watch_ns: AtomicU64,
+    /// `slowlog-log-slower-than` in µs; negative = off.
+    slowlog_us: AtomicI64,
+    /// `slowlog-max-len`.
+    slowlog_max: AtomicU64,
+    /// `latency-monitor-threshold` in ms; 0 = off.
+    latency_ms: AtomicU64,
+    slowlog: Mutex<SlowLog>,
+    latency: Mutex<Vec<(&'static str, Series)>>,
 }
 
 /// One command's totals.
@@ -74,18 +107,56 @@ fn my_stripe() -> usize {
     })
 }
 
+/// The histogram bucket of a run of `nanos`. Redis records whole
+/// microseconds (times 1000, capped at 1 s) and reports bucket `2^k` with
+/// the samples up to that value's highest HDR equivalent,
+/// `2^k + 2^(k-7) - 1` (two significant digits); the same rule here.
+#[inline]
+fn bucket(nanos: u64) -> usize {
+    let v = (nanos / 1000).min(1_000_000) * 1000;
+    // Smallest k with v < 2^k, at least FIRST_POW.
+    let k = (64 - (v | ((1 << FIRST_POW) - 1)).leading_zeros()).max(FIRST_POW);
+    let k = if k > FIRST_POW && v < (1u64 << (k - 1)) + (1u64 << (k - 8)) {
+        k - 1
+    } else {
+        k
+    };
+    (k - FIRST_POW) as usize
+}
+
+/// The value Redis prints for bucket `b`: its highest equivalent value in
+/// µs (`1, 2, 4, 8, 16, 33, 66, 132, ...`).
+pub fn bucket_label_us(b: usize) -> u64 {
+    let k = b as u32 + FIRST_POW;
+    ((1u64 << k) + (1u64 << (k - 7)) - 1) / 1000
+}
+
 impl CommandStats {
-    /// Counters for `commands` commands (the size of the command table).
+    /// Counters for `commands` commands (the size of the command table),
+    /// with Redis's default thresholds (slow log 10 ms, 128 entries;
+    /// latency monitor off).
     pub fn new(commands: usize) -> CommandStats {
         let stride = commands.next_multiple_of(2) + PAD;
         let cells = (0..STRIPES * stride + PAD)
             .map(|_| Counters::default())
             .collect();
-        CommandStats {
+        let hist = (0..STRIPES * commands * HIST_ROW)
+            .map(|_| AtomicU64::new(0))
+            .collect();
+        let st = CommandStats {
             cells,
             stride,
             commands,
-        }
+            hist,
+            watch_ns: AtomicU64::new(u64::MAX),
+            slowlog_us: AtomicI64::new(10_000),
+            slowlog_max: AtomicU64::new(128),
+            latency_ms: AtomicU64::new(0),
+            slowlog: Mutex::new(SlowLog::default()),
+            latency: Mutex::new(Vec::new()),
+        };
+        st.update_watch();
+        st
     }
 
     #[inline]
@@ -96,11 +167,18 @@ impl CommandStats {
     /// Counts one run of command `idx` that took `nanos`.
     #[inline]
     pub fn record(&self, idx: usize, nanos: u64, failed: bool) {
-        let c = self.mine(idx);
+        let stripe = my_stripe();
+        let c = &self.cells[PAD + stripe * self.stride + idx];
         c.calls.fetch_add(1, Ordering::Relaxed);
         c.nanos.fetch_add(nanos, Ordering::Relaxed);
         if failed {
             c.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(h) = self
+            .hist
+            .get((stripe * self.commands + idx) * HIST_ROW + bucket(nanos))
+        {
+            h.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -123,6 +201,22 @@ impl CommandStats {
         t
     }
 
+    /// Command `idx`'s run-time histogram across stripes: the count of
+    /// each bucket ([`bucket_label_us`] names them), not cumulative.
+    pub fn histogram(&self, idx: usize) -> [u64; BUCKETS] {
+        let mut out = [0u64; BUCKETS];
+        if idx >= self.commands {
+            return out;
+        }
+        for s in 0..STRIPES {
+            let row = (s * self.commands + idx) * HIST_ROW;
+            for (b, n) in out.iter_mut().enumerate() {
+                *n += self.hist[row + b].load(Ordering::Relaxed);
+            }
+        }
+        out
+    }
+
     /// Every command with anything counted, in command-table order, with
     /// its name.
     pub fn snapshot(&self) -> Vec<(&'static str, Totals)> {
@@ -134,7 +228,7 @@ impl CommandStats {
             .collect()
     }
 
-    /// Clears every counter (CONFIG RESETSTAT).
+    /// Clears every counter and histogram (CONFIG RESETSTAT).
     pub fn reset(&self) {
         for c in self.cells.iter() {
             c.calls.store(0, Ordering::Relaxed);
@@ -142,6 +236,333 @@ impl CommandStats {
             c.failed.store(0, Ordering::Relaxed);
             c.rejected.store(0, Ordering::Relaxed);
         }
+        for h in self.hist.iter() {
+            h.store(0, Ordering::Relaxed);
+        }
+    }
+
+    // ------------------------------------------- slow log, latency monitor
+
+    /// Whether a run of `nanos` must be shown to [`Self::observe_slow`]:
+    /// one relaxed load, on the hot path after every command.
+    #[inline]
+    pub fn is_slow(&self, nanos: u64) -> bool {
+        nanos >= self.watch_ns.load(Ordering::Relaxed)
+    }
+
+    fn update_watch(&self) {
+        let slow = match self.slowlog_us.load(Ordering::Relaxed) {
+            us if us < 0 => u64::MAX,
+            us => (us as u64).saturating_mul(1000),
+        };
+        let lat = match self.latency_ms.load(Ordering::Relaxed) {
+            0 => u64::MAX,
+            ms => ms.saturating_mul(1_000_000),
+        };
+        self.watch_ns.store(slow.min(lat), Ordering::Relaxed);
+    }
+
+    /// Logs a run that [`Self::is_slow`] picked: a slow-log entry if it
+    /// reached `slowlog-log-slower-than` (unless the command is flagged
+    /// `skip_slowlog`), and a `command` / `fast-command` latency sample if
+    /// it reached `latency-monitor-threshold`, as Redis's `call()` does.
+    pub fn observe_slow<'a>(
+        &self,
+        cmd: &crate::commands::CommandDef,
+        args: impl ExactSizeIterator<Item = &'a [u8]>,
+        client: &crate::state::ClientInfo,
+        nanos: u64,
+    ) {
+        use crate::commands::flags::{FAST, SKIP_SLOWLOG};
+        let us = nanos / 1000;
+        let lat_ms = self.latency_ms.load(Ordering::Relaxed);
+        if lat_ms > 0 && us / 1000 >= lat_ms {
+            let event = if cmd.flags & FAST != 0 {
+                "fast-command"
+            } else {
+                "command"
+            };
+            self.add_latency_sample(event, us / 1000);
+        }
+        let th = self.slowlog_us.load(Ordering::Relaxed);
+        if th < 0 || us < th as u64 || cmd.flags & SKIP_SLOWLOG != 0 {
+            return;
+        }
+        let max = self.slowlog_max.load(Ordering::Relaxed) as usize;
+        let entry = SlowEntry {
+            id: 0,
+            time: crate::state::now_ms() / 1000,
+            micros: us,
+            argv: slowlog_argv(cmd.name, args),
+            peer: client.addr.to_string(),
+            name: client.name.lock().clone(),
+        };
+        let mut log = self.slowlog.lock();
+        let entry = SlowEntry {
+            id: log.next_id,
+            ..entry
+        };
+        log.next_id += 1;
+        log.entries.push_front(entry);
+        log.entries.truncate(max);
+    }
+
+    /// Adds a sample of `ms` to latency event `event` if the latency
+    /// monitor is on and `ms` reaches its threshold (Redis's
+    /// `latencyAddSampleIfNeeded`).
+    pub fn latency_sample_if_needed(&self, event: &'static str, ms: u64) {
+        let th = self.latency_ms.load(Ordering::Relaxed);
+        if th > 0 && ms >= th {
+            self.add_latency_sample(event, ms);
+        }
+    }
+
+    fn add_latency_sample(&self, event: &'static str, ms: u64) {
+        let now = crate::state::now_ms() / 1000;
+        let mut events = self.latency.lock();
+        let at = match events.iter().position(|(e, _)| *e == event) {
+            Some(i) => i,
+            None => {
+                events.push((event, Series::default()));
+                events.len() - 1
+            }
+        };
+        events[at].1.add(now, ms);
+    }
+
+    /// The slow log, newest first, at most `count` entries.
+    pub fn slowlog_get(&self, count: usize) -> Vec<SlowEntry> {
+        self.slowlog
+            .lock()
+            .entries
+            .iter()
+            .take(count)
+            .cloned()
+            .collect()
+    }
+
+    /// Entries in the slow log.
+    pub fn slowlog_len(&self) -> usize {
+        self.slowlog.lock().entries.len()
+    }
+
+    /// Empties the slow log (ids keep counting, as in Redis).
+    pub fn slowlog_reset(&self) {
+        self.slowlog.lock().entries.clear();
+    }
+
+    /// Every latency event with samples: (name, series), oldest event first.
+    pub fn latency_events(&self) -> Vec<(&'static str, Series)> {
+        self.latency.lock().clone()
+    }
+
+    /// Forgets the named events (all when `names` is empty); returns how
+    /// many existed.
+    pub fn latency_reset(&self, names: &[&[u8]]) -> usize {
+        let mut events = self.latency.lock();
+        if names.is_empty() {
+            let n = events.len();
+            events.clear();
+            return n;
+        }
+        let before = events.len();
+        events.retain(|(e, _)| !names.contains(&e.as_bytes()));
+        before - events.len()
+    }
+
+    /// The value of a monitoring setting for CONFIG GET, if `name` is one.
+    pub fn config_get(&self, name: &str) -> Option<String> {
+        Some(match name {
+            "slowlog-log-slower-than" => self.slowlog_us.load(Ordering::Relaxed).to_string(),
+            "slowlog-max-len" => self.slowlog_max.load(Ordering::Relaxed).to_string(),
+            "latency-monitor-threshold" => self.latency_ms.load(Ordering::Relaxed).to_string(),
+            _ => return None,
+        })
+    }
+
+    /// Checks a CONFIG SET value for a monitoring setting: the number, or
+    /// Redis's complaint.
+    pub fn config_check(name: &str, value: &[u8]) -> Result<i64, &'static str> {
+        let v = std::str::from_utf8(value)
+            .ok()
+            .and_then(|s| s.parse::<i64>().ok())
+            .ok_or("argument couldn't be parsed into an integer")?;
+        let min = if name == "slowlog-log-slower-than" {
+            -1
+        } else {
+            0
+        };
+        if v < min {
+            return Err(if min < 0 {
+                "argument must be between -1 and 9223372036854775807 inclusive"
+            } else {
+                "argument must be between 0 and 9223372036854775807 inclusive"
+            });
+        }
+        Ok(v)
+    }
+
+    /// Applies a value [`Self::config_check`] accepted (CONFIG SET, start-up).
+    pub fn config_set(&self, name: &str, v: i64) {
+        match name {
+            "slowlog-log-slower-than" => self.slowlog_us.store(v, Ordering::Relaxed),
+            "slowlog-max-len" => {
+                self.slowlog_max.store(v.max(0) as u64, Ordering::Relaxed);
+                self.slowlog.lock().entries.truncate(v.max(0) as usize);
+            }
+            "latency-monitor-threshold" => {
+                self.latency_ms.store(v.max(0) as u64, Ordering::Relaxed)
+            }
+            _ => return,
+        }
+        self.update_watch();
+    }
+
+    /// Applies the start-up configuration's monitoring settings (once, when
+    /// the server has opened its databases; MEMORY STATS takes its
+    /// `startup.allocated` figure here too).
+    pub fn configure(&self, config: &crate::config::Config) {
+        crate::commands::memory::note_startup();
+        self.config_set("slowlog-log-slower-than", config.slowlog_log_slower_than);
+        self.config_set("slowlog-max-len", config.slowlog_max_len);
+        self.config_set(
+            "latency-monitor-threshold",
+            config.latency_monitor_threshold,
+        );
+    }
+}
+
+// ------------------------------------------------------------- slow log
+
+/// Settings names of the slow log and latency monitor (CONFIG GET/SET).
+pub const SETTINGS: &[&str] = &[
+    "slowlog-log-slower-than",
+    "slowlog-max-len",
+    "latency-monitor-threshold",
+];
+
+/// One slow-log entry (SLOWLOG GET).
+#[derive(Debug, Clone)]
+pub struct SlowEntry {
+    /// Unique, increasing id.
+    pub id: u64,
+    /// Unix seconds when it was logged.
+    pub time: u64,
+    /// Run time in µs.
+    pub micros: u64,
+    /// The arguments, truncated and redacted as Redis shows them.
+    pub argv: Vec<Vec<u8>>,
+    /// The client's `ip:port`.
+    pub peer: String,
+    /// The client's name (CLIENT SETNAME), empty if none.
+    pub name: Vec<u8>,
+}
+
+#[derive(Debug, Default)]
+struct SlowLog {
+    next_id: u64,
+    /// Newest first.
+    entries: VecDeque<SlowEntry>,
+}
+
+/// Most arguments an entry keeps; the last kept one says how many more there were.
+const SLOWLOG_MAX_ARGC: usize = 32;
+/// Longest argument an entry keeps, in bytes.
+const SLOWLOG_MAX_ARGLEN: usize = 128;
+const REDACTED: &[u8] = b"(redacted)";
+
+/// The arguments as the slow log keeps them: at most 32 (the 32nd becomes
+/// `... (N more arguments)`), each at most 128 bytes (then `... (N more
+/// bytes)`), with secrets replaced by `(redacted)` where Redis redacts
+/// them: every AUTH argument, HELLO's AUTH username and password, and the
+/// value of a CONFIG SET of a password setting.
+fn slowlog_argv<'a>(name: &str, args: impl ExactSizeIterator<Item = &'a [u8]>) -> Vec<Vec<u8>> {
+    let argc = args.len();
+    let kept = argc.min(SLOWLOG_MAX_ARGC);
+    let mut out: Vec<Vec<u8>> = Vec::with_capacity(kept);
+    let mut hello_auth = usize::MAX;
+    let mut config_set = false;
+    for (i, a) in args.enumerate().take(kept) {
+        if kept != argc && i == kept - 1 {
+            out.push(format!("... ({} more arguments)", argc - kept + 1).into_bytes());
+            break;
+        }
+        let redact = match name {
+            "auth" => i >= 1,
+            "hello" => {
+                if i >= 2 && hello_auth == usize::MAX && a.eq_ignore_ascii_case(b"auth") {
+                    hello_auth = i;
+                }
+                hello_auth != usize::MAX && (i == hello_auth + 1 || i == hello_auth + 2)
+            }
+            "config" => {
+                if i == 1 {
+                    config_set = a.eq_ignore_ascii_case(b"set");
+                }
+                config_set
+                    && i >= 3
+                    && i % 2 == 1
+                    && out.get(i - 1).is_some_and(|k| {
+                        [&b"requirepass"[..], b"masterauth", b"masteruser"]
+                            .iter()
+                            .any(|s| k.eq_ignore_ascii_case(s))
+                    })
+            }
+            _ => false,
+        };
+        if redact {
+            out.push(REDACTED.to_vec());
+        } else if a.len() > SLOWLOG_MAX_ARGLEN {
+            let mut v = a[..SLOWLOG_MAX_ARGLEN].to_vec();
+            v.extend_from_slice(
+                format!("... ({} more bytes)", a.len() - SLOWLOG_MAX_ARGLEN).as_bytes(),
+            );
+            out.push(v);
+        } else {
+            out.push(a.to_vec());
+        }
+    }
+    out
+}
+
+// ------------------------------------------------------ latency monitor
+
+/// Samples kept per latency event (Redis's `LATENCY_TS_LEN`).
+const SERIES_LEN: usize = 160;
+
+/// One latency event's samples: at most one per second (the highest),
+/// the latest [`SERIES_LEN`] seconds that had one, and the all-time max.
+#[derive(Debug, Clone, Default)]
+pub struct Series {
+    /// (unix seconds, ms), oldest first.
+    samples: VecDeque<(u64, u64)>,
+    /// The highest sample ever added.
+    pub max: u64,
+}
+
+impl Series {
+    fn add(&mut self, now: u64, ms: u64) {
+        self.max = self.max.max(ms);
+        if let Some(last) = self.samples.back_mut() {
+            if last.0 == now {
+                last.1 = last.1.max(ms);
+                return;
+            }
+        }
+        if self.samples.len() == SERIES_LEN {
+            self.samples.pop_front();
+        }
+        self.samples.push_back((now, ms));
+    }
+
+    /// (unix seconds, ms), oldest first.
+    pub fn samples(&self) -> impl ExactSizeIterator<Item = (u64, u64)> + '_ {
+        self.samples.iter().copied()
+    }
+
+    /// The newest sample.
+    pub fn latest(&self) -> Option<(u64, u64)> {
+        self.samples.back().copied()
     }
 }
 
@@ -178,7 +599,112 @@ mod tests {
         );
         assert_eq!(st.totals(2).failed, 20);
         assert_eq!(st.totals(0).rejected, 20);
+        assert_eq!(st.histogram(1)[0], 2000);
         st.reset();
         assert_eq!(st.totals(1), Totals::default());
+        assert_eq!(st.histogram(1), [0; BUCKETS]);
+    }
+
+    #[test]
+    fn histogram_buckets_match_redis_labels() {
+        // Labels Redis 7.0 prints for its power-of-two buckets.
+        let labels: Vec<u64> = (0..BUCKETS).map(bucket_label_us).collect();
+        assert_eq!(&labels[..8], &[1, 2, 4, 8, 16, 33, 66, 132]);
+        assert_eq!(labels[10], 1056);
+        assert_eq!(labels[15], 33816);
+        assert_eq!(labels[BUCKETS - 1], 1082130);
+        // A run lands in the first bucket whose label covers its whole µs.
+        for (us, label) in [
+            (0, 1),
+            (1, 1),
+            (2, 2),
+            (3, 4),
+            (5, 8),
+            (16, 16),
+            (17, 33),
+            (33, 33),
+            (34, 66),
+            (5_000_000, 1082130),
+        ] {
+            assert_eq!(bucket_label_us(bucket(us * 1000 + 999)), label, "{us} µs");
+        }
+    }
+
+    #[test]
+    fn slowlog_argv_truncates_and_redacts_like_redis() {
+        let long = vec![b'x'; 200];
+        let args: Vec<&[u8]> = vec![b"set", b"k", &long];
+        let v = slowlog_argv("set", args.into_iter());
+        assert_eq!(v[2].len(), 128 + b"... (72 more bytes)".len());
+        assert!(v[2].ends_with(b"... (72 more bytes)"));
+        let many: Vec<Vec<u8>> = (0..40).map(|i| format!("k{i}").into_bytes()).collect();
+        let v = slowlog_argv("del", many.iter().map(|a| &a[..]));
+        assert_eq!(v.len(), 32);
+        assert_eq!(v[31], b"... (9 more arguments)");
+        let v = slowlog_argv(
+            "hello",
+            [&b"hello"[..], b"3", b"AUTH", b"u", b"p", b"setname", b"n"].into_iter(),
+        );
+        assert_eq!(
+            v,
+            [
+                &b"hello"[..],
+                b"3",
+                b"AUTH",
+                REDACTED,
+                REDACTED,
+                b"setname",
+                b"n"
+            ]
+        );
+        let v = slowlog_argv(
+            "config",
+            [&b"config"[..], b"set", b"requirepass", b"pw", b"hz", b"5"].into_iter(),
+        );
+        assert_eq!(
+            v,
+            [
+                &b"config"[..],
+                b"set",
+                b"requirepass",
+                REDACTED,
+                b"hz",
+                b"5"
+            ]
+        );
+        let v = slowlog_argv("auth", [&b"auth"[..], b"u", b"p"].into_iter());
+        assert_eq!(v, [&b"auth"[..], REDACTED, REDACTED]);
+    }
+
+    #[test]
+    fn latency_series_keeps_the_worst_sample_of_each_second_and_160_seconds() {
+        let mut s = Series::default();
+        s.add(10, 5);
+        s.add(10, 9);
+        s.add(10, 7);
+        assert_eq!(s.samples().collect::<Vec<_>>(), [(10, 9)]);
+        for t in 11..400 {
+            s.add(t, 1);
+        }
+        assert_eq!(s.samples().len(), SERIES_LEN);
+        assert_eq!(s.max, 9);
+        assert_eq!(s.latest(), Some((399, 1)));
+    }
+
+    #[test]
+    fn thresholds_pick_what_the_slow_path_sees() {
+        let st = CommandStats::new(1);
+        assert!(!st.is_slow(9_999_999));
+        assert!(st.is_slow(10_000_000));
+        st.config_set("slowlog-log-slower-than", -1);
+        assert!(!st.is_slow(u64::MAX - 1));
+        st.config_set("latency-monitor-threshold", 2);
+        assert!(st.is_slow(2_000_000));
+        assert!(!st.is_slow(1_999_999));
+        st.config_set("slowlog-log-slower-than", 0);
+        assert!(st.is_slow(0));
+        assert!(CommandStats::config_check("slowlog-log-slower-than", b"-2").is_err());
+        assert!(CommandStats::config_check("slowlog-max-len", b"-1").is_err());
+        assert_eq!(CommandStats::config_check("slowlog-max-len", b"7"), Ok(7));
     }
 }

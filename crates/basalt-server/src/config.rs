@@ -129,7 +129,8 @@ pub struct ServerArgs {
     /// appendfsync, databases, threads, loglevel, notify-keyspace-events,
     /// client-output-buffer-limit, http-port, requirepass, protected-mode,
     /// maxclients, proto-max-bulk-len, client-query-buffer-limit,
-    /// data-file-size); flags and environment win over it
+    /// data-file-size, slowlog-log-slower-than, slowlog-max-len,
+    /// latency-monitor-threshold); flags and environment win over it
     #[arg(long, env = "BASALT_CONFIG")]
     pub config: Option<PathBuf>,
     // --- Security and limits (crate::auth).
@@ -152,6 +153,24 @@ pub struct ServerArgs {
     /// only sealed files are compacted [default: 32mb]
     #[arg(long, env = "BASALT_DATA_FILE_SIZE")]
     pub data_file_size: Option<String>,
+    // --- Slow log and latency monitor (crate::cmdstats).
+    /// Log commands that run at least this many microseconds (SLOWLOG); -1 = off, 0 = all [default: 10000]
+    #[arg(
+        long,
+        env = "BASALT_SLOWLOG_LOG_SLOWER_THAN",
+        allow_negative_numbers = true
+    )]
+    pub slowlog_log_slower_than: Option<i64>,
+    /// Most SLOWLOG entries kept [default: 128]
+    #[arg(long, env = "BASALT_SLOWLOG_MAX_LEN", allow_negative_numbers = true)]
+    pub slowlog_max_len: Option<i64>,
+    /// Record latency events of at least this many milliseconds (LATENCY); 0 = off [default: 0]
+    #[arg(
+        long,
+        env = "BASALT_LATENCY_MONITOR_THRESHOLD",
+        allow_negative_numbers = true
+    )]
+    pub latency_monitor_threshold: Option<i64>,
 }
 
 /// The contents of a `--config` TOML file.
@@ -182,6 +201,13 @@ struct FileConfig {
     client_query_buffer_limit: Option<String>,
     #[serde(rename = "data-file-size")]
     data_file_size: Option<String>,
+    // Slow log and latency monitor (crate::cmdstats).
+    #[serde(rename = "slowlog-log-slower-than")]
+    slowlog_log_slower_than: Option<i64>,
+    #[serde(rename = "slowlog-max-len")]
+    slowlog_max_len: Option<i64>,
+    #[serde(rename = "latency-monitor-threshold")]
+    latency_monitor_threshold: Option<i64>,
 }
 
 /// The merged configuration the server runs with.
@@ -235,6 +261,13 @@ pub struct Config {
     /// `data-file-size`: the largest data file of each shard, in bytes
     /// (4 KiB to 4 GiB - 1). Default: 32 MiB ([`crate::keyspace::DATA_FILE_SIZE`]).
     pub data_file_size: u64,
+    /// `slowlog-log-slower-than` in µs (SLOWLOG): -1 = off, 0 = every
+    /// command. Default: 10000.
+    pub slowlog_log_slower_than: i64,
+    /// `slowlog-max-len`: entries SLOWLOG keeps. Default: 128.
+    pub slowlog_max_len: i64,
+    /// `latency-monitor-threshold` in ms (LATENCY): 0 = off. Default: 0.
+    pub latency_monitor_threshold: i64,
 }
 
 impl Default for Config {
@@ -258,6 +291,9 @@ impl Default for Config {
             proto_max_bulk_len: 512 << 20,
             client_query_buffer_limit: 1 << 30,
             data_file_size: crate::keyspace::DATA_FILE_SIZE,
+            slowlog_log_slower_than: 10_000,
+            slowlog_max_len: 128,
+            latency_monitor_threshold: 0,
         }
     }
 }
@@ -363,7 +399,37 @@ impl Config {
                 })?,
             None => d.data_file_size,
         };
+        // Slow log and latency monitor, checked as CONFIG SET checks them.
+        let monitor = |name: &str, v: Option<i64>, default: i64| -> anyhow::Result<i64> {
+            match v {
+                Some(v) => {
+                    crate::cmdstats::CommandStats::config_check(name, v.to_string().as_bytes())
+                        .map_err(|e| anyhow::anyhow!("{name} {v}: {e}"))
+                }
+                None => Ok(default),
+            }
+        };
+        let slowlog_log_slower_than = monitor(
+            "slowlog-log-slower-than",
+            args.slowlog_log_slower_than
+                .or(file.slowlog_log_slower_than),
+            d.slowlog_log_slower_than,
+        )?;
+        let slowlog_max_len = monitor(
+            "slowlog-max-len",
+            args.slowlog_max_len.or(file.slowlog_max_len),
+            d.slowlog_max_len,
+        )?;
+        let latency_monitor_threshold = monitor(
+            "latency-monitor-threshold",
+            args.latency_monitor_threshold
+                .or(file.latency_monitor_threshold),
+            d.latency_monitor_threshold,
+        )?;
         Ok(Config {
+            slowlog_log_slower_than,
+            slowlog_max_len,
+            latency_monitor_threshold,
             data_file_size,
             requirepass,
             protected_mode,
@@ -566,6 +632,56 @@ mod tests {
             &["basalt", "--protected-mode", "maybe"][..],
             &["basalt", "--maxclients", "0"],
             &["basalt", "--proto-max-bulk-len", "10"],
+        ] {
+            let cli = Cli::try_parse_from(bad).unwrap();
+            assert!(Config::from_args(cli.server).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn slowlog_and_latency_settings_come_from_file_and_flags_and_bad_values_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("basalt.toml");
+        std::fs::write(
+            &path,
+            "slowlog-log-slower-than = -1\nslowlog-max-len = 5\nlatency-monitor-threshold = 3\n",
+        )
+        .unwrap();
+        let args = ServerArgs {
+            config: Some(path.clone()),
+            ..ServerArgs::default()
+        };
+        let c = Config::from_args(args).unwrap();
+        assert_eq!(c.slowlog_log_slower_than, -1);
+        assert_eq!(c.slowlog_max_len, 5);
+        assert_eq!(c.latency_monitor_threshold, 3);
+        let cli = Cli::try_parse_from([
+            "basalt",
+            "--config",
+            path.to_str().unwrap(),
+            "--slowlog-log-slower-than",
+            "0",
+        ])
+        .unwrap();
+        assert_eq!(
+            Config::from_args(cli.server)
+                .unwrap()
+                .slowlog_log_slower_than,
+            0
+        );
+        let d = Config::from_args(ServerArgs::default()).unwrap();
+        assert_eq!(
+            (
+                d.slowlog_log_slower_than,
+                d.slowlog_max_len,
+                d.latency_monitor_threshold
+            ),
+            (10_000, 128, 0)
+        );
+        for bad in [
+            &["basalt", "--slowlog-log-slower-than", "-2"][..],
+            &["basalt", "--slowlog-max-len", "-1"],
+            &["basalt", "--latency-monitor-threshold", "-1"],
         ] {
             let cli = Cli::try_parse_from(bad).unwrap();
             assert!(Config::from_args(cli.server).is_err(), "{bad:?}");

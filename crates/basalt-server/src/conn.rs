@@ -181,6 +181,8 @@ pub(crate) async fn resume(
 /// subscriptions go, it leaves CLIENT LIST and the maxclients count.
 pub(crate) fn release(shared: &Shared, info: &ClientInfo) {
     shared.blocking.finish(info.id);
+    // Clients redirecting their invalidations here now find it broken.
+    info.pubsub.closed.store(true, Ordering::Relaxed);
     shared.pubsub.drop_client(info);
     shared.clients.unregister(info.id);
     crate::auth::release(&shared.security);
@@ -207,7 +209,14 @@ async fn flush(
 ) -> std::io::Result<()> {
     if *wrote && shared.settings.appendfsync() == Appendfsync::Always {
         *wrote = false;
-        if let Err(e) = sync_all(shared) {
+        // LATENCY's `aof-fsync-always` event, as Redis records its fsync.
+        let started = std::time::Instant::now();
+        let synced = sync_all(shared);
+        let ms = started.elapsed().as_millis() as u64;
+        shared
+            .cmdstats
+            .latency_sample_if_needed("aof-fsync-always", ms);
+        if let Err(e) = synced {
             // The replies must not claim durability the disk did not give.
             out.clear();
             let line = format!("-ERR storage error: fsync failed: {e}\r\n");
@@ -329,6 +338,25 @@ async fn run(
             let reply_at = out.len();
             let (found, after, ran_writes) = match parser.parse(&buf[pos..]) {
                 Ok(Parsed::Command { args, consumed }) => {
+                    if shared.pubsub.pause.active() {
+                        // CLIENT PAUSE: the command waits, unread, with the
+                        // replies so far written (crate::monitor).
+                        let pause = &shared.pubsub.pause;
+                        if pause.holds_command(&args).is_some() {
+                            gate.release();
+                            flush(stream, shared, &info, &mut out, &mut wrote).await?;
+                            while let Some(until) = pause.holds_command(&args) {
+                                tokio::select! {
+                                    biased;
+                                    _ = info.kill.notified() => return Ok(Ended::Closed),
+                                    _ = Shared::wait_shutdown(&mut shutdown) => return Ok(Ended::Closed),
+                                    _ = pause.wait(until) => {}
+                                }
+                            }
+                            conn.batch_clock = 0;
+                            conn.tick = now_ns();
+                        }
+                    }
                     pos += consumed;
                     if count % CLOCK_EVERY == CLOCK_EVERY - 1 {
                         // A long batch must not run its last commands on
@@ -336,7 +364,20 @@ async fn run(
                         // read when the previous command ended (`tick`).
                         conn.batch_clock = conn.tick / 1_000_000;
                     }
-                    tx::run(shared, conn, &mut out, args, &mut gate)
+                    if conn.tx.in_multi() && args[0].eq_ignore_ascii_case(b"exec") {
+                        // EXEC runs its queue outside the command table's
+                        // path: MONITOR is refused inside it, and EXEC is
+                        // shown after the commands it ran.
+                        let scope = crate::monitor::ExecScope::enter();
+                        let ran = tx::run(shared, conn, &mut out, args, &mut gate);
+                        drop(scope);
+                        if ran.0.is_some() {
+                            crate::monitor::exec(&shared.pubsub, &info, conn.db, &args);
+                        }
+                        ran
+                    } else {
+                        tx::run(shared, conn, &mut out, args, &mut gate)
+                    }
                 }
                 Ok(Parsed::Incomplete { consumed }) => {
                     pos += consumed;
@@ -470,6 +511,10 @@ async fn run(
                 // waits.
                 shared.blocking.finish(info.id);
             }
+            let modes = info.pubsub.modes.load(Ordering::Relaxed);
+            if modes != 0 {
+                after_modes(&info, modes, &mut out, reply_at, found, conn.tx.in_multi());
+            }
             if info.pubsub.has_pending() {
                 pubsub::write_pending(
                     &info,
@@ -529,6 +574,42 @@ async fn run(
         if buf.is_empty() && buf.capacity() > 1 << 20 {
             *buf = Vec::with_capacity(READ_CHUNK);
         }
+    }
+}
+
+/// CLIENT REPLY and CLIENT CACHING after a command (`modes` is not 0): drops
+/// the reply under OFF or SKIP (pushes still go out, as in Redis), moves
+/// SKIP on, and ends CACHING after the command (or the transaction) it was
+/// given for, unless that was a CLIENT command.
+fn after_modes(
+    info: &ClientInfo,
+    modes: u32,
+    out: &mut Vec<u8>,
+    reply_at: usize,
+    found: Option<&'static crate::commands::CommandDef>,
+    in_multi: bool,
+) {
+    use crate::pubsub::modes::{CACHING, REPLY_OFF, REPLY_SKIP, REPLY_SKIP_NEXT};
+    if modes & (REPLY_OFF | REPLY_SKIP) != 0 {
+        out.truncate(reply_at);
+    }
+    let mut clear = 0;
+    let mut set = 0;
+    if modes & REPLY_SKIP != 0 {
+        clear |= REPLY_SKIP;
+    }
+    if modes & REPLY_SKIP_NEXT != 0 {
+        clear |= REPLY_SKIP_NEXT;
+        set |= REPLY_SKIP;
+    }
+    if modes & CACHING != 0 && !in_multi && found.is_none_or(|c| c.name != "client") {
+        clear |= CACHING;
+    }
+    if clear != 0 {
+        info.pubsub.modes.fetch_and(!clear, Ordering::Relaxed);
+    }
+    if set != 0 {
+        info.pubsub.modes.fetch_or(set, Ordering::Relaxed);
     }
 }
 

@@ -37,11 +37,13 @@ pub mod glob;
 pub mod http;
 pub mod hyperloglog;
 pub mod keyspace;
+pub mod monitor;
 pub mod notify;
 pub mod pubsub;
 pub mod rdb;
 pub mod script;
 mod state;
+pub mod tracking;
 pub mod tx;
 mod workers;
 pub mod zindex;
@@ -179,6 +181,7 @@ fn start_inner(
         .with_context(|| format!("cannot listen on {}:{}", config.bind, config.port))?;
     let addr = listener.local_addr()?;
     let shared = Arc::new(Shared::new(config, addr, keyspace, hub, scripts));
+    shared.cmdstats.configure(&shared.config);
     shared.scripts.attach(&shared);
     let keys: u64 = (0..shared.keyspace.len())
         .map(|n| shared.keyspace.figures(n).keys)

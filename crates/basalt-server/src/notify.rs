@@ -7,6 +7,8 @@
 //! key)` after each change, exactly where Redis calls
 //! `notifyKeyspaceEvent`; with notifications off that is one relaxed
 //! atomic load and a branch, so the hot path does not pay for the feature.
+//! Being the one place every change passes, it also feeds client-side
+//! caching invalidations (`crate::tracking`), at one more relaxed load.
 
 use std::sync::atomic::Ordering;
 
@@ -122,9 +124,16 @@ impl Hub {
         self.events.load(Ordering::Relaxed)
     }
 
-    /// Publishes a keyspace event if its class is enabled.
+    /// Publishes a keyspace event if its class is enabled. Every key
+    /// modification passes here, so it is also where client-side caching
+    /// learns of changes (`crate::tracking`; one relaxed load when nobody
+    /// tracks). `keymiss` is not a change and `new` always comes with the
+    /// event of the write that created the key.
     #[inline]
     pub fn notify(&self, class: u32, event: &str, key: &[u8], db: usize) {
+        if class & (KEY_MISS | NEW) == 0 {
+            self.tracking.invalidate(self, key);
+        }
         if self.notifies(class) {
             self.notify_slow(event, key, db);
         }

@@ -117,13 +117,41 @@ impl ObufLimits {
     }
 }
 
+/// What a pending message carries.
+#[derive(Debug)]
+enum Body {
+    /// A PUBLISH (`message`, `pmessage`) or SPUBLISH (`smessage`) delivery.
+    Pub {
+        pattern: Option<Bytes>,
+        channel: Bytes,
+        payload: Bytes,
+        shard: bool,
+    },
+    /// A client-side caching invalidation (`crate::tracking`): the keys,
+    /// or `None` for every key (after a flush). `bcast` is the prefix of a
+    /// BCAST message, which later keys for the same prefix join while it
+    /// waits to be written (as Redis gathers them per event loop turn).
+    Invalidate {
+        keys: Option<Vec<Bytes>>,
+        bcast: Option<Bytes>,
+    },
+    /// `tracking-redir-broken <id>`: the redirect target is gone.
+    RedirBroken(u64),
+    /// Already encoded, the same in both protocols (MONITOR lines).
+    Raw(Bytes),
+}
+
 /// One pending message.
 #[derive(Debug)]
 struct Msg {
-    pattern: Option<Bytes>,
-    channel: Bytes,
-    payload: Bytes,
+    body: Body,
+    /// Caused by the receiver's own command: written after that command's
+    /// reply (Redis 7.0 holds such invalidations until the reply is out).
+    after_reply: bool,
 }
+
+/// The channel RESP2 clients receive redirected invalidations on.
+pub const INVALIDATE_CHANNEL: &[u8] = b"__redis__:invalidate";
 
 fn bulk_len(n: usize) -> usize {
     // `$<digits>\r\n<bytes>\r\n`
@@ -132,34 +160,113 @@ fn bulk_len(n: usize) -> usize {
 }
 
 impl Msg {
+    fn publish(pattern: Option<Bytes>, channel: Bytes, payload: Bytes, shard: bool) -> Msg {
+        Msg {
+            body: Body::Pub {
+                pattern,
+                channel,
+                payload,
+                shard,
+            },
+            after_reply: false,
+        }
+    }
+
     /// Bytes the message takes on the wire (what the limits count).
     fn wire_len(&self) -> usize {
-        let head = if self.pattern.is_some() {
-            4 + bulk_len(8) // `*4\r\n` + `$8\r\npmessage\r\n`
-        } else {
-            4 + bulk_len(7)
-        };
-        head + self.pattern.as_ref().map_or(0, |p| bulk_len(p.len()))
-            + bulk_len(self.channel.len())
-            + bulk_len(self.payload.len())
+        match &self.body {
+            Body::Pub {
+                pattern,
+                channel,
+                payload,
+                shard,
+            } => {
+                let head = if pattern.is_some() {
+                    4 + bulk_len(8) // `*4\r\n` + `$8\r\npmessage\r\n`
+                } else {
+                    // `*3\r\n` + `$7\r\nmessage\r\n` (one more for smessage)
+                    4 + bulk_len(7) + *shard as usize
+                };
+                head + pattern.as_ref().map_or(0, |p| bulk_len(p.len()))
+                    + bulk_len(channel.len())
+                    + bulk_len(payload.len())
+            }
+            Body::Invalidate { keys, .. } => {
+                4 + bulk_len(INVALIDATE_CHANNEL.len())
+                    + 8
+                    + keys
+                        .as_ref()
+                        .map_or(5, |k| k.iter().map(|k| bulk_len(k.len())).sum())
+            }
+            Body::RedirBroken(_) => 4 + bulk_len(21) + 22,
+            Body::Raw(b) => b.len(),
+        }
     }
 
     fn encode(&self, out: &mut Vec<u8>, protocol: Protocol) {
         let mut e = Encoder::new(out, protocol);
-        match &self.pattern {
-            Some(p) => {
-                e.push(4);
-                e.bulk(b"pmessage");
-                e.bulk(p);
+        match &self.body {
+            Body::Pub {
+                pattern,
+                channel,
+                payload,
+                shard,
+            } => {
+                match pattern {
+                    Some(p) => {
+                        e.push(4);
+                        e.bulk(b"pmessage");
+                        e.bulk(p);
+                    }
+                    None => {
+                        e.push(3);
+                        e.bulk(if *shard { b"smessage" } else { b"message" });
+                    }
+                }
+                e.bulk(channel);
+                e.bulk(payload);
             }
-            None => {
-                e.push(3);
-                e.bulk(b"message");
+            Body::Invalidate { keys, .. } => {
+                if protocol == Protocol::Resp3 {
+                    e.push(2);
+                    e.bulk(b"invalidate");
+                } else {
+                    // A RESP2 redirect target in Pub/Sub mode.
+                    e.push(3);
+                    e.bulk(b"message");
+                    e.bulk(INVALIDATE_CHANNEL);
+                }
+                match keys {
+                    Some(keys) => {
+                        e.array(keys.len());
+                        for k in keys {
+                            e.bulk(k);
+                        }
+                    }
+                    None => e.null(),
+                }
             }
+            Body::RedirBroken(id) => {
+                e.push(2);
+                e.bulk(b"tracking-redir-broken");
+                e.integer(*id as i64);
+            }
+            Body::Raw(b) => out.extend_from_slice(b),
         }
-        e.bulk(&self.channel);
-        e.bulk(&self.payload);
     }
+}
+
+/// Bits of [`Mailbox::modes`]: what the connection loop must do after a
+/// command (none set on almost every connection: one relaxed load).
+pub mod modes {
+    /// CLIENT REPLY OFF: no replies.
+    pub const REPLY_OFF: u32 = 1;
+    /// CLIENT REPLY SKIP just ran: the next command's reply is dropped.
+    pub const REPLY_SKIP_NEXT: u32 = 1 << 1;
+    /// This command's reply is dropped (the command after SKIP).
+    pub const REPLY_SKIP: u32 = 1 << 2;
+    /// CLIENT CACHING YES/NO: applies to the next command (or transaction).
+    pub const CACHING: u32 = 1 << 3;
 }
 
 #[derive(Debug, Default)]
@@ -177,11 +284,22 @@ struct Queue {
 pub struct Mailbox {
     channels: Mutex<BTreeSet<Bytes>>,
     patterns: Mutex<BTreeSet<Bytes>>,
+    shard_channels: Mutex<BTreeSet<Bytes>>,
     nchannels: AtomicUsize,
     npatterns: AtomicUsize,
-    /// `nchannels + npatterns`, so the per-command subscribed-mode check is
-    /// one load.
+    nshard: AtomicUsize,
+    /// `nchannels + npatterns + nshard`, so the per-command subscribed-mode
+    /// check is one load.
     nall: AtomicUsize,
+    /// CLIENT TRACKING state (`crate::tracking`).
+    pub(crate) tracking: crate::tracking::ClientTracking,
+    /// Per-command connection modes the loop looks at after each command
+    /// with one load: CLIENT REPLY and CLIENT CACHING ([`modes`]).
+    pub(crate) modes: AtomicU32,
+    /// In MONITOR mode.
+    pub(crate) monitor: AtomicBool,
+    /// The connection has ended (a redirect to it is broken).
+    pub(crate) closed: AtomicBool,
     queue: Mutex<Queue>,
     /// Something was queued since the connection last drained.
     pending: AtomicBool,
@@ -201,15 +319,29 @@ impl Mailbox {
         self.npatterns.load(Ordering::Relaxed)
     }
 
+    /// Shard channel subscriptions (CLIENT LIST `ssub=`).
+    pub fn shard_count(&self) -> usize {
+        self.nshard.load(Ordering::Relaxed)
+    }
+
     /// Whether the client has any subscription (Redis's `CLIENT_PUBSUB`).
     #[inline]
     pub fn subscribed(&self) -> bool {
         self.nall.load(Ordering::Relaxed) > 0
     }
 
-    /// Subscriptions of both kinds (the count in (un)subscribe replies).
+    /// Channel and pattern subscriptions (the count in (P)(UN)SUBSCRIBE
+    /// replies; shard channels are counted apart, as in Redis 7.0).
     pub fn count(&self) -> i64 {
-        self.nall.load(Ordering::Relaxed) as i64
+        (self.nchannels.load(Ordering::Relaxed) + self.npatterns.load(Ordering::Relaxed)) as i64
+    }
+
+    /// The count an (un)subscribe reply of `kind` shows.
+    pub fn count_for(&self, kind: Kind) -> i64 {
+        match kind {
+            Kind::Shard => self.nshard.load(Ordering::Relaxed) as i64,
+            _ => self.count(),
+        }
     }
 
     /// Whether messages wait to be written (one atomic load).
@@ -236,6 +368,26 @@ impl Mailbox {
         n
     }
 
+    /// [`Mailbox::take`] that puts the messages the client's own command
+    /// caused (its invalidations) in `after` instead of `out`.
+    fn take_split(&self, out: &mut Vec<u8>, after: &mut Vec<u8>, protocol: Protocol) -> usize {
+        self.pending.store(false, Ordering::Release);
+        let mut q = self.queue.lock();
+        let mut n = 0;
+        while let Some(m) = q.msgs.pop_front() {
+            n += m.wire_len();
+            m.encode(
+                if m.after_reply {
+                    &mut *after
+                } else {
+                    &mut *out
+                },
+                protocol,
+            );
+        }
+        n
+    }
+
     /// Like [`Mailbox::take`], for a subscriber that is not a RESP
     /// connection (the HTTP API's event streams): every queued message as
     /// (pattern, channel, payload), and their RESP byte count, which stays
@@ -247,9 +399,17 @@ impl Mailbox {
         let msgs = q
             .msgs
             .drain(..)
-            .map(|m| {
+            .filter_map(|m| {
                 n += m.wire_len();
-                (m.pattern, m.channel, m.payload)
+                match m.body {
+                    Body::Pub {
+                        pattern,
+                        channel,
+                        payload,
+                        ..
+                    } => Some((pattern, channel, payload)),
+                    _ => None,
+                }
             })
             .collect();
         (msgs, n)
@@ -270,7 +430,36 @@ impl Mailbox {
         if self.dead.load(Ordering::Relaxed) {
             return true;
         }
-        let mut q = self.queue.lock();
+        let mut guard = self.queue.lock();
+        let q = &mut *guard;
+        if let Body::Invalidate {
+            keys: Some(keys),
+            bcast: Some(prefix),
+        } = &msg.body
+        {
+            // A BCAST key joins the message for its prefix still waiting
+            // here, once (Redis sends each prefix's keys of one event loop
+            // turn as one message).
+            if let Some(Msg {
+                body:
+                    Body::Invalidate {
+                        keys: Some(waiting),
+                        bcast: Some(p),
+                    },
+                after_reply,
+            }) = q.msgs.back_mut()
+            {
+                if p == prefix && *after_reply == msg.after_reply {
+                    for k in keys {
+                        if !waiting.contains(k) {
+                            q.bytes += bulk_len(k.len());
+                            waiting.push(k.clone());
+                        }
+                    }
+                    return true;
+                }
+            }
+        }
         q.bytes += msg.wire_len();
         q.msgs.push_back(msg);
         let bytes = q.bytes as u64;
@@ -288,7 +477,7 @@ impl Mailbox {
             q.msgs.clear();
             return false;
         }
-        drop(q);
+        drop(guard);
         if !self.pending.swap(true, Ordering::AcqRel) {
             self.ready.notify_one();
         }
@@ -302,6 +491,8 @@ struct Registry {
     channels: HashMap<Bytes, BTreeMap<u64, Arc<ClientInfo>>>,
     /// pattern -> subscribers by client id.
     patterns: HashMap<Bytes, BTreeMap<u64, Arc<ClientInfo>>>,
+    /// shard channel -> subscribers by client id (SSUBSCRIBE).
+    shard: HashMap<Bytes, BTreeMap<u64, Arc<ClientInfo>>>,
 }
 
 /// The server's pub/sub state (in [`crate::Shared`]).
@@ -319,6 +510,12 @@ pub struct Hub {
     pubsub_soft_secs: AtomicU64,
     /// Clients closed for passing their output-buffer limit (INFO).
     pub disconnections: AtomicU64,
+    /// Client-side caching: who may hold which keys (`crate::tracking`).
+    pub tracking: crate::tracking::Tracking,
+    /// MONITOR clients (`crate::monitor`).
+    pub monitors: crate::monitor::Monitors,
+    /// CLIENT PAUSE (`crate::monitor`).
+    pub pause: crate::monitor::Pause,
 }
 
 impl Default for Hub {
@@ -332,6 +529,9 @@ impl Default for Hub {
             pubsub_soft: AtomicU64::new(0),
             pubsub_soft_secs: AtomicU64::new(0),
             disconnections: AtomicU64::new(0),
+            tracking: Default::default(),
+            monitors: Default::default(),
+            pause: Default::default(),
         };
         hub.set_limits(ObufLimits::default());
         hub
@@ -345,6 +545,8 @@ pub enum Kind {
     Channel,
     /// PSUBSCRIBE: a glob pattern.
     Pattern,
+    /// SSUBSCRIBE: a shard channel (one shard here: an exact name).
+    Shard,
 }
 
 impl Hub {
@@ -378,6 +580,7 @@ impl Hub {
         let (own, counter, map) = match kind {
             Kind::Channel => (&mb.channels, &mb.nchannels, &mut reg.channels),
             Kind::Pattern => (&mb.patterns, &mb.npatterns, &mut reg.patterns),
+            Kind::Shard => (&mb.shard_channels, &mb.nshard, &mut reg.shard),
         };
         let name = Bytes::copy_from_slice(name);
         if own.lock().insert(name.clone()) {
@@ -388,7 +591,7 @@ impl Hub {
                 .or_default()
                 .insert(client.id, client.clone());
         }
-        mb.count()
+        mb.count_for(kind)
     }
 
     /// Unsubscribes `client` from `name`; returns its count afterwards.
@@ -398,6 +601,7 @@ impl Hub {
         let (own, counter, map) = match kind {
             Kind::Channel => (&mb.channels, &mb.nchannels, &mut reg.channels),
             Kind::Pattern => (&mb.patterns, &mb.npatterns, &mut reg.patterns),
+            Kind::Shard => (&mb.shard_channels, &mb.nshard, &mut reg.shard),
         };
         if own.lock().remove(name) {
             counter.fetch_sub(1, Ordering::Relaxed);
@@ -410,7 +614,7 @@ impl Hub {
                 }
             }
         }
-        mb.count()
+        mb.count_for(kind)
     }
 
     /// The client's channels or patterns, in byte order.
@@ -418,16 +622,21 @@ impl Hub {
         let own = match kind {
             Kind::Channel => &client.pubsub.channels,
             Kind::Pattern => &client.pubsub.patterns,
+            Kind::Shard => &client.pubsub.shard_channels,
         };
         own.lock().iter().cloned().collect()
     }
 
-    /// Drops every subscription of a client (RESET, disconnect).
+    /// Drops every subscription of a client, and its tracking, MONITOR and
+    /// CLIENT REPLY / CACHING modes (RESET, disconnect).
     pub fn drop_client(&self, client: &ClientInfo) {
+        self.tracking.disable(client);
+        self.monitors.remove(client);
+        client.pubsub.modes.store(0, Ordering::Relaxed);
         if !client.pubsub.subscribed() {
             return;
         }
-        for kind in [Kind::Channel, Kind::Pattern] {
+        for kind in [Kind::Channel, Kind::Pattern, Kind::Shard] {
             for name in self.subscriptions(client, kind) {
                 self.unsubscribe(client, kind, &name);
             }
@@ -449,11 +658,7 @@ impl Hub {
             let reg = self.reg.read();
             let mut deliver = |c: &Arc<ClientInfo>, pattern: Option<&Bytes>| {
                 n += 1;
-                let msg = Msg {
-                    pattern: pattern.cloned(),
-                    channel: channel.clone(),
-                    payload: payload.clone(),
-                };
+                let msg = Msg::publish(pattern.cloned(), channel.clone(), payload.clone(), false);
                 if !c.pubsub.push(msg, &limit) {
                     over.push(c.clone());
                 }
@@ -472,15 +677,113 @@ impl Hub {
             }
         }
         for c in over {
-            self.disconnections.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
-                id = c.id,
-                addr = %c.addr,
-                "client closed for overcoming of output buffer limits (pubsub class)",
-            );
-            c.kill();
+            self.over_limit(&c);
         }
         n
+    }
+
+    fn over_limit(&self, c: &ClientInfo) {
+        self.disconnections.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            id = c.id,
+            addr = %c.addr,
+            "client closed for overcoming of output buffer limits (pubsub class)",
+        );
+        c.kill();
+    }
+
+    /// SPUBLISH: delivers `payload` to the subscribers of shard channel
+    /// `channel` (patterns never match shard channels).
+    pub fn spublish(&self, channel: &[u8], payload: &[u8]) -> i64 {
+        if self.total.load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
+        let limit = self.pubsub_limit();
+        let mut over: Vec<Arc<ClientInfo>> = Vec::new();
+        let mut n = 0;
+        {
+            let reg = self.reg.read();
+            if let Some(subs) = reg.shard.get(channel) {
+                let channel = Bytes::copy_from_slice(channel);
+                let payload = Bytes::copy_from_slice(payload);
+                for c in subs.values() {
+                    n += 1;
+                    let msg = Msg::publish(None, channel.clone(), payload.clone(), true);
+                    if !c.pubsub.push(msg, &limit) {
+                        over.push(c.clone());
+                    }
+                }
+            }
+        }
+        for c in over {
+            self.over_limit(&c);
+        }
+        n
+    }
+
+    /// Queues a tracking invalidation for `to` (`keys` `None`: every key;
+    /// `bcast`: the prefix of a BCAST message). `after_reply`: `to` runs
+    /// the command that caused it.
+    pub(crate) fn push_invalidation(
+        &self,
+        to: &ClientInfo,
+        keys: Option<Vec<Bytes>>,
+        bcast: Option<Bytes>,
+        after_reply: bool,
+    ) {
+        let msg = Msg {
+            body: Body::Invalidate { keys, bcast },
+            after_reply,
+        };
+        if !to.pubsub.push(msg, &self.pubsub_limit()) {
+            self.over_limit(to);
+        }
+    }
+
+    /// Tells `to` that its redirect target `id` is gone.
+    pub(crate) fn push_redir_broken(&self, to: &ClientInfo, id: u64, after_reply: bool) {
+        let msg = Msg {
+            body: Body::RedirBroken(id),
+            after_reply,
+        };
+        if !to.pubsub.push(msg, &self.pubsub_limit()) {
+            self.over_limit(to);
+        }
+    }
+
+    /// Queues an encoded line (MONITOR) for `to`.
+    pub(crate) fn push_raw(&self, to: &ClientInfo, line: Bytes) {
+        let msg = Msg {
+            body: Body::Raw(line),
+            after_reply: false,
+        };
+        if !to.pubsub.push(msg, &self.pubsub_limit()) {
+            self.over_limit(to);
+        }
+    }
+
+    /// Shard channels with at least one subscriber (INFO
+    /// `pubsubshard_channels`).
+    pub fn shard_channel_count(&self) -> usize {
+        self.reg.read().shard.len()
+    }
+
+    /// Active shard channels matching `pattern` (all if `None`).
+    pub fn shard_channels(&self, pattern: Option<&[u8]>) -> Vec<Bytes> {
+        let reg = self.reg.read();
+        let mut v: Vec<Bytes> = reg
+            .shard
+            .keys()
+            .filter(|c| pattern.is_none_or(|p| glob::matches(p, c, false)))
+            .cloned()
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Subscribers of one shard channel.
+    pub fn shard_numsub(&self, channel: &[u8]) -> usize {
+        self.reg.read().shard.get(channel).map_or(0, |s| s.len())
     }
 
     /// Channels with at least one subscriber (INFO `pubsub_channels`).
@@ -528,15 +831,18 @@ pub(crate) fn write_pending(
     cmd: Option<&crate::commands::CommandDef>,
     protocol: Protocol,
 ) {
-    let subscribe = cmd.is_some_and(|c| c.name == "subscribe" || c.name == "psubscribe");
+    let subscribe =
+        cmd.is_some_and(|c| matches!(c.name, "subscribe" | "psubscribe" | "ssubscribe"));
+    let mut after = Vec::new();
     let n = if subscribe || reply_at >= out.len() {
-        info.pubsub.take(out, protocol)
+        info.pubsub.take_split(out, &mut after, protocol)
     } else {
         let mut msgs = Vec::new();
-        let n = info.pubsub.take(&mut msgs, protocol);
+        let n = info.pubsub.take_split(&mut msgs, &mut after, protocol);
         out.splice(reply_at..reply_at, msgs);
         n
     };
+    out.extend_from_slice(&after);
     info.pubsub.written(n, &hub.pubsub_limit());
 }
 
@@ -583,11 +889,12 @@ mod tests {
     use super::*;
 
     fn msg(payload: usize) -> Msg {
-        Msg {
-            pattern: None,
-            channel: Bytes::from_static(b"c"),
-            payload: Bytes::from(vec![b'x'; payload]),
-        }
+        Msg::publish(
+            None,
+            Bytes::from_static(b"c"),
+            Bytes::from(vec![b'x'; payload]),
+            false,
+        )
     }
 
     #[test]

@@ -75,8 +75,12 @@ fn memory_errors_are_redis_errors() {
         err("ERR wrong number of arguments for 'memory|usage' command")
     );
     assert_eq!(
-        r.cmd(&["MEMORY", "STATS"]),
-        err("ERR unknown subcommand 'STATS'. Try MEMORY HELP.")
+        r.cmd(&["MEMORY", "STATS", "x"]),
+        err("ERR wrong number of arguments for 'memory|stats' command")
+    );
+    assert_eq!(
+        r.cmd(&["MEMORY", "NOSUCH"]),
+        err("ERR unknown subcommand 'NOSUCH'. Try MEMORY HELP.")
     );
     assert!(matches!(r.cmd(&["MEMORY", "HELP"]), Frame::Array(l) if l.len() > 2));
 }

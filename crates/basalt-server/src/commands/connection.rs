@@ -28,7 +28,7 @@ pub const COMMANDS: &[CommandDef] = &[
     def(
         "echo",
         2,
-        FAST,
+        FAST | LOADING | STALE,
         (0, 0, 0),
         G,
         "1.0.0",

@@ -304,7 +304,17 @@ fn flushdb(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     flush_mode(&args)?;
     ctx.shared.keyspace.flush_db(ctx.conn.db)?;
     ctx.ok();
+    flushed(ctx);
     Ok(())
+}
+
+/// Tells tracking clients that every key is invalid (Redis's
+/// `trackingInvalidateKeysOnFlush`).
+fn flushed(ctx: &Ctx<'_>) {
+    let hub = &ctx.shared.pubsub;
+    if hub.tracking.active() {
+        hub.tracking.flushed(hub, &ctx.shared.clients.all());
+    }
 }
 
 fn flushall(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
@@ -313,6 +323,7 @@ fn flushall(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         ctx.shared.keyspace.flush_db(n)?;
     }
     ctx.ok();
+    flushed(ctx);
     Ok(())
 }
 

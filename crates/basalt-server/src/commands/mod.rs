@@ -16,6 +16,7 @@ pub mod expiry;
 pub mod geo;
 pub mod hash;
 pub mod hll;
+pub mod introspection;
 pub mod keys;
 pub mod list;
 pub mod memory;
@@ -80,11 +81,14 @@ pub mod flags {
     pub const PUBSUB: u32 = 1 << 16;
     /// May be called without keys although it takes key arguments.
     pub const NO_MANDATORY_KEYS: u32 = 1 << 17;
+    /// Refused while a replica loads its data in the background.
+    pub const NO_ASYNC_LOADING: u32 = 1 << 18;
     /// Runs a script: outside MULTI the connection hands it to the script
     /// thread (`crate::script`). Basalt's own, not shown by COMMAND.
     pub const RUNS_SCRIPT: u32 = 1 << 24;
 
-    /// Names in COMMAND INFO order.
+    /// Names in COMMAND INFO order (Redis 7.0's; like Redis, it does not
+    /// show `may_replicate`).
     pub const NAMES: &[(u32, &str)] = &[
         (WRITE, "write"),
         (READONLY, "readonly"),
@@ -99,9 +103,9 @@ pub mod flags {
         (SKIP_SLOWLOG, "skip_slowlog"),
         (FAST, "fast"),
         (NO_AUTH, "no_auth"),
-        (MAY_REPLICATE, "may_replicate"),
-        (NO_MULTI, "no_multi"),
         (NO_MANDATORY_KEYS, "no_mandatory_keys"),
+        (NO_ASYNC_LOADING, "no_async_loading"),
+        (NO_MULTI, "no_multi"),
         (MOVABLE_KEYS, "movablekeys"),
         (ALLOW_BUSY, "allow_busy"),
     ];
@@ -228,6 +232,7 @@ const FAMILIES: &[&[CommandDef]] = &[
     list::COMMANDS,
     sort::COMMANDS,
     memory::COMMANDS,
+    introspection::COMMANDS,
     pubsub::COMMANDS,
     transaction::COMMANDS,
     version::COMMANDS,
@@ -280,11 +285,17 @@ pub fn lookup_indexed(name: &[u8]) -> Option<(&'static CommandDef, usize)> {
 /// Charges `cmd` (by name) one call and the time since `conn.tick`, and
 /// moves the tick to now: for commands run outside [`execute`] (EXEC).
 pub fn record_call(shared: &Shared, conn: &mut Conn, name: &[u8], failed: bool) {
-    if let Some((_, idx)) = lookup_indexed(name) {
+    if let Some((cmd, idx)) = lookup_indexed(name) {
         let now = crate::state::now_ns();
         let nanos = now.saturating_sub(conn.tick);
         conn.tick = now;
         shared.cmdstats.record(idx, nanos, failed);
+        if shared.cmdstats.is_slow(nanos) {
+            let argv = [cmd.name.as_bytes()];
+            shared
+                .cmdstats
+                .observe_slow(cmd, argv.into_iter(), &conn.info, nanos);
+        }
     }
 }
 
@@ -604,6 +615,14 @@ pub fn execute_found(
     // engine batch (committed when `_batch` drops, before the reply leaves).
     let _batch = (cmd.is_write() && may_write_several(cmd.name, args.len()))
         .then(|| shared.keyspace.batch());
+    // Client-side caching needs the running client (NOLOOP, and its own
+    // invalidations go after its reply); MONITOR shows a script before its
+    // calls and a blocked command once (`crate::tracking`, `crate::monitor`).
+    let _running = crate::tracking::running(conn.info.id);
+    let rerun = cmd.flags & flags::BLOCKING != 0
+        && shared.pubsub.monitors.active()
+        && shared.blocking.is_blocked(conn.info.id);
+    let script_scope = crate::monitor::before(&shared.pubsub, &conn.info, conn.db, cmd, &args);
     let mut ctx = Ctx {
         shared,
         conn,
@@ -620,6 +639,11 @@ pub fn execute_found(
         Encoder::new(ctx.out, ctx.conn.protocol).error(msg.as_bytes());
     }
     let after = ctx.after;
+    drop(script_scope);
+    if cmd.flags & flags::READONLY != 0 {
+        shared.pubsub.tracking.remember(&conn.info, cmd, &args);
+    }
+    crate::monitor::after(&shared.pubsub, &conn.info, conn.db, cmd, &args, rerun);
     // Handlers may also write an error line themselves: the reply's first
     // byte says whether the call failed.
     let failed = out.get(reply_at) == Some(&b'-');
@@ -629,6 +653,12 @@ pub fn execute_found(
         let nanos = now.saturating_sub(conn.tick);
         conn.tick = now;
         shared.cmdstats.record(idx, nanos, failed);
+        // SLOWLOG and LATENCY: one relaxed load unless the run was slow.
+        if shared.cmdstats.is_slow(nanos) {
+            shared
+                .cmdstats
+                .observe_slow(cmd, args.iter(), &conn.info, nanos);
+        }
     }
     (Some(cmd), after)
 }

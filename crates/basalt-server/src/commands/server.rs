@@ -84,7 +84,7 @@ pub const COMMANDS: &[CommandDef] = &[
     def(
         "save",
         1,
-        ADMIN | NOSCRIPT | NO_MULTI,
+        ADMIN | NOSCRIPT | NO_ASYNC_LOADING | NO_MULTI,
         (0, 0, 0),
         G,
         "1.0.0",
@@ -94,7 +94,7 @@ pub const COMMANDS: &[CommandDef] = &[
     def(
         "bgsave",
         -1,
-        ADMIN | NOSCRIPT,
+        ADMIN | NOSCRIPT | NO_ASYNC_LOADING,
         (0, 0, 0),
         G,
         "1.0.0",
@@ -254,10 +254,19 @@ fn command_info(e: &mut Encoder<'_>, c: &CommandDef) {
     for cat in cats {
         e.simple(cat.as_bytes());
     }
-    e.set(0); // tips
-    if c.first_key > 0 {
+    // Tips and key specs as redis-server 7.0.15 reports them for the Redis
+    // commands Basalt has (`introspection::redis_meta`); Redis 7.0 sends
+    // key specs and subcommands as RESP3 sets.
+    let meta = super::introspection::redis_meta(c.name);
+    match meta {
+        Some(m) => super::introspection::write_tagged(e, &m.tips),
+        None => e.set(0),
+    }
+    if let Some(m) = meta {
+        super::introspection::write_tagged(e, &m.key_specs);
+    } else if c.first_key > 0 {
         // One range key spec derived from first/last/step.
-        e.array(1);
+        e.set(1);
         e.map(3);
         e.bulk(b"flags");
         e.array(1);
@@ -287,13 +296,22 @@ fn command_info(e: &mut Encoder<'_>, c: &CommandDef) {
         e.bulk(b"limit");
         e.integer(0);
     } else {
-        e.array(0);
+        e.set(0);
     }
-    e.array(0); // subcommands
+    e.set(0); // subcommands
 }
 
 fn command_docs(e: &mut Encoder<'_>, c: &CommandDef) {
     e.bulk(c.name.as_bytes());
+    // A Redis command: redis-server 7.0.15's docs, word for word (summary,
+    // since, group, complexity, history, arguments, ...; no subcommands),
+    // see `introspection::redis_meta`. The table's summaries follow later
+    // Redis documentation.
+    if let Some(d) = super::introspection::redis_meta(c.name).and_then(|m| m.docs.as_ref()) {
+        super::introspection::write_tagged(e, d);
+        return;
+    }
+    // Basalt's own: what the table says.
     e.map(3);
     e.bulk(b"summary");
     e.bulk(c.summary.as_bytes());
@@ -376,20 +394,106 @@ fn command(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         }
     } else if is(sub, "getkeys") {
         sub_arity("command|getkeys", -4, &args)?;
+        get_keys(ctx, args, false)?;
+    } else if is(sub, "getkeysandflags") {
+        sub_arity("command|getkeysandflags", -4, &args)?;
+        get_keys(ctx, args, true)?;
+    } else if is(sub, "help") {
+        help(
+            ctx,
+            "COMMAND",
+            &[
+                "(no subcommand)",
+                "    Return details about all Redis commands.",
+                "COUNT",
+                "    Return the total number of commands in this Redis server.",
+                "LIST",
+                "    Return a list of all commands in this Redis server.",
+                "INFO [<command-name> ...]",
+                "    Return details about multiple Redis commands.",
+                "    If no command names are given, documentation details for all",
+                "    commands are returned.",
+                "DOCS [<command-name> ...]",
+                "    Return documentation details about multiple Redis commands.",
+                "    If no command names are given, documentation details for all",
+                "    commands are returned.",
+                "GETKEYS <full-command>",
+                "    Return the keys from a full Redis command.",
+                "GETKEYSANDFLAGS <full-command>",
+                "    Return the keys and the access flags from a full Redis command.",
+            ],
+        );
+    } else {
+        return Err(unknown_subcommand("command", sub));
+    }
+    Ok(())
+}
+
+/// COMMAND GETKEYS / GETKEYSANDFLAGS: the keys of the command in
+/// `args[2..]`, found through Redis's key specs where they are complete
+/// (`introspection::keys_by_spec`), else through the command's own key
+/// finder (`movable_keys`, first/last/step), as Redis falls back to its
+/// `getkeys_proc`. With flags, each key comes with its key spec's flags
+/// (SORT's own finder gives its key RO/access and STORE's OW/update, the
+/// others none, as in Redis 7.0).
+fn get_keys(ctx: &mut Ctx<'_>, args: Args<'_>, with_flags: bool) -> Result {
+    {
         let Some(c) = lookup(&args[2]) else {
             return Err(Error::err("Invalid command specified"));
         };
+        // A container's keys are its subcommand's (OBJECT ENCODING key):
+        // Redis looks the subcommand up, with its own arity and key specs.
+        let mut spec_name = std::borrow::Cow::Borrowed(c.name);
+        let mut arity = c.arity;
+        let mut has_keys = c.first_key > 0 || c.flags & MOVABLE_KEYS != 0;
+        let container = super::introspection::redis_meta(c.name)
+            .filter(|m| !m.subcommands.is_empty() && args.len() > 3);
+        if let Some(m) = container {
+            let sub = String::from_utf8_lossy(&args[3]).to_ascii_lowercase();
+            if !m.subcommands.contains(&sub) {
+                return Err(Error::err("Invalid command specified"));
+            }
+            spec_name = format!("{}|{sub}", c.name).into();
+            has_keys = false;
+        }
+        let meta = super::introspection::redis_meta(&spec_name);
+        if let Some(m) = meta.filter(|m| m.arity != 0) {
+            arity = m.arity;
+        }
+        has_keys |= meta.is_some_and(|m| super::introspection::has_key_specs(&m.key_specs));
+        if !has_keys {
+            return Err(Error::err("The command has no key arguments"));
+        }
         let argc = args.len() - 2;
-        if !(if c.arity > 0 {
-            argc as i32 == c.arity
+        if !(if arity > 0 {
+            argc as i32 == arity
         } else {
-            argc as i32 >= -c.arity
+            argc as i32 >= -arity
         }) {
             return Err(Error::err(
                 "Invalid number of arguments specified for command",
             ));
         }
         let cmd: Vec<&[u8]> = args.iter().skip(2).collect();
+        let by_spec = super::introspection::keys_by_spec(&spec_name, &cmd)
+            .filter(|k| !k.is_empty() || c.flags & NO_MANDATORY_KEYS != 0);
+        if let Some(keys) = by_spec {
+            let mut e = ctx.enc();
+            e.array(keys.len());
+            for (i, flags) in keys {
+                if with_flags {
+                    e.array(2);
+                }
+                e.bulk(&args[2 + i]);
+                if with_flags {
+                    e.set(flags.len());
+                    for f in flags {
+                        e.simple(f.as_bytes());
+                    }
+                }
+            }
+            return Ok(());
+        }
         let keys: Vec<usize> = if c.flags & MOVABLE_KEYS != 0 {
             let keys = movable_keys(c.name, &cmd);
             // A script may declare no keys (Redis answers an empty list).
@@ -411,31 +515,21 @@ fn command(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                 .step_by(c.step.max(1) as usize)
                 .collect()
         };
-        ctx.array(keys.len());
-        for i in keys {
-            ctx.bulk(&args[2 + i]);
+        let mut e = ctx.enc();
+        e.array(keys.len());
+        for (n, i) in keys.into_iter().enumerate() {
+            if with_flags {
+                e.array(2);
+            }
+            e.bulk(&args[2 + i]);
+            if with_flags {
+                let flags = super::introspection::proc_key_flags(c.name, n, &cmd);
+                e.set(flags.len());
+                for f in flags {
+                    e.simple(f.as_bytes());
+                }
+            }
         }
-    } else if is(sub, "help") {
-        help(
-            ctx,
-            "COMMAND",
-            &[
-                "(no subcommand)",
-                "    Return details about all Redis commands.",
-                "COUNT",
-                "    Return the total number of commands in this Redis server.",
-                "LIST",
-                "    Return a list of all commands in this Redis server.",
-                "INFO [<command-name> ...]",
-                "    Return details about multiple Redis commands.",
-                "DOCS [<command-name> ...]",
-                "    Return documentation details about multiple Redis commands.",
-                "GETKEYS <full-command>",
-                "    Return the keys from a full Redis command.",
-            ],
-        );
-    } else {
-        return Err(unknown_subcommand("command", sub));
     }
     Ok(())
 }
@@ -542,11 +636,100 @@ fn client(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         ctx.ok();
     } else if is(sub, "unblock") {
         crate::blocking::client_unblock(ctx, args)?;
+    } else if is(sub, "tracking") {
+        sub_arity("client|tracking", -3, &args)?;
+        client_tracking(ctx, args)?;
+    } else if is(sub, "caching") {
+        sub_arity("client|caching", 3, &args)?;
+        let t = &info.pubsub.tracking;
+        if !t.is_on() {
+            return Err(Error::err("CLIENT CACHING can be called only when the client is in tracking mode with OPTIN or OPTOUT mode enabled"));
+        }
+        let opts = t.options();
+        if is(&args[2], "yes") {
+            if !opts.optin {
+                return Err(Error::err(
+                    "CLIENT CACHING YES is only valid when tracking is enabled in OPTIN mode.",
+                ));
+            }
+        } else if is(&args[2], "no") {
+            if !opts.optout {
+                return Err(Error::err(
+                    "CLIENT CACHING NO is only valid when tracking is enabled in OPTOUT mode.",
+                ));
+            }
+        } else {
+            return Err(Error::Syntax);
+        }
+        info.pubsub
+            .modes
+            .fetch_or(crate::pubsub::modes::CACHING, Ordering::Relaxed);
+        ctx.ok();
+    } else if is(sub, "getredir") {
+        sub_arity("client|getredir", 2, &args)?;
+        let t = &info.pubsub.tracking;
+        let id = if t.is_on() {
+            t.options().redirect as i64
+        } else {
+            -1
+        };
+        ctx.int(id);
+    } else if is(sub, "trackinginfo") {
+        sub_arity("client|trackinginfo", 2, &args)?;
+        client_trackinginfo(ctx);
+    } else if is(sub, "reply") {
+        sub_arity("client|reply", 3, &args)?;
+        use crate::pubsub::modes::{REPLY_OFF, REPLY_SKIP, REPLY_SKIP_NEXT};
+        let modes = &info.pubsub.modes;
+        if is(&args[2], "on") {
+            modes.fetch_and(
+                !(REPLY_OFF | REPLY_SKIP | REPLY_SKIP_NEXT),
+                Ordering::Relaxed,
+            );
+            ctx.ok();
+        } else if is(&args[2], "off") {
+            modes.fetch_or(REPLY_OFF, Ordering::Relaxed);
+        } else if is(&args[2], "skip") {
+            if modes.load(Ordering::Relaxed) & REPLY_OFF == 0 {
+                modes.fetch_or(REPLY_SKIP_NEXT, Ordering::Relaxed);
+            }
+        } else {
+            return Err(Error::Syntax);
+        }
+    } else if is(sub, "pause") {
+        sub_arity("client|pause", -3, &args)?;
+        if args.len() > 4 {
+            return Err(Error::err(format!(
+                "unknown subcommand or wrong number of arguments for '{}'. Try CLIENT HELP.",
+                String::from_utf8_lossy(sub)
+            )));
+        }
+        use crate::monitor::PauseMode;
+        let mode = match args.get(3) {
+            None => PauseMode::All,
+            Some(m) if is(m, "write") => PauseMode::Write,
+            Some(m) if is(m, "all") => PauseMode::All,
+            Some(_) => return Err(Error::err("CLIENT PAUSE mode must be WRITE or ALL")),
+        };
+        let timeout = crate::monitor::pause_timeout(&args[2]).map_err(|e| Error::Msg(e.into()))?;
+        ctx.shared
+            .pubsub
+            .pause
+            .pause(std::time::Instant::now() + timeout, mode);
+        ctx.ok();
+    } else if is(sub, "unpause") {
+        sub_arity("client|unpause", 2, &args)?;
+        ctx.shared.pubsub.pause.unpause();
+        ctx.ok();
     } else if is(sub, "help") {
         help(
             ctx,
             "CLIENT",
             &[
+                "CACHING (YES|NO)",
+                "    Enable/disable tracking of the keys for next command in OPTIN/OPTOUT modes.",
+                "GETREDIR",
+                "    Return the client ID we are redirecting to when tracking is enabled.",
                 "GETNAME",
                 "    Return the name of the current connection.",
                 "ID",
@@ -556,23 +739,202 @@ fn client(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                 "KILL <ip:port>",
                 "    Kill connection made from <ip:port>.",
                 "KILL <option> <value> [<option> <value> [...]]",
-                "    Kill connections. Options are: ID, ADDR, LADDR, TYPE, USER, SKIPME.",
+                "    Kill connections. Options are:",
+                "    * ADDR (<ip:port>|<unixsocket>:0)",
+                "      Kill connections made from the specified address",
+                "    * LADDR (<ip:port>|<unixsocket>:0)",
+                "      Kill connections made to specified local address",
+                "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+                "      Kill connections by type.",
+                "    * USER <username>",
+                "      Kill connections authenticated by <username>.",
+                "    * SKIPME (YES|NO)",
+                "      Skip killing current connection (default: yes).",
                 "LIST [options ...]",
-                "    Return information about client connections.",
+                "    Return information about client connections. Options:",
+                "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+                "      Return clients of specified type.",
+                "UNPAUSE",
+                "    Stop the current client pause, resuming traffic.",
+                "PAUSE <timeout> [WRITE|ALL]",
+                "    Suspend all, or just write, clients for <timeout> milliseconds.",
+                "REPLY (ON|OFF|SKIP)",
+                "    Control the replies sent to the current connection.",
                 "SETNAME <name>",
                 "    Assign the name <name> to the current connection.",
-                "SETINFO <option> <value>",
-                "    Set client meta attr. Options are: LIB-NAME, LIB-VER.",
-                "NO-EVICT (ON|OFF)",
-                "    Protect current client connection from eviction.",
                 "UNBLOCK <clientid> [TIMEOUT|ERROR]",
                 "    Unblock the specified blocked client.",
+                "TRACKING (ON|OFF) [REDIRECT <id>] [BCAST] [PREFIX <prefix> [...]]",
+                "         [OPTIN] [OPTOUT] [NOLOOP]",
+                "    Control server assisted client side caching.",
+                "TRACKINGINFO",
+                "    Report tracking status for the current connection.",
+                "NO-EVICT (ON|OFF)",
+                "    Protect current client connection from eviction.",
             ],
         );
     } else {
         return Err(unknown_subcommand("client", sub));
     }
     Ok(())
+}
+
+/// CLIENT TRACKING ON|OFF [REDIRECT id] [BCAST] [PREFIX p]... [OPTIN]
+/// [OPTOUT] [NOLOOP], checked in Redis 7.0's order (`crate::tracking`).
+fn client_tracking(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let info = ctx.conn.info.clone();
+    let mut opts = crate::tracking::Options::default();
+    let mut target = std::sync::Weak::new();
+    let mut j = 3;
+    while j < args.len() {
+        let more = j + 1 < args.len();
+        let a = &args[j];
+        if is(a, "redirect") && more {
+            j += 1;
+            if opts.redirect != 0 {
+                return Err(Error::err(
+                    "A client can only redirect to a single other client",
+                ));
+            }
+            let id = super::int_arg(&args[j])?;
+            let found = ctx
+                .shared
+                .clients
+                .all()
+                .into_iter()
+                .find(|c| id > 0 && c.id == id as u64);
+            let Some(found) = found else {
+                return Err(Error::err(
+                    "The client ID you want redirect to does not exist",
+                ));
+            };
+            target = std::sync::Arc::downgrade(&found);
+            opts.redirect = id as u64;
+        } else if is(a, "bcast") {
+            opts.bcast = true;
+        } else if is(a, "optin") {
+            opts.optin = true;
+        } else if is(a, "optout") {
+            opts.optout = true;
+        } else if is(a, "noloop") {
+            opts.noloop = true;
+        } else if is(a, "prefix") && more {
+            j += 1;
+            opts.prefixes.push(bytes::Bytes::copy_from_slice(&args[j]));
+        } else {
+            return Err(Error::Syntax);
+        }
+        j += 1;
+    }
+    let tracking = &ctx.shared.pubsub.tracking;
+    if is(&args[2], "on") {
+        let t = &info.pubsub.tracking;
+        let old = t.is_on().then(|| t.options());
+        if !opts.bcast && !opts.prefixes.is_empty() {
+            return Err(Error::err(
+                "PREFIX option requires BCAST mode to be enabled",
+            ));
+        }
+        if old.as_ref().is_some_and(|o| o.bcast != opts.bcast) {
+            return Err(Error::err("You can't switch BCAST mode on/off before disabling tracking for this client, and then re-enabling it with a different mode."));
+        }
+        if opts.bcast && (opts.optin || opts.optout) {
+            return Err(Error::err("OPTIN and OPTOUT are not compatible with BCAST"));
+        }
+        if opts.optin && opts.optout {
+            return Err(Error::err(
+                "You can't specify both OPTIN mode and OPTOUT mode",
+            ));
+        }
+        if old
+            .as_ref()
+            .is_some_and(|o| (opts.optin && o.optout) || (opts.optout && o.optin))
+        {
+            return Err(Error::err("You can't switch OPTIN/OPTOUT mode before disabling tracking for this client, and then re-enabling it with a different mode."));
+        }
+        if opts.bcast {
+            let existing = old.map(|o| o.prefixes).unwrap_or_default();
+            let overlap = |a: &[u8], b: &[u8]| {
+                let n = a.len().min(b.len());
+                a[..n] == b[..n]
+            };
+            for (i, p) in opts.prefixes.iter().enumerate() {
+                if let Some(e) = existing.iter().find(|e| overlap(e, p)) {
+                    return Err(Error::err(format!(
+                        "Prefix '{}' overlaps with an existing prefix '{}'. Prefixes for a single client must not overlap.",
+                        String::from_utf8_lossy(p),
+                        String::from_utf8_lossy(e)
+                    )));
+                }
+                if let Some(q) = opts.prefixes[i + 1..].iter().find(|q| overlap(p, q)) {
+                    return Err(Error::err(format!(
+                        "Prefix '{}' overlaps with another provided prefix '{}'. Prefixes for a single client must not overlap.",
+                        String::from_utf8_lossy(p),
+                        String::from_utf8_lossy(q)
+                    )));
+                }
+            }
+        }
+        tracking.enable(&info, opts, target);
+    } else if is(&args[2], "off") {
+        tracking.disable(&info);
+    } else {
+        return Err(Error::Syntax);
+    }
+    ctx.ok();
+    Ok(())
+}
+
+/// CLIENT TRACKINGINFO: flags, redirect, prefixes (Redis 7.0's shape).
+fn client_trackinginfo(ctx: &mut Ctx<'_>) {
+    let t = &ctx.conn.info.pubsub.tracking;
+    let on = t.is_on();
+    let opts = t.options();
+    let caching =
+        ctx.conn.info.pubsub.modes.load(Ordering::Relaxed) & crate::pubsub::modes::CACHING != 0;
+    let mut flags: Vec<&str> = Vec::new();
+    if !on {
+        flags.push("off");
+    } else {
+        flags.push("on");
+        if opts.bcast {
+            flags.push("bcast");
+        }
+        if opts.optin {
+            flags.push("optin");
+            if caching {
+                flags.push("caching-yes");
+            }
+        }
+        if opts.optout {
+            flags.push("optout");
+            if caching {
+                flags.push("caching-no");
+            }
+        }
+        if opts.noloop {
+            flags.push("noloop");
+        }
+        if t.broken_redirect() {
+            flags.push("broken_redirect");
+        }
+    }
+    let mut prefixes = if on { opts.prefixes } else { Vec::new() };
+    prefixes.sort();
+    let mut e = ctx.enc();
+    e.map(3);
+    e.bulk(b"flags");
+    e.set(flags.len());
+    for f in flags {
+        e.bulk(f.as_bytes());
+    }
+    e.bulk(b"redirect");
+    e.integer(if on { opts.redirect as i64 } else { -1 });
+    e.bulk(b"prefixes");
+    e.array(prefixes.len());
+    for p in prefixes {
+        e.bulk(&p);
+    }
 }
 
 fn client_kill(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
@@ -785,7 +1147,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
         kv!(out, "cluster_connections", 0);
         kv!(out, "maxclients", sh.security.maxclients());
         kv!(out, "blocked_clients", sh.blocking.blocked_clients());
-        kv!(out, "tracking_clients", 0);
+        kv!(out, "tracking_clients", sh.pubsub.tracking.client_count());
         kv!(out, "clients_in_timeout_table", 0);
     }
     if want("memory") {
@@ -889,6 +1251,11 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
         kv!(out, "evicted_keys", 0);
         kv!(out, "pubsub_channels", sh.pubsub.channel_count());
         kv!(out, "pubsub_patterns", sh.pubsub.pattern_count());
+        kv!(out, "pubsubshard_channels", sh.pubsub.shard_channel_count());
+        let (keys, items, prefixes) = sh.pubsub.tracking.totals();
+        kv!(out, "tracking_total_keys", keys);
+        kv!(out, "tracking_total_items", items);
+        kv!(out, "tracking_total_prefixes", prefixes);
         // Redis 7.0 has no such counter; later Redis versions use this name.
         kv!(
             out,
@@ -996,6 +1363,8 @@ enum Kind {
     Security,
     /// busy-reply-threshold / lua-time-limit (ms, >= 0).
     BusyMs,
+    /// Slow log and latency monitor thresholds (`crate::cmdstats`).
+    Monitor,
 }
 
 /// Settings CONFIG knows: (name, kind, default). Immutable ones read their
@@ -1023,9 +1392,9 @@ const PARAMS: &[(&str, Kind, &str)] = &[
     ("hz", Kind::Int, "10"),
     ("notify-keyspace-events", Kind::NotifyEvents, ""),
     ("client-output-buffer-limit", Kind::ObufLimit, ""),
-    ("slowlog-log-slower-than", Kind::Int, "10000"),
-    ("slowlog-max-len", Kind::Int, "128"),
-    ("latency-monitor-threshold", Kind::Int, "0"),
+    ("slowlog-log-slower-than", Kind::Monitor, ""),
+    ("slowlog-max-len", Kind::Monitor, ""),
+    ("latency-monitor-threshold", Kind::Monitor, ""),
     ("maxmemory-samples", Kind::Int, "5"),
     ("activerehashing", Kind::Bool, "yes"),
     ("lazyfree-lazy-eviction", Kind::Bool, "no"),
@@ -1071,6 +1440,7 @@ fn param_value(ctx: &Ctx<'_>, name: &'static str, kind: Kind, default: &str) -> 
         "notify-keyspace-events" => crate::notify::render(ctx.shared.pubsub.events()),
         "client-output-buffer-limit" => ctx.shared.pubsub.limits().render(),
         _ if kind == Kind::BusyMs => ctx.shared.gate.busy().threshold_ms().to_string(),
+        _ if kind == Kind::Monitor => ctx.shared.cmdstats.config_get(name).unwrap_or_default(),
         _ if kind == Kind::Security => crate::auth::config_get(&ctx.shared.security, name),
         _ if kind == Kind::Immutable => default.to_string(),
         _ => ctx
@@ -1160,6 +1530,10 @@ fn config(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                         .parse_update(&value)
                         .map_err(|why| set_failed(pname, why))?;
                 }
+                Kind::Monitor => {
+                    crate::cmdstats::CommandStats::config_check(pname, value.as_bytes())
+                        .map_err(|why| set_failed(pname, why))?;
+                }
                 Kind::Security => {
                     let setting = crate::auth::config_check(pname, &args[j + 1])
                         .map_err(|why| set_failed(pname, &why))?;
@@ -1186,6 +1560,11 @@ fn config(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                     }
                 }
                 Kind::ObufLimit => ctx.shared.pubsub.set_limits(limits),
+                Kind::Monitor => {
+                    if let Ok(v) = value.parse::<i64>() {
+                        ctx.shared.cmdstats.config_set(name, v);
+                    }
+                }
                 Kind::BusyMs => {
                     if let Ok(ms) = value.parse::<u64>() {
                         ctx.shared.gate.busy().set_threshold_ms(ms);

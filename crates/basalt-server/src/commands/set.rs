@@ -45,7 +45,7 @@ pub const COMMANDS: &[CommandDef] = &[
     def("sunionstore", -3, WRITE | DENYOOM, (1, -1, 1), G, "1.0.0", "Stores the union of multiple sets in a key.", sunionstore),
     def("sdiff", -2, READONLY, (1, -1, 1), G, "1.0.0", "Returns the difference of multiple sets.", sdiff),
     def("sdiffstore", -3, WRITE | DENYOOM, (1, -1, 1), G, "1.0.0", "Stores the difference of multiple sets in a key.", sdiffstore),
-    def("sscan", -3, READONLY, (1, 1, 1), G, "2.0.0", "Iterates over members of a set.", sscan),
+    def("sscan", -3, READONLY, (1, 1, 1), G, "2.8.0", "Iterates over members of a set.", sscan),
 ];
 
 fn set_len(db: Option<&Db>, key: &[u8]) -> Result<Option<usize>> {

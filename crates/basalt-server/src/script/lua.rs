@@ -1087,7 +1087,13 @@ fn run_command(
         Protocol::Resp2
     };
     out.clear();
+    // The command is charged its own run time (commandstats, SLOWLOG),
+    // not the Lua time before it; the script keeps its start as its tick,
+    // so EVAL is charged its whole run, nested commands included (Redis).
+    let script_tick = env.conn.tick;
+    env.conn.tick = crate::state::now_ns();
     let (found, after) = commands::execute_found(env.shared, env.conn, out, args, cmd, idx);
+    env.conn.tick = script_tick;
     env.conn.protocol = saved;
     if after == Some(After::Block) {
         // Scripts never block: a blocking command that would wait answers

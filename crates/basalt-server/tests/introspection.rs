@@ -1,0 +1,615 @@
+//! SLOWLOG, LATENCY, MEMORY STATS / MALLOC-STATS / DOCTOR, LOLWUT and
+//! COMMAND GETKEYSANDFLAGS / LIST / DOCS through a real server, with raw
+//! RESP where Redis 7.0's exact reply shape matters.
+
+mod common;
+
+use basalt_resp::Frame;
+use common::{bulk, err, ok, Raw, TestServer};
+
+fn int(n: i64) -> Frame {
+    Frame::Integer(n)
+}
+
+fn simple(s: &str) -> Frame {
+    Frame::Simple(s.as_bytes().to_vec())
+}
+
+fn array(f: Frame) -> Vec<Frame> {
+    match f {
+        Frame::Array(a) => a,
+        f => panic!("expected an array, got {f:?}"),
+    }
+}
+
+fn text(f: Frame) -> String {
+    match f {
+        Frame::Bulk(b) => String::from_utf8(b).unwrap(),
+        Frame::Verbatim { format, text } => {
+            assert_eq!(&format, b"txt");
+            String::from_utf8(text).unwrap()
+        }
+        f => panic!("expected text, got {f:?}"),
+    }
+}
+
+/// Runs a script that keeps the server busy for at least `ms` (it reads
+/// TIME until that much has passed), so one command is surely slow.
+fn slow_eval(r: &mut Raw, ms: u64) {
+    let script = format!(
+        "local t = redis.call('TIME') local s = t[1] * 1000000 + t[2] local n = s \
+         repeat local x = redis.call('TIME') n = x[1] * 1000000 + x[2] until n - s > {} \
+         return 1",
+        ms * 1000
+    );
+    assert_eq!(r.cmd(&["EVAL", &script, "0"]), int(1));
+}
+
+/// The argv of a SLOWLOG GET entry.
+fn entry_argv(e: &Frame) -> Vec<String> {
+    let Frame::Array(fields) = e else {
+        panic!("entry {e:?}")
+    };
+    assert_eq!(fields.len(), 6, "id, time, µs, argv, peer, name");
+    array(fields[3].clone()).into_iter().map(text).collect()
+}
+
+#[test]
+fn slowlog_records_every_command_at_threshold_zero_with_redis_truncation_and_redaction() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    assert_eq!(
+        r.cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]),
+        ok()
+    );
+    assert_eq!(r.cmd(&["SLOWLOG", "RESET"]), ok());
+    assert_eq!(r.cmd(&["CLIENT", "SETNAME", "prober"]), ok());
+    let keys: Vec<String> = (0..40).map(|i| format!("k{i}")).collect();
+    let mut del = vec!["DEL"];
+    del.extend(keys.iter().map(|k| k.as_str()));
+    assert_eq!(r.cmd(&del), int(0));
+    let long = "x".repeat(200);
+    assert_eq!(r.cmd(&["SET", "big", &long]), ok());
+    // Secrets never reach the log.
+    r.cmd(&["AUTH", "user", "secret"]);
+    r.cmd(&[
+        "HELLO", "2", "AUTH", "default", "secret", "SETNAME", "prober",
+    ]);
+    r.cmd(&["CONFIG", "SET", "requirepass", ""]);
+    let log = array(r.cmd(&["SLOWLOG", "GET", "-1"]));
+    let argvs: Vec<Vec<String>> = log.iter().map(entry_argv).collect();
+    // Newest first.
+    assert_eq!(argvs[0], ["CONFIG", "SET", "requirepass", "(redacted)"]);
+    assert_eq!(
+        argvs[1],
+        [
+            "HELLO",
+            "2",
+            "AUTH",
+            "(redacted)",
+            "(redacted)",
+            "SETNAME",
+            "prober"
+        ]
+    );
+    assert_eq!(argvs[2], ["AUTH", "(redacted)", "(redacted)"]);
+    assert_eq!(
+        argvs[3][2],
+        format!("{}... (72 more bytes)", "x".repeat(128))
+    );
+    assert_eq!(argvs[4].len(), 32);
+    assert_eq!(argvs[4][0], "DEL");
+    assert_eq!(argvs[4][30], "k29");
+    assert_eq!(argvs[4][31], "... (10 more arguments)");
+    assert_eq!(argvs[5], ["CLIENT", "SETNAME", "prober"]);
+    assert_eq!(argvs[6], ["SLOWLOG", "RESET"]);
+    // Ids count down from the newest; each entry names the client.
+    let Frame::Array(newest) = &log[0] else {
+        unreachable!()
+    };
+    let Frame::Array(oldest) = &log[6] else {
+        unreachable!()
+    };
+    match (&newest[0], &oldest[0]) {
+        (Frame::Integer(a), Frame::Integer(b)) => assert_eq!(a - b, 6),
+        other => panic!("ids {other:?}"),
+    }
+    let peer = r.stream.local_addr().unwrap().to_string();
+    assert_eq!(newest[4], bulk(&peer));
+    assert_eq!(newest[5], bulk("prober"));
+    // The entry of SETNAME already carries the name; RESET's had none.
+    let Frame::Array(reset) = &log[6] else {
+        unreachable!()
+    };
+    assert_eq!(reset[5], bulk(""));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    assert!(matches!(newest[1], Frame::Integer(t) if (now - t).abs() < 60));
+    // Seven entries and the GET -1 just logged; GET 0 is empty.
+    assert_eq!(array(r.cmd(&["SLOWLOG", "GET"])).len(), 8);
+    for i in 0..5 {
+        r.cmd(&["SET", &format!("more{i}"), "v"]);
+    }
+    // Default count is 10.
+    assert_eq!(array(r.cmd(&["SLOWLOG", "GET"])).len(), 10);
+    assert_eq!(array(r.cmd(&["SLOWLOG", "GET", "0"])).len(), 0);
+    assert_eq!(array(r.cmd(&["SLOWLOG", "GET", "2"])).len(), 2);
+}
+
+#[test]
+fn slowlog_keeps_the_newest_max_len_entries_and_reset_empties_it() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    assert_eq!(r.cmd(&["CONFIG", "SET", "slowlog-max-len", "3"]), ok());
+    assert_eq!(
+        r.cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]),
+        ok()
+    );
+    for i in 0..10 {
+        r.cmd(&["SET", &format!("k{i}"), "v"]);
+    }
+    assert_eq!(r.cmd(&["SLOWLOG", "LEN"]), int(3));
+    let log = array(r.cmd(&["SLOWLOG", "GET", "-1"]));
+    // GET itself is logged after it answers; LEN is the newest here.
+    let argvs: Vec<Vec<String>> = log.iter().map(entry_argv).collect();
+    assert_eq!(
+        argvs,
+        [
+            vec!["SLOWLOG", "LEN"],
+            vec!["SET", "k9", "v"],
+            vec!["SET", "k8", "v"]
+        ]
+    );
+    // Lowering the length trims at once.
+    assert_eq!(r.cmd(&["CONFIG", "SET", "slowlog-max-len", "1"]), ok());
+    assert_eq!(r.cmd(&["SLOWLOG", "LEN"]), int(1));
+    // -1 turns logging off (that CONFIG SET is already judged by it).
+    assert_eq!(
+        r.cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "-1"]),
+        ok()
+    );
+    assert_eq!(r.cmd(&["SLOWLOG", "RESET"]), ok());
+    r.cmd(&["SET", "k", "v"]);
+    assert_eq!(r.cmd(&["SLOWLOG", "LEN"]), int(0));
+    assert_eq!(r.cmd(&["SLOWLOG", "GET"]), Frame::Array(vec![]));
+    assert_eq!(
+        r.cmd(&["CONFIG", "GET", "slowlog*"]),
+        Frame::Array(vec![
+            bulk("slowlog-log-slower-than"),
+            bulk("-1"),
+            bulk("slowlog-max-len"),
+            bulk("1"),
+        ])
+    );
+}
+
+#[test]
+fn slowlog_logs_only_what_reaches_the_threshold_and_skips_exec_but_not_its_commands() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    // Default threshold: 10 ms.
+    assert_eq!(
+        r.cmd(&["CONFIG", "GET", "slowlog-log-slower-than"]),
+        Frame::Array(vec![bulk("slowlog-log-slower-than"), bulk("10000")])
+    );
+    r.cmd(&["SET", "fast", "v"]);
+    slow_eval(&mut r, 15);
+    let log = array(r.cmd(&["SLOWLOG", "GET"]));
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert_eq!(entry_argv(&log[0])[0], "EVAL");
+    let Frame::Array(e) = &log[0] else {
+        unreachable!()
+    };
+    assert!(matches!(e[2], Frame::Integer(us) if us >= 15_000), "{e:?}");
+    // EXEC is skip_slowlog; the commands it runs are logged.
+    assert_eq!(
+        r.cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]),
+        ok()
+    );
+    assert_eq!(r.cmd(&["SLOWLOG", "RESET"]), ok());
+    assert_eq!(r.cmd(&["MULTI"]), ok());
+    assert_eq!(r.cmd(&["INCR", "n"]), simple("QUEUED"));
+    assert_eq!(r.cmd(&["EXEC"]), Frame::Array(vec![int(1)]));
+    let names: Vec<String> = array(r.cmd(&["SLOWLOG", "GET"]))
+        .iter()
+        .map(|e| entry_argv(e)[0].to_ascii_lowercase())
+        .collect();
+    assert_eq!(names, ["incr", "multi", "slowlog"]);
+}
+
+#[test]
+fn slowlog_and_monitor_settings_refuse_bad_values_with_redis_errors() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    for (args, reply) in [
+        (
+            &["SLOWLOG", "GET", "-2"][..],
+            err("ERR count should be greater than or equal to -1"),
+        ),
+        (
+            &["SLOWLOG", "GET", "abc"],
+            err("ERR count should be greater than or equal to -1"),
+        ),
+        (
+            &["SLOWLOG", "GET", "1", "2"],
+            err("ERR unknown subcommand or wrong number of arguments for 'GET'. Try SLOWLOG HELP."),
+        ),
+        (
+            &["SLOWLOG", "LEN", "1"],
+            err("ERR wrong number of arguments for 'slowlog|len' command"),
+        ),
+        (
+            &["SLOWLOG", "FOO"],
+            err("ERR unknown subcommand 'FOO'. Try SLOWLOG HELP."),
+        ),
+        (
+            &["SLOWLOG"],
+            err("ERR wrong number of arguments for 'slowlog' command"),
+        ),
+        (
+            &["LATENCY", "HISTORY"],
+            err("ERR wrong number of arguments for 'latency|history' command"),
+        ),
+        (
+            &["LATENCY", "NOPE"],
+            err("ERR unknown subcommand 'NOPE'. Try LATENCY HELP."),
+        ),
+        (
+            &["CONFIG", "SET", "slowlog-log-slower-than", "-5"],
+            err("ERR CONFIG SET failed (possibly related to argument 'slowlog-log-slower-than') - argument must be between -1 and 9223372036854775807 inclusive"),
+        ),
+        (
+            &["CONFIG", "SET", "slowlog-max-len", "-1"],
+            err("ERR CONFIG SET failed (possibly related to argument 'slowlog-max-len') - argument must be between 0 and 9223372036854775807 inclusive"),
+        ),
+        (
+            &["CONFIG", "SET", "latency-monitor-threshold", "-1"],
+            err("ERR CONFIG SET failed (possibly related to argument 'latency-monitor-threshold') - argument must be between 0 and 9223372036854775807 inclusive"),
+        ),
+        (
+            &["CONFIG", "SET", "slowlog-max-len", "abc"],
+            err("ERR CONFIG SET failed (possibly related to argument 'slowlog-max-len') - argument couldn't be parsed into an integer"),
+        ),
+    ] {
+        assert_eq!(r.cmd(args), reply, "{args:?}");
+    }
+    // A refused CONFIG SET changed nothing.
+    assert_eq!(
+        r.cmd(&["CONFIG", "GET", "latency-monitor-threshold"]),
+        Frame::Array(vec![bulk("latency-monitor-threshold"), bulk("0")])
+    );
+    let help = array(r.cmd(&["SLOWLOG", "HELP"]));
+    assert_eq!(
+        help[0],
+        simple("SLOWLOG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:")
+    );
+    assert_eq!(help.len(), 12);
+    assert_eq!(array(r.cmd(&["LATENCY", "HELP"])).len(), 17);
+}
+
+#[test]
+fn latency_events_appear_over_the_threshold_and_reset_clears_them() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    // Off by default: nothing is recorded.
+    slow_eval(&mut r, 5);
+    assert_eq!(r.cmd(&["LATENCY", "LATEST"]), Frame::Array(vec![]));
+    assert!(text(r.cmd(&["LATENCY", "DOCTOR"])).contains("latency-monitor-threshold"));
+    assert_eq!(
+        r.cmd(&["CONFIG", "SET", "latency-monitor-threshold", "5"]),
+        ok()
+    );
+    r.cmd(&["SET", "k", "v"]);
+    slow_eval(&mut r, 12);
+    let latest = array(r.cmd(&["LATENCY", "LATEST"]));
+    assert_eq!(latest.len(), 1, "only the slow EVAL: {latest:?}");
+    let ev = array(latest[0].clone());
+    assert_eq!(ev[0], bulk("command"));
+    let (Frame::Integer(time), Frame::Integer(last), Frame::Integer(max)) =
+        (&ev[1], &ev[2], &ev[3])
+    else {
+        panic!("{ev:?}")
+    };
+    assert!(*last >= 12 && max >= last, "{ev:?}");
+    let history = array(r.cmd(&["LATENCY", "HISTORY", "command"]));
+    assert_eq!(history, vec![Frame::Array(vec![int(*time), int(*last)])]);
+    assert_eq!(
+        r.cmd(&["LATENCY", "HISTORY", "nosuch"]),
+        Frame::Array(vec![])
+    );
+    let graph = text(r.cmd(&["LATENCY", "GRAPH", "command"]));
+    assert!(
+        graph.starts_with(&format!(
+            "command - high {last} ms, low {last} ms (all time high {max} ms)\n{}\n",
+            "-".repeat(80)
+        )),
+        "{graph}"
+    );
+    assert_eq!(
+        r.cmd(&["LATENCY", "GRAPH", "nosuch"]),
+        err("ERR No samples available for event 'nosuch'")
+    );
+    let doctor = text(r.cmd(&["LATENCY", "DOCTOR"]));
+    assert!(doctor.contains("1. command: 1 latency spikes"), "{doctor}");
+    // RESET names events (unknown ones count nothing) or clears all.
+    assert_eq!(r.cmd(&["LATENCY", "RESET", "nosuch"]), int(0));
+    assert_eq!(r.cmd(&["LATENCY", "RESET", "command", "nosuch"]), int(1));
+    assert_eq!(r.cmd(&["LATENCY", "LATEST"]), Frame::Array(vec![]));
+    slow_eval(&mut r, 6);
+    assert_eq!(r.cmd(&["LATENCY", "RESET"]), int(1));
+    assert_eq!(r.cmd(&["LATENCY", "RESET"]), int(0));
+}
+
+#[test]
+fn latency_histogram_counts_every_call_in_redis_power_of_two_buckets() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    r.cmd(&["HELLO", "3"]);
+    for _ in 0..5 {
+        r.cmd(&["SET", "k", "v"]);
+    }
+    // RESP3: {set: {calls: 5, histogram_usec: {bucket: cumulative, ...}}}.
+    let reply = r.cmd_text(&["LATENCY", "HISTOGRAM", "set", "nosuch", "get"]);
+    assert!(
+        reply.starts_with(
+            "%1\r\n$3\r\nset\r\n%2\r\n$5\r\ncalls\r\n:5\r\n$14\r\nhistogram_usec\r\n%"
+        ),
+        "{reply:?}"
+    );
+    let Frame::Map(top) = r.cmd(&["LATENCY", "HISTOGRAM", "set"]) else {
+        panic!("a map")
+    };
+    let Frame::Map(fields) = &top[0].1 else {
+        panic!("a map")
+    };
+    let Frame::Map(buckets) = &fields[1].1 else {
+        panic!("a map")
+    };
+    let labels = [1, 2, 4, 8, 16, 33, 66, 132, 264, 528, 1056, 2113];
+    let mut last = 0;
+    for (k, v) in buckets {
+        let (Frame::Integer(k), Frame::Integer(v)) = (k, v) else {
+            panic!("{k:?} {v:?}")
+        };
+        assert!(labels.contains(k) || *k > 2113, "bucket {k}");
+        assert!(*v > last, "cumulative counts grow");
+        last = *v;
+    }
+    assert_eq!(last, 5);
+    // RESP2: the same as flat arrays; no argument = every command run.
+    r.cmd(&["HELLO", "2"]);
+    let all = array(r.cmd(&["LATENCY", "HISTOGRAM"]));
+    let names: Vec<Frame> = all.iter().step_by(2).cloned().collect();
+    assert!(names.contains(&bulk("set")) && names.contains(&bulk("hello")));
+    // CONFIG RESETSTAT clears the histograms.
+    assert_eq!(r.cmd(&["CONFIG", "RESETSTAT"]), ok());
+    assert_eq!(
+        r.cmd(&["LATENCY", "HISTOGRAM", "set"]),
+        Frame::Array(vec![])
+    );
+}
+
+#[test]
+fn memory_stats_answers_redis_field_names_with_basalt_figures() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    for k in ["a", "b", "c"] {
+        r.cmd(&["SET", k, "v"]);
+    }
+    let stats = array(r.cmd(&["MEMORY", "STATS"]));
+    let names: Vec<String> = stats.iter().step_by(2).cloned().map(text).collect();
+    assert_eq!(
+        names,
+        [
+            "peak.allocated",
+            "total.allocated",
+            "startup.allocated",
+            "replication.backlog",
+            "clients.slaves",
+            "clients.normal",
+            "cluster.links",
+            "aof.buffer",
+            "lua.caches",
+            "functions.caches",
+            "db.0",
+            "overhead.total",
+            "keys.count",
+            "keys.bytes-per-key",
+            "dataset.bytes",
+            "dataset.percentage",
+            "peak.percentage",
+            "allocator.allocated",
+            "allocator.active",
+            "allocator.resident",
+            "allocator-fragmentation.ratio",
+            "allocator-fragmentation.bytes",
+            "allocator-rss.ratio",
+            "allocator-rss.bytes",
+            "rss-overhead.ratio",
+            "rss-overhead.bytes",
+            "fragmentation",
+            "fragmentation.bytes",
+        ]
+    );
+    let value = |name: &str| stats[names.iter().position(|n| n == name).unwrap() * 2 + 1].clone();
+    assert_eq!(value("keys.count"), int(3));
+    let Frame::Array(db0) = value("db.0") else {
+        panic!("db.0 is a map")
+    };
+    assert_eq!(db0[0], bulk("overhead.hashtable.main"));
+    assert!(matches!(db0[1], Frame::Integer(n) if n > 0));
+    assert!(matches!(value("total.allocated"), Frame::Integer(n) if n > 0));
+    // Ratios are doubles: bulk strings in RESP2, `,` in RESP3.
+    assert!(text(value("fragmentation")).parse::<f64>().is_ok());
+    r.cmd(&["HELLO", "3"]);
+    assert!(r
+        .cmd_text(&["MEMORY", "STATS"])
+        .contains("$13\r\nfragmentation\r\n,"));
+    // MALLOC-STATS, DOCTOR and PURGE answer; extra arguments are refused.
+    assert!(!text(r.cmd(&["MEMORY", "MALLOC-STATS"])).is_empty());
+    assert!(!text(r.cmd(&["MEMORY", "DOCTOR"])).is_empty());
+    assert_eq!(r.cmd(&["MEMORY", "PURGE"]), ok());
+    assert_eq!(
+        r.cmd(&["MEMORY", "DOCTOR", "x"]),
+        err("ERR wrong number of arguments for 'memory|doctor' command")
+    );
+}
+
+#[test]
+fn lolwut_draws_basalt_art_and_its_version_line_in_redis_reply_types() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    let art = match r.cmd(&["LOLWUT"]) {
+        Frame::Bulk(b) => String::from_utf8(b).unwrap(),
+        f => panic!("RESP2 LOLWUT is a bulk string, got {f:?}"),
+    };
+    let last = art.lines().last().unwrap();
+    assert_eq!(
+        last,
+        format!(
+            "Basalt ver. {} (Redis ver. 7.0.15 compatible)",
+            env!("CARGO_PKG_VERSION")
+        )
+    );
+    assert!(art.lines().count() > 5);
+    assert_ne!(text(r.cmd(&["LOLWUT", "VERSION", "6"])), art);
+    assert_eq!(
+        r.cmd(&["LOLWUT", "VERSION", "x"]),
+        err("ERR value is not an integer or out of range")
+    );
+    r.cmd(&["HELLO", "3"]);
+    assert!(matches!(r.cmd(&["LOLWUT"]), Frame::Verbatim { .. }));
+}
+
+#[test]
+fn command_getkeysandflags_reports_redis_key_spec_flags() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    r.cmd(&["HELLO", "3"]);
+    // Byte for byte what redis-server 7.0.15 answers.
+    for (args, want) in [
+        (
+            &["COMMAND", "GETKEYSANDFLAGS", "LMOVE", "a", "b", "LEFT", "RIGHT"][..],
+            "*2\r\n*2\r\n$1\r\na\r\n~3\r\n+RW\r\n+access\r\n+delete\r\n*2\r\n$1\r\nb\r\n~2\r\n+RW\r\n+insert\r\n",
+        ),
+        (
+            &["COMMAND", "GETKEYSANDFLAGS", "set", "a", "b"],
+            "*1\r\n*2\r\n$1\r\na\r\n~2\r\n+OW\r\n+update\r\n",
+        ),
+        (
+            &["COMMAND", "GETKEYSANDFLAGS", "set", "a", "b", "GET"],
+            "*1\r\n*2\r\n$1\r\na\r\n~3\r\n+RW\r\n+access\r\n+update\r\n",
+        ),
+        (
+            &["COMMAND", "GETKEYSANDFLAGS", "sort", "k", "store", "d"],
+            "*2\r\n*2\r\n$1\r\nk\r\n~2\r\n+RO\r\n+access\r\n*2\r\n$1\r\nd\r\n~2\r\n+OW\r\n+update\r\n",
+        ),
+        (
+            &["COMMAND", "GETKEYSANDFLAGS", "zunionstore", "d", "2x", "a", "b"],
+            "*3\r\n*2\r\n$1\r\na\r\n~0\r\n*2\r\n$1\r\nb\r\n~0\r\n*2\r\n$1\r\nd\r\n~0\r\n",
+        ),
+        (
+            &["COMMAND", "GETKEYSANDFLAGS", "object", "encoding", "k"],
+            "*1\r\n*2\r\n$1\r\nk\r\n~1\r\n+RO\r\n",
+        ),
+        (&["COMMAND", "GETKEYSANDFLAGS", "eval", "s", "0"], "*0\r\n"),
+        (
+            &["COMMAND", "GETKEYS", "xread", "streams", "a", "b", "0", "0"],
+            "*2\r\n$1\r\na\r\n$1\r\nb\r\n",
+        ),
+        (
+            &["COMMAND", "GETKEYSANDFLAGS", "ping", "x"],
+            "-ERR The command has no key arguments\r\n",
+        ),
+        (
+            &["COMMAND", "GETKEYSANDFLAGS", "nosuch", "x"],
+            "-ERR Invalid command specified\r\n",
+        ),
+        (
+            &["COMMAND", "GETKEYSANDFLAGS", "get", "a", "b"],
+            "-ERR Invalid number of arguments specified for command\r\n",
+        ),
+        (
+            &["COMMAND", "GETKEYSANDFLAGS", "get"],
+            "-ERR wrong number of arguments for 'command|getkeysandflags' command\r\n",
+        ),
+    ] {
+        assert_eq!(r.cmd_text(args), want, "{args:?}");
+    }
+}
+
+#[test]
+fn command_list_filters_and_docs_cover_every_command() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    assert_eq!(
+        r.cmd(&["COMMAND", "LIST", "FILTERBY", "PATTERN", "slow*"]),
+        Frame::Array(vec![bulk("slowlog")])
+    );
+    let hll = array(r.cmd(&["COMMAND", "LIST", "FILTERBY", "ACLCAT", "hyperloglog"]));
+    assert!(hll.contains(&bulk("pfadd")) && !hll.contains(&bulk("get")));
+    assert_eq!(
+        r.cmd(&["COMMAND", "LIST", "FILTERBY", "MODULE", "x"]),
+        Frame::Array(vec![])
+    );
+    for bad in [
+        &["COMMAND", "LIST", "FILTERBY", "foo", "bar"][..],
+        &["COMMAND", "LIST", "foo"],
+        &["COMMAND", "LIST", "FILTERBY", "PATTERN"],
+    ] {
+        assert_eq!(r.cmd(bad), err("ERR syntax error"), "{bad:?}");
+    }
+    let Frame::Integer(count) = r.cmd(&["COMMAND", "COUNT"]) else {
+        panic!("count")
+    };
+    assert_eq!(array(r.cmd(&["COMMAND", "LIST"])).len() as i64, count);
+    // DOCS: one entry per command, Redis's words for Redis's commands.
+    let docs = array(r.cmd(&["COMMAND", "DOCS"]));
+    assert_eq!(docs.len() as i64, 2 * count);
+    let get = array(r.cmd(&["COMMAND", "DOCS", "get"]));
+    let fields = array(get[1].clone());
+    assert_eq!(
+        &fields[..8],
+        &[
+            bulk("summary"),
+            bulk("Get the value of a key"),
+            bulk("since"),
+            bulk("1.0.0"),
+            bulk("group"),
+            bulk("string"),
+            bulk("complexity"),
+            bulk("O(1)"),
+        ]
+    );
+    assert_eq!(fields[8], bulk("arguments"));
+    // COMMAND INFO agrees with the table and shows Redis's key specs.
+    let info = array(r.cmd(&["COMMAND", "INFO", "slowlog", "lolwut"]));
+    let slowlog = array(info[0].clone());
+    assert_eq!(slowlog[1], int(-2));
+    let lolwut = array(info[1].clone());
+    assert_eq!(
+        lolwut[2],
+        Frame::Array(vec![simple("readonly"), simple("fast")])
+    );
+}
+
+#[test]
+fn monitoring_settings_come_from_the_start_up_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = basalt_server::Config::ephemeral(dir.path());
+    config.slowlog_log_slower_than = 0;
+    config.slowlog_max_len = 2;
+    config.latency_monitor_threshold = 7;
+    let s = TestServer::start_with(config, dir);
+    let mut r = s.raw();
+    assert_eq!(
+        r.cmd(&["CONFIG", "GET", "latency-monitor-threshold"]),
+        Frame::Array(vec![bulk("latency-monitor-threshold"), bulk("7")])
+    );
+    for _ in 0..5 {
+        r.cmd(&["PING"]);
+    }
+    assert_eq!(r.cmd(&["SLOWLOG", "LEN"]), int(2));
+}
