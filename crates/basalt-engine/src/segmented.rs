@@ -25,7 +25,7 @@
 use std::sync::Arc;
 
 use crate::db::{DataFile, MapEntry};
-use crate::format::{Kind, RecordRef};
+use crate::format::{Kind, RecordRef, RECORD_HEADER_LEN};
 use crate::keydir::{Loc, MAP_FILE};
 use crate::{Db, Error, Result};
 
@@ -57,11 +57,13 @@ enum Shape {
     /// A plain value record.
     Plain,
     /// A segmented value: the segments asked for (index, file, location),
-    /// the last segment's location, the segment count and the expiry.
+    /// the last segment's location, the segment count, the value's length
+    /// and its expiry.
     Segmented {
         wanted: Vec<(u64, Arc<DataFile>, Loc)>,
         last: (Arc<DataFile>, Loc),
         count: u64,
+        total: u64,
         expires_at: Option<u64>,
     },
 }
@@ -99,10 +101,16 @@ impl Db {
                 (i, f, l)
             })
             .collect();
+        let last = at(count - 1);
+        // Segments are stored uncompressed, so the last one's length is its
+        // record's length less the header, the key and the 8-byte name: the
+        // value's length comes from the index alone.
+        let tail = last.1.len as u64 - (RECORD_HEADER_LEN + key.len() + 8) as u64;
         Ok(Shape::Segmented {
             wanted,
-            last: at(count - 1),
+            last,
             count,
+            total: (count - 1) * SEGMENT_LEN as u64 + tail,
             expires_at: if e.has_ttl { idx.expiry_of(key) } else { None },
         })
     }
@@ -112,12 +120,6 @@ impl Db {
         // SAFETY: `file` and `loc` were read from this shard's index
         // (`shape`); the handle keeps the file mapped.
         unsafe { inner.read_with(inner.shard(key), file, loc, |rec| rec.value()) }
-    }
-
-    /// A segmented value's length: full segments and the last one's bytes.
-    fn segmented_len(&self, key: &[u8], count: u64, last: &(Arc<DataFile>, Loc)) -> Result<u64> {
-        let tail = self.read_segment(key, &last.0, last.1)?.len() as u64;
-        Ok((count - 1) * SEGMENT_LEN as u64 + tail)
     }
 
     /// The whole of a segmented value (`None` if the key stopped being one
@@ -143,9 +145,7 @@ impl Db {
         match self.shape(key, 1, 0)? {
             Shape::Absent => Ok(None),
             Shape::Plain => Ok(self.get_with(key, |v| v.len() as u64)?),
-            Shape::Segmented { count, last, .. } => {
-                Ok(Some(self.segmented_len(key, count, &last)?))
-            }
+            Shape::Segmented { total, .. } => Ok(Some(total)),
         }
     }
 
@@ -173,13 +173,7 @@ impl Db {
                 let end = start + len.min(v.len() - start);
                 (v[start..end].to_vec(), v.len() as u64)
             }),
-            Shape::Segmented {
-                wanted,
-                count,
-                last: tail,
-                ..
-            } => {
-                let total = self.segmented_len(key, count, &tail)?;
+            Shape::Segmented { wanted, total, .. } => {
                 let mut out = Vec::with_capacity(len.min(total.saturating_sub(offset) as usize));
                 for (i, file, loc) in &wanted {
                     let bytes = self.read_segment(key, file, *loc)?;
@@ -205,21 +199,39 @@ impl Db {
     /// its read and its write: callers serialise writers of a key (the
     /// server holds the key's lock), as for any read-modify-write.
     pub fn write_range(&self, key: &[u8], offset: u64, data: &[u8]) -> Result<u64> {
-        let end = offset + data.len() as u64;
-        if data.is_empty() {
-            return Ok(self.value_len(key)?.unwrap_or(0));
+        let (_, len) = self.modify_range(key, offset, data.len(), |b| b.copy_from_slice(data))?;
+        Ok(len)
+    }
+
+    /// Reads bytes `offset .. offset + len` of the value at `key` (zeros
+    /// past its end, or for an absent key), lets `f` change them in place,
+    /// and writes them back, growing or creating the value as
+    /// [`Db::write_range`] does: one look at the index and one read of the
+    /// segments involved. Returns whether the key existed and the value's
+    /// new length. `len == 0` calls nothing and changes nothing.
+    pub fn modify_range(
+        &self,
+        key: &[u8],
+        offset: u64,
+        len: usize,
+        f: impl FnOnce(&mut [u8]),
+    ) -> Result<(bool, u64)> {
+        let end = offset + len as u64;
+        if len == 0 {
+            let n = self.value_len(key)?;
+            return Ok((n.is_some(), n.unwrap_or(0)));
         }
         let seg = SEGMENT_LEN as u64;
         match self.shape(key, offset / seg, (end - 1) / seg)? {
             Shape::Absent | Shape::Plain => {
-                let (mut v, at) = match self.get_versioned(key)? {
-                    Some(v) => (v.value, v.expires_at),
-                    None => (Vec::new(), None),
+                let (mut v, at, existed) = match self.get_versioned(key)? {
+                    Some(v) => (v.value, v.expires_at, true),
+                    None => (Vec::new(), None, false),
                 };
                 if v.len() < end as usize {
                     v.resize(end as usize, 0);
                 }
-                v[offset as usize..end as usize].copy_from_slice(data);
+                f(&mut v[offset as usize..end as usize]);
                 if v.len() <= SEGMENT_ABOVE {
                     self.put_with_expiry(key, &v, at)?;
                 } else {
@@ -230,27 +242,26 @@ impl Db {
                         .collect();
                     self.put_segments(key, &segments, Some(at))?;
                 }
-                Ok(v.len() as u64)
+                Ok((existed, v.len() as u64))
             }
             Shape::Segmented {
                 wanted,
                 count,
                 last,
+                total,
                 ..
             } => {
-                let total = self.segmented_len(key, count, &last)?;
                 let new_total = total.max(end);
-                // Segments to write: those the data covers, and when the
+                // Segments to write: those the range covers, and when the
                 // value grows, the old last one (filled up with zeros) and
-                // every new one up to the data.
+                // every new one up to the range.
                 let first = if end > total {
                     (offset / seg).min(count - 1)
                 } else {
                     offset / seg
                 };
-                let last_seg = (new_total - 1) / seg;
                 let upto = if end > total {
-                    last_seg
+                    (new_total - 1) / seg
                 } else {
                     (end - 1) / seg
                 };
@@ -266,19 +277,36 @@ impl Db {
                         Vec::new()
                     };
                     bytes.resize(segment_len(i, new_total), 0);
+                    out.push((i, bytes));
+                }
+                // The range, gathered from its segments, changed by `f`,
+                // and scattered back.
+                let mut window = vec![0u8; len];
+                let parts = |i: u64, n: usize| {
                     let base = i * seg;
                     let from = offset.max(base);
-                    let to = end.min(base + bytes.len() as u64);
-                    if from < to {
-                        bytes[(from - base) as usize..(to - base) as usize].copy_from_slice(
-                            &data[(from - offset) as usize..(to - offset) as usize],
-                        );
+                    let to = end.min(base + n as u64);
+                    (from < to).then(|| {
+                        (
+                            (from - base) as usize..(to - base) as usize,
+                            (from - offset) as usize..(to - offset) as usize,
+                        )
+                    })
+                };
+                for (i, bytes) in &out {
+                    if let Some((s, w)) = parts(*i, bytes.len()) {
+                        window[w].copy_from_slice(&bytes[s]);
                     }
-                    out.push((i, bytes));
+                }
+                f(&mut window);
+                for (i, bytes) in &mut out {
+                    if let Some((s, w)) = parts(*i, bytes.len()) {
+                        bytes[s].copy_from_slice(&window[w]);
+                    }
                 }
                 let segments: Vec<(u64, &[u8])> = out.iter().map(|(i, b)| (*i, &b[..])).collect();
                 self.put_segments(key, &segments, None)?;
-                Ok(new_total)
+                Ok((true, new_total))
             }
         }
     }
@@ -335,9 +363,9 @@ impl Db {
             }
         }
         let mut locs = Vec::with_capacity(segments.len());
-        let mut scratch = Vec::new();
         for (i, bytes) in segments {
-            let (flags, stored) = inner.encode_value(bytes, &mut scratch);
+            // Never compressed: `shape` reads the value's length off the
+            // last segment's record length.
             let seq = inner.next_seq();
             let loc = inner.append(
                 shard,
@@ -346,11 +374,11 @@ impl Db {
                     seq,
                     expiry: 0,
                     kind: Kind::Field,
-                    flags,
+                    flags: 0,
                     tag: SEGMENTED_TAG,
                     key,
                     field: &name(*i),
-                    value: stored,
+                    value: bytes,
                 },
             )?;
             locs.push((*i, loc));

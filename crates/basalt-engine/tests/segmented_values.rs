@@ -19,6 +19,9 @@ fn opts(clock: &Arc<ManualClock>) -> Options {
         .sync(SyncPolicy::Never)
         .background_compaction(false)
         .active_expiry(false)
+        // Plain values are compressed; segments never are (their length is
+        // read off the record's).
+        .compress_above(Some(100))
         .clock(clock.clone())
 }
 

@@ -76,6 +76,15 @@ pub fn new_sketch() -> Vec<u8> {
     v
 }
 
+/// [`is_sketch`] from the header alone and the value's length.
+pub fn is_sketch_header(h: &[u8], len: u64) -> bool {
+    h.len() >= HDR
+        && len >= HDR as u64
+        && &h[..4] == b"HYLL"
+        && h[4] <= SPARSE
+        && (h[4] != DENSE || len == DENSE_LEN as u64)
+}
+
 /// Whether `v` (a valid sketch) is dense.
 pub fn is_dense(v: &[u8]) -> bool {
     v[4] == DENSE
@@ -134,6 +143,20 @@ pub fn register_of(element: &[u8]) -> (usize, u8) {
 
 // ---------------------------------------------------------------- dense
 
+/// Where dense register `i` lies in the whole value: its first byte and
+/// its first bit in that byte (it may run into the next byte).
+pub fn dense_position(i: usize) -> (usize, u32) {
+    (HDR + i * 6 / 8, (i * 6 % 8) as u32)
+}
+
+/// The 6-bit register starting at bit `fb` of `w[0]` (continuing in
+/// `w[1]`, read as 0 if absent).
+pub fn register_at(w: &[u8], fb: u32) -> u8 {
+    let b0 = w[0] as u32;
+    let b1 = w.get(1).copied().unwrap_or(0) as u32;
+    (((b0 >> fb) | (b1 << (8 - fb))) & 63) as u8
+}
+
 /// Register `i` of the dense register bytes `r`.
 pub fn dense_get(r: &[u8], i: usize) -> u8 {
     let bit = i * 6;
@@ -141,6 +164,17 @@ pub fn dense_get(r: &[u8], i: usize) -> u8 {
     let b0 = r[byte] as u32;
     let b1 = r.get(byte + 1).copied().unwrap_or(0) as u32;
     (((b0 >> fb) | (b1 << (8 - fb))) & 63) as u8
+}
+
+/// Sets the 6-bit register starting at bit `fb` of `w[0]` to `val`.
+pub fn set_register_at(w: &mut [u8], fb: u32, val: u8) {
+    let val = val as u32;
+    w[0] &= !((63u32 << fb) as u8);
+    w[0] |= (val << fb) as u8;
+    if let Some(b) = w.get_mut(1) {
+        *b &= !((63u32 >> (8 - fb)) as u8);
+        *b |= (val >> (8 - fb)) as u8;
+    }
 }
 
 /// Sets register `i` of the dense register bytes `r` to `val` (< 64).

@@ -90,10 +90,88 @@ fn read_sketch(db: &Db, key: &[u8]) -> Result<Option<(Vec<u8>, Option<u64>)>> {
     }
 }
 
+/// Elements a PFADD may carry and still take the ranged path.
+const RANGED_PFADD: usize = 16;
+
+/// PFADD of a few elements into a dense sketch, touching only the bytes of
+/// the registers they land in (a dense sketch is a segmented value in the
+/// engine, so a raised register appends one small record). `None` when the
+/// key is not a dense sketch (the caller takes the whole-value path).
+fn pfadd_dense_ranged(db: &basalt_engine::Db, key: &[u8], els: &[&[u8]]) -> Result<Option<bool>> {
+    let Some((h, len)) = db.read_range(key, 0, hll::HDR)? else {
+        return Ok(None);
+    };
+    if !hll::is_sketch_header(&h, len) || !hll::is_dense(&h) {
+        return Ok(None);
+    }
+    // Registers raised, applied to a local copy of their bytes so that two
+    // elements of one PFADD see each other.
+    let mut bytes: std::collections::BTreeMap<u64, u8> = std::collections::BTreeMap::new();
+    let mut dirty = std::collections::BTreeSet::new();
+    for e in els {
+        let (i, count) = hll::register_of(e);
+        let (at, fb) = hll::dense_position(i);
+        let at = at as u64;
+        let n = if at + 1 < len { 2 } else { 1 };
+        if (at..at + n).any(|b| !bytes.contains_key(&b)) {
+            let got = db
+                .read_range(key, at, n as usize)?
+                .map(|(v, _)| v)
+                .unwrap_or_default();
+            for (k, b) in (at..at + n).enumerate() {
+                bytes.entry(b).or_insert(got.get(k).copied().unwrap_or(0));
+            }
+        }
+        let mut w: Vec<u8> = (at..at + n).map(|b| bytes[&b]).collect();
+        if count > hll::register_at(&w, fb) {
+            hll::set_register_at(&mut w, fb, count);
+            for (k, b) in (at..at + n).zip(w) {
+                bytes.insert(k, b);
+                dirty.insert(k);
+            }
+        }
+    }
+    if dirty.is_empty() {
+        return Ok(Some(false));
+    }
+    // Runs of changed bytes, and the header's stale-cache bit first (a
+    // crash between writes then costs a recount, never a wrong count).
+    let mut runs: Vec<(u64, Vec<u8>)> = Vec::new();
+    for &b in &dirty {
+        match runs.last_mut() {
+            Some((start, v)) if *start + v.len() as u64 == b => v.push(bytes[&b]),
+            _ => runs.push((b, vec![bytes[&b]])),
+        }
+    }
+    let stale = h[15] & 0x80 != 0;
+    let writes = runs.len() + usize::from(!stale);
+    let batch = (writes > 1).then(|| db.batch());
+    if !stale {
+        db.write_range(key, 15, &[h[15] | 0x80])?;
+    }
+    for (at, v) in &runs {
+        db.write_range(key, *at, v)?;
+    }
+    if let Some(b) = batch {
+        b.commit()?;
+    }
+    Ok(Some(true))
+}
+
 fn pfadd(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let key = &args[1];
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
+    if args.len() - 2 <= RANGED_PFADD {
+        let els: Vec<&[u8]> = (2..args.len()).map(|i| &args[i][..]).collect();
+        if let Some(updated) = pfadd_dense_ranged(&db, key, &els)? {
+            if updated {
+                ctx.notify(STRING, "pfadd", key);
+            }
+            ctx.int(updated as i64);
+            return Ok(());
+        }
+    }
     let found = read_sketch(&db, key)?;
     let created = found.is_none();
     let (mut v, at) = found.unwrap_or_else(|| (hll::new_sketch(), None));
@@ -131,11 +209,16 @@ fn pfcount(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         return Ok(());
     }
     let key = &args[1];
+    // The header alone answers a current cached count.
     let cached = {
         let slot = ctx.slot();
         match slot.db() {
             None => None,
-            Some(db) => read_sketch(db, key)?.map(|(v, _)| hll::cached(&v)),
+            Some(db) => match db.read_range(key, 0, hll::HDR)? {
+                None => None,
+                Some((h, len)) if hll::is_sketch_header(&h, len) => Some(hll::cached(&h)),
+                Some(_) => return Err(not_a_sketch()),
+            },
         }
     };
     let card = match cached {
@@ -151,12 +234,13 @@ fn pfcount(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             let _g = ctx.lock(key);
             match read_sketch(&db, key)? {
                 None => 0,
-                Some((mut v, at)) => match hll::cached(&v) {
+                Some((mut v, _)) => match hll::cached(&v) {
                     Some(card) => card,
                     None => {
                         let card = hll::count(&v).map_err(corrupt)?;
                         hll::set_cached(&mut v, card);
-                        db.put_with_expiry(key, &v, at)?;
+                        // Only the 8 header bytes (the TTL stays).
+                        db.write_range(key, 8, &v[8..hll::HDR])?;
                         card
                     }
                 },
