@@ -102,7 +102,7 @@ impl ClientInfo {
         let last = self.last_active_ms.load(Ordering::Relaxed);
         let multi = self.multi.load(Ordering::Relaxed);
         format!(
-            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub=0 multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
+            "id={} addr={} laddr={} fd={} name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir={} resp={} lib-name={} lib-ver={}",
             self.id,
             self.addr,
             self.laddr,
@@ -118,6 +118,17 @@ impl ClientInfo {
                 if multi >= 0 {
                     flags.push('x');
                 }
+                // Client-side caching, in Redis's letter order.
+                let t = &self.pubsub.tracking;
+                if t.is_on() {
+                    flags.push('t');
+                    if t.broken_redirect() {
+                        flags.push('R');
+                    }
+                    if t.options().bcast {
+                        flags.push('B');
+                    }
+                }
                 if flags.is_empty() {
                     flags.push('N');
                 }
@@ -126,8 +137,18 @@ impl ClientInfo {
             self.db.load(Ordering::Relaxed),
             self.pubsub.channel_count(),
             self.pubsub.pattern_count(),
+            self.pubsub.shard_count(),
             multi,
             self.last_cmd.lock(),
+            {
+                // Redis: the redirect id (0 for none) while tracking, else -1.
+                let t = &self.pubsub.tracking;
+                if t.is_on() {
+                    t.options().redirect as i64
+                } else {
+                    -1
+                }
+            },
             self.resp.load(Ordering::Relaxed),
             String::from_utf8_lossy(&self.lib_name.lock()),
             String::from_utf8_lossy(&self.lib_ver.lock()),

@@ -571,3 +571,62 @@ fn sharded_pubsub_replies_in_resp2_and_resp3_with_shard_counts() {
         b"-ERR wrong number of arguments for 'spublish' command\r\n",
     );
 }
+
+#[test]
+fn client_list_shows_tracking_flags_the_redirect_and_shard_subscriptions() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    let field = |line: &str, name: &str| -> String {
+        line.split(' ')
+            .find_map(|f| f.strip_prefix(&format!("{name}=")[..]).map(str::to_string))
+            .unwrap_or_else(|| panic!("no {name} in {line}"))
+    };
+    let info = |r: &mut common::Raw| match r.cmd(&["CLIENT", "INFO"]) {
+        basalt_resp::Frame::Bulk(b) | basalt_resp::Frame::Verbatim { text: b, .. } => {
+            String::from_utf8(b).unwrap()
+        }
+        other => panic!("{other:?}"),
+    };
+    let plain = info(&mut r);
+    assert_eq!(
+        (field(&plain, "flags"), field(&plain, "redir")),
+        ("N".into(), "-1".into())
+    );
+    r.cmd(&["CLIENT", "TRACKING", "ON"]);
+    let on = info(&mut r);
+    assert_eq!(
+        (field(&on, "flags"), field(&on, "redir")),
+        ("t".into(), "0".into()),
+        "tracking without a redirect: redir=0, as Redis"
+    );
+    let mut target = s.raw();
+    let id = match target.cmd(&["CLIENT", "ID"]) {
+        basalt_resp::Frame::Integer(n) => n.to_string(),
+        other => panic!("{other:?}"),
+    };
+    r.cmd(&["CLIENT", "TRACKING", "OFF"]);
+    r.cmd(&["CLIENT", "TRACKING", "ON", "REDIRECT", &id, "BCAST"]);
+    let bcast = info(&mut r);
+    assert_eq!(
+        (field(&bcast, "flags"), field(&bcast, "redir")),
+        ("tB".into(), id.clone())
+    );
+    let mut sub = Conn::new(s.addr());
+    sub.send(&["SSUBSCRIBE", "a", "b"]);
+    sub.read_until(b":2\r\n");
+    let Some(line) = (match r.cmd(&["CLIENT", "LIST"]) {
+        basalt_resp::Frame::Bulk(b) | basalt_resp::Frame::Verbatim { text: b, .. } => {
+            String::from_utf8(b).unwrap()
+        }
+        other => panic!("{other:?}"),
+    })
+    .lines()
+    .find(|l| l.contains("cmd=ssubscribe"))
+    .map(str::to_string) else {
+        panic!("the subscriber is listed");
+    };
+    assert_eq!(
+        (field(&line, "flags"), field(&line, "ssub")),
+        ("P".into(), "2".into())
+    );
+}
