@@ -99,7 +99,8 @@ fn maintenance_loop(inner: &Inner) {
                 }
             }
         }
-        if inner.opts.active_expiry {
+        let paused = inner.expiry_paused_until.load(Ordering::Relaxed) > inner.now();
+        if inner.opts.active_expiry && !paused {
             for s in &inner.shards {
                 if inner.check_writable().is_err() {
                     break;

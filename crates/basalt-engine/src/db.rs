@@ -547,6 +547,9 @@ pub(crate) struct Inner {
     pub stop: Mutex<bool>,
     pub wake: Condvar,
     pub counters: Counters,
+    /// The background expiry sweep waits until this time (ms since the
+    /// epoch, the engine's clock); 0 = not paused. [`Db::pause_expiry`].
+    pub expiry_paused_until: AtomicU64,
     /// One compaction at a time (background or on demand).
     pub compaction: Mutex<()>,
     pub lock_file: std::fs::File,
@@ -1167,6 +1170,21 @@ impl Db {
     /// The key's version: the sequence number of its last write, 0 if absent.
     pub fn version(&self, key: &[u8]) -> u64 {
         self.meta(key).map_or(0, |m| m.version)
+    }
+
+    /// Pauses the background expiry sweep for `ms` milliseconds from now
+    /// (a pause already running longer keeps its end), or with `None`
+    /// resumes it. Expired keys stay invisible to reads meanwhile; only
+    /// their deletion records (and the expiry listener's calls) wait. What
+    /// a server's CLIENT PAUSE needs.
+    pub fn pause_expiry(&self, ms: Option<u64>) {
+        let until = &self.inner.expiry_paused_until;
+        match ms {
+            None => until.store(0, Ordering::Relaxed),
+            Some(ms) => {
+                until.fetch_max(self.inner.now().saturating_add(ms), Ordering::Relaxed);
+            }
+        }
     }
 
     /// The value of a key, or `None`. A key holding a map is an

@@ -1133,6 +1133,7 @@ impl Db {
             stop: Mutex::new(false),
             wake: Condvar::new(),
             counters: Counters::default(),
+            expiry_paused_until: AtomicU64::new(0),
             compaction: Mutex::new(()),
             lock_file,
         });

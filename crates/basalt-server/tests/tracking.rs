@@ -630,3 +630,25 @@ fn client_list_shows_tracking_flags_the_redirect_and_shard_subscriptions() {
         ("P".into(), "2".into())
     );
 }
+
+#[test]
+fn keys_do_not_expire_while_clients_are_paused_and_do_after_unpause() {
+    let s = TestServer::start();
+    let mut admin = Conn::new(s.addr());
+    admin.cmd(
+        &["CONFIG", "SET", "notify-keyspace-events", "Ex"],
+        b"+OK\r\n",
+    );
+    let mut sub = Conn::new(s.addr());
+    sub.send(&["SUBSCRIBE", "__keyevent@0__:expired"]);
+    sub.read_until(b":1\r\n");
+    admin.cmd(&["SET", "k", "v", "PX", "150"], b"+OK\r\n");
+    admin.cmd(&["CLIENT", "PAUSE", "20000", "WRITE"], b"+OK\r\n");
+    std::thread::sleep(Duration::from_millis(1200));
+    // Expired to readers, but not deleted: no event while paused.
+    admin.cmd(&["GET", "k"], b"$-1\r\n");
+    sub.silent();
+    admin.cmd(&["CLIENT", "UNPAUSE"], b"+OK\r\n");
+    let event = b"*3\r\n$7\r\nmessage\r\n$22\r\n__keyevent@0__:expired\r\n$1\r\nk\r\n";
+    sub.expect_within(event, 10);
+}

@@ -536,6 +536,16 @@ fn get_keys(ctx: &mut Ctx<'_>, args: Args<'_>, with_flags: bool) -> Result {
 
 // ----------------------------------------------------------------- CLIENT
 
+/// Tells every open database's expiry sweep to wait `ms` (`None`:
+/// resume). A later pause with an earlier deadline does not shorten it.
+fn pause_expiry(ctx: &Ctx<'_>, ms: Option<u64>) {
+    for n in 0..ctx.shared.keyspace.len() {
+        if let Some(db) = ctx.shared.keyspace.read(n).db() {
+            db.pause_expiry(ms);
+        }
+    }
+}
+
 fn client(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let sub = &args[1];
     let info = ctx.conn.info.clone();
@@ -716,10 +726,14 @@ fn client(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             .pubsub
             .pause
             .pause(std::time::Instant::now() + timeout, mode);
+        // Keys are not expired while clients are paused (as in Redis): the
+        // engines' sweeps wait for the deadline.
+        pause_expiry(ctx, Some(timeout.as_millis() as u64));
         ctx.ok();
     } else if is(sub, "unpause") {
         sub_arity("client|unpause", 2, &args)?;
         ctx.shared.pubsub.pause.unpause();
+        pause_expiry(ctx, None);
         ctx.ok();
     } else if is(sub, "help") {
         help(
