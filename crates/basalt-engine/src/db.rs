@@ -1006,7 +1006,7 @@ impl SplitMix {
     }
 }
 
-fn tombstone(seq: u64, key: &[u8]) -> RecordRef<'_> {
+pub(crate) fn tombstone(seq: u64, key: &[u8]) -> RecordRef<'_> {
     RecordRef {
         seq,
         expiry: 0,
@@ -1123,8 +1123,9 @@ impl Db {
         if e.loc.file == MAP_FILE {
             let m = idx.maps.get(key)?;
             if m.tag == SEGMENTED_TAG {
-                // A segmented value is a value to every caller.
-                let stored: u64 = m.fields.values().map(|l| l.len as u64).sum();
+                // A segmented value is a value to every caller; its stored
+                // size is about its segments' (not summed: O(1) here).
+                let stored = m.fields.len() as u64 * crate::segmented::SEGMENT_LEN as u64;
                 return Some(KeyMeta {
                     kind: KeyKind::Value {
                         stored_len: stored.min(u32::MAX as u64) as u32,
@@ -1187,6 +1188,12 @@ impl Db {
         }
     }
 
+    /// Whether the calling thread has a write batch of this database's
+    /// group open ([`Db::batch`]): its writes are members of it.
+    pub fn in_batch(&self) -> bool {
+        crate::batch::in_batch(&self.inner)
+    }
+
     /// The value of a key, or `None`. A key holding a map is an
     /// [`Error::WrongKind`].
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -1195,15 +1202,22 @@ impl Db {
 
     /// The value with its version and expiry.
     pub fn get_versioned(&self, key: &[u8]) -> Result<Option<Versioned>> {
-        let (file, loc, expires_at) = match self.locate_value(key)? {
-            None => return Ok(None),
-            Some(Found::Record(r)) => r,
-            Some(Found::Segments { version }) => {
-                return Ok(self.assemble(key)?.map(|(value, expires_at)| Versioned {
-                    value,
-                    version,
-                    expires_at,
-                }))
+        // A segmented value replaced between the two looks (by a plain
+        // value, a map, a delete) is looked up again, so a reader never
+        // sees "absent" for a key that only changed form.
+        let (file, loc, expires_at) = loop {
+            match self.locate_value(key)? {
+                None => return Ok(None),
+                Some(Found::Record(r)) => break r,
+                Some(Found::Segments { version }) => {
+                    if let Some((value, expires_at)) = self.assemble(key)? {
+                        return Ok(Some(Versioned {
+                            value,
+                            version,
+                            expires_at,
+                        }));
+                    }
+                }
             }
         };
         let value = self.read_value(key, &file, loc, |v| v.to_vec())?;
@@ -1219,13 +1233,18 @@ impl Db {
     /// key does not exist. The fast path for a caller that only forwards
     /// the bytes (a server writing a reply).
     pub fn get_with<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Option<R>> {
-        let (file, loc, _) = match self.locate_value(key)? {
-            None => return Ok(None),
-            Some(Found::Record(r)) => r,
-            // Assembled into one buffer: a segmented value is not one
-            // record to read in place.
-            Some(Found::Segments { .. }) => {
-                return Ok(self.assemble(key)?.map(|(v, _)| f(&v)));
+        let (file, loc, _) = loop {
+            match self.locate_value(key)? {
+                None => return Ok(None),
+                Some(Found::Record(r)) => break r,
+                // Assembled into one buffer: a segmented value is not one
+                // record to read in place. Looked up again if it changed
+                // form meanwhile (as in `get_versioned`).
+                Some(Found::Segments { .. }) => {
+                    if let Some((v, _)) = self.assemble(key)? {
+                        return Ok(Some(f(&v)));
+                    }
+                }
             }
         };
         self.read_value(key, &file, loc, f).map(Some)

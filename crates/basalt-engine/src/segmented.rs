@@ -51,6 +51,18 @@ fn segment_len(i: u64, total: u64) -> usize {
     (total - i * SEGMENT_LEN as u64).min(SEGMENT_LEN as u64) as usize
 }
 
+/// How one attempt at a ranged write ended.
+enum Step {
+    /// Written: whether the key existed, and the value's new length.
+    Done((bool, u64)),
+    /// Several records to write, no batch open, and the caller may not
+    /// open one here (`try_` calls).
+    NeedsBatch,
+    /// The key changed under the write (expired, or changed form); nothing
+    /// was written.
+    Retry,
+}
+
 /// What a key holds, for a ranged read or write.
 enum Shape {
     Absent,
@@ -203,23 +215,85 @@ impl Db {
         Ok(len)
     }
 
+    /// [`Db::write_range`] for a caller that holds a lock of its own which
+    /// a batch must not be opened under (a server's key lock: its batched
+    /// commands take the batch first, then the key). When the write needs
+    /// several records and the thread has no batch open, nothing is
+    /// written and `None` comes back: open the batch, then call again.
+    pub fn try_write_range(&self, key: &[u8], offset: u64, data: &[u8]) -> Result<Option<u64>> {
+        let mut f = |b: &mut [u8]| b.copy_from_slice(data);
+        Ok(self
+            .modify_range_impl(key, offset, data.len(), &mut f, false)?
+            .map(|(_, len)| len))
+    }
+
+    /// [`Db::modify_range`] with [`Db::try_write_range`]'s rule: `None`
+    /// (nothing written, `f` perhaps called) when the write needs a batch
+    /// the thread has not opened.
+    pub fn try_modify_range(
+        &self,
+        key: &[u8],
+        offset: u64,
+        len: usize,
+        mut f: impl FnMut(&mut [u8]),
+    ) -> Result<Option<(bool, u64)>> {
+        self.modify_range_impl(key, offset, len, &mut f, false)
+    }
+
     /// Reads bytes `offset .. offset + len` of the value at `key` (zeros
     /// past its end, or for an absent key), lets `f` change them in place,
     /// and writes them back, growing or creating the value as
     /// [`Db::write_range`] does: one look at the index and one read of the
     /// segments involved. Returns whether the key existed and the value's
-    /// new length. `len == 0` calls nothing and changes nothing.
+    /// new length. `len == 0` calls nothing and changes nothing. A write
+    /// of several records opens a write batch itself. `f` is called again
+    /// if the key changes form under the write (another thread's), and
+    /// only its last result is written.
     pub fn modify_range(
         &self,
         key: &[u8],
         offset: u64,
         len: usize,
-        f: impl FnOnce(&mut [u8]),
+        mut f: impl FnMut(&mut [u8]),
     ) -> Result<(bool, u64)> {
+        Ok(self
+            .modify_range_impl(key, offset, len, &mut f, true)?
+            .expect("a write allowed to open its batch always runs"))
+    }
+
+    fn modify_range_impl(
+        &self,
+        key: &[u8],
+        offset: u64,
+        len: usize,
+        f: &mut dyn FnMut(&mut [u8]),
+        auto_batch: bool,
+    ) -> Result<Option<(bool, u64)>> {
+        for _ in 0..8 {
+            match self.modify_once(key, offset, len, f, auto_batch)? {
+                Step::Done(r) => return Ok(Some(r)),
+                Step::NeedsBatch => return Ok(None),
+                Step::Retry => continue,
+            }
+        }
+        Err(Error::WrongKind {
+            expected: "a value",
+            found: "a key changing form under every write",
+        })
+    }
+
+    fn modify_once(
+        &self,
+        key: &[u8],
+        offset: u64,
+        len: usize,
+        f: &mut dyn FnMut(&mut [u8]),
+        auto_batch: bool,
+    ) -> Result<Step> {
         let end = offset + len as u64;
         if len == 0 {
             let n = self.value_len(key)?;
-            return Ok((n.is_some(), n.unwrap_or(0)));
+            return Ok(Step::Done((n.is_some(), n.unwrap_or(0))));
         }
         let seg = SEGMENT_LEN as u64;
         match self.shape(key, offset / seg, (end - 1) / seg)? {
@@ -234,15 +308,19 @@ impl Db {
                 f(&mut v[offset as usize..end as usize]);
                 if v.len() <= SEGMENT_ABOVE {
                     self.put_with_expiry(key, &v, at)?;
-                } else {
-                    let segments: Vec<(u64, &[u8])> = v
-                        .chunks(SEGMENT_LEN)
-                        .enumerate()
-                        .map(|(i, c)| (i as u64, c))
-                        .collect();
-                    self.put_segments(key, &segments, Some(at))?;
+                    return Ok(Step::Done((existed, v.len() as u64)));
                 }
-                Ok((existed, v.len() as u64))
+                let segments: Vec<(u64, &[u8])> = v
+                    .chunks(SEGMENT_LEN)
+                    .enumerate()
+                    .map(|(i, c)| (i as u64, c))
+                    .collect();
+                Ok(
+                    match self.put_segments(key, &segments, Some(at), auto_batch)? {
+                        Step::Done(_) => Step::Done((existed, v.len() as u64)),
+                        other => other,
+                    },
+                )
             }
             Shape::Segmented {
                 wanted,
@@ -305,8 +383,10 @@ impl Db {
                     }
                 }
                 let segments: Vec<(u64, &[u8])> = out.iter().map(|(i, b)| (*i, &b[..])).collect();
-                self.put_segments(key, &segments, None)?;
-                Ok((true, new_total))
+                Ok(match self.put_segments(key, &segments, None, auto_batch)? {
+                    Step::Done(_) => Step::Done((true, new_total)),
+                    other => other,
+                })
             }
         }
     }
@@ -337,31 +417,53 @@ impl Db {
         key: &[u8],
         segments: &[(u64, &[u8])],
         replace: Option<Option<u64>>,
-    ) -> Result<()> {
+        auto_batch: bool,
+    ) -> Result<Step> {
         let inner = &*self.inner;
         for (_, b) in segments {
             crate::format::check_sizes(key, &name(0), b.len())?;
         }
         inner.check_writable()?;
-        let records = segments.len() + usize::from(matches!(replace, Some(Some(_))));
+        // A replacement always writes several records (a tombstone or
+        // several segments), so this is decided before any lock: the batch
+        // comes first, then the writer lock.
+        let records = segments.len() + usize::from(replace.is_some());
+        if records > 1 && !auto_batch && !self.in_batch() {
+            return Ok(Step::NeedsBatch);
+        }
         let batch = (records > 1).then(|| self.batch());
         let shard = inner.shard(key);
         let mut w = shard.writer.lock();
         inner.purge_if_expired(shard, &mut w, key, None)?;
-        {
+        // What the key holds now, under the writer lock: a patch needs the
+        // segmented value `shape` saw; a replacement a plain value or
+        // nothing. Anything else (it expired, or another thread changed
+        // it) makes the caller look again; nothing is written.
+        let had_value = {
             let idx = shard.index.read();
-            let ok = match idx.keys.get(key) {
-                None => replace.is_some(),
-                Some(e) if e.loc.file != MAP_FILE => replace.is_some(),
-                Some(_) => replace.is_none() && idx.maps[key].tag == SEGMENTED_TAG,
+            let (ok, had_value) = match idx.keys.get(key) {
+                None => (replace.is_some(), false),
+                Some(e) if e.loc.file != MAP_FILE => (replace.is_some(), true),
+                Some(_) => (
+                    replace.is_none() && idx.maps[key].tag == SEGMENTED_TAG,
+                    false,
+                ),
             };
             if !ok {
-                return Err(Error::WrongKind {
-                    expected: "value",
-                    found: "map",
-                });
+                return Ok(Step::Retry);
             }
-        }
+            had_value
+        };
+        // Replacing a value: a tombstone first, so that no older record of
+        // the key (an earlier segmented life's segments or expiry, which
+        // only the value's record shadowed) comes back once compaction
+        // drops that record, or at recovery.
+        let dead = if had_value {
+            let seq = inner.next_seq();
+            Some(inner.append(shard, &mut w, crate::db::tombstone(seq, key))?)
+        } else {
+            None
+        };
         let mut locs = Vec::with_capacity(segments.len());
         for (i, bytes) in segments {
             // Never compressed: `shape` reads the value's length off the
@@ -406,6 +508,9 @@ impl Db {
         };
         {
             let mut idx = shard.index.write();
+            if let Some(loc) = dead {
+                idx.note_append(loc, Kind::Delete);
+            }
             if replace.is_some() {
                 idx.remove_key(key);
                 let first = locs.first().map_or(0, |(_, l)| l.seq);
@@ -449,9 +554,9 @@ impl Db {
             }
         }
         inner.finish_write(shard, w)?;
-        match batch {
-            Some(b) => b.commit(),
-            None => Ok(()),
+        if let Some(b) = batch {
+            b.commit()?;
         }
+        Ok(Step::Done((true, 0)))
     }
 }

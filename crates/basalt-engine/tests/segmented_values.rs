@@ -270,3 +270,77 @@ fn a_conversion_torn_at_any_byte_opens_as_the_old_value_or_the_new_one() {
     }
     assert!(cuts > 10 && saw_new && saw_old, "{cuts} cuts");
 }
+
+#[test]
+fn a_value_turned_into_segments_again_does_not_bring_back_an_older_life() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let db = Db::open(dir.path(), opts(&clock).shards(1)).unwrap();
+    // A segmented life with a TTL, then a plain value, then segments again.
+    db.write_range(b"k", 0, &[1u8; 10_240]).unwrap();
+    db.expire(b"k", 5_000).unwrap();
+    db.put(b"k", b"x").unwrap();
+    db.write_range(b"k", 0, &[2u8; 5_000]).unwrap();
+    assert_eq!(db.expires_at(b"k"), None);
+    let want = vec![2u8; 5_000];
+    assert_eq!(db.get(b"k").unwrap().unwrap(), want);
+    db.compact().unwrap();
+    db.close().unwrap();
+    let db = Db::open(dir.path(), opts(&clock).shards(1)).unwrap();
+    assert_eq!(db.expires_at(b"k"), None, "the old expiry stays dead");
+    assert_eq!(db.value_len(b"k").unwrap(), Some(5_000));
+    assert_eq!(db.get(b"k").unwrap().unwrap(), want, "no old segment back");
+    clock.set(6_000);
+    assert_eq!(db.get(b"k").unwrap().unwrap(), want, "not expired");
+}
+
+#[test]
+fn a_reader_never_sees_a_key_vanish_while_it_changes_between_plain_and_segmented() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let db = Arc::new(Db::open(dir.path(), opts(&clock)).unwrap());
+    db.put(b"k", b"x").unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (db, stop) = (db.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut rounds = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && rounds < 20_000 {
+                db.write_range(b"k", 0, &[3u8; 5_000]).unwrap();
+                db.put(b"k", b"x").unwrap();
+                rounds += 1;
+            }
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(800);
+    let mut reads = 0;
+    while std::time::Instant::now() < deadline {
+        let v = db.get(b"k").unwrap();
+        assert!(v.is_some(), "read {reads}: the key vanished");
+        let n = v.unwrap().len();
+        assert!(n == 1 || n == 5_000, "a torn value of {n} bytes");
+        reads += 1;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    assert!(reads > 100);
+}
+
+#[test]
+fn try_write_range_asks_for_a_batch_instead_of_opening_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let db = Db::open(dir.path(), opts(&clock)).unwrap();
+    // One record: written.
+    assert_eq!(db.try_write_range(b"k", 0, b"abc").unwrap(), Some(3));
+    // Turning it into segments takes several records: refused, unchanged.
+    assert_eq!(db.try_write_range(b"k", 9_000, b"z").unwrap(), None);
+    assert_eq!(db.get(b"k").unwrap().unwrap(), b"abc");
+    // Inside a batch it runs.
+    let b = db.batch();
+    assert_eq!(db.try_write_range(b"k", 9_000, b"z").unwrap(), Some(9_001));
+    b.commit().unwrap();
+    // A patch of one segment needs no batch.
+    assert_eq!(db.try_write_range(b"k", 10, b"q").unwrap(), Some(9_001));
+    assert_eq!(&db.read_range(b"k", 9, 3).unwrap().unwrap().0, b"\0q\0");
+}

@@ -362,7 +362,9 @@ fn lzf_decompress(input: &[u8], plain: u64) -> Result<Vec<u8>> {
     if plain > input.len().saturating_mul(264) {
         return bad("LZF length larger than its data can hold");
     }
-    let mut out = Vec::with_capacity(plain);
+    // Reserved up to a bound the input can justify cheaply; a claimed
+    // length is checked against what the data really expands to.
+    let mut out = Vec::with_capacity(plain.min(input.len().saturating_mul(4)));
     let mut i = 0;
     while i < input.len() {
         let ctrl = input[i] as usize;

@@ -76,16 +76,16 @@ fn setbit(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         Some(b @ (0 | 1)) => b as u8,
         _ => return Err(Error::err("bit is not an integer or out of range")),
     };
-    let db = ctx.db_w()?;
-    let _g = ctx.lock(key);
     let shift = 7 - (offset & 7);
     let mut old = 0;
     // One read and one write of the byte's segment. Written even when the
     // bit does not change: it may grow the string, and Redis counts every
     // SETBIT as a modification (WATCH).
-    let (existed, _) = db.modify_range(key, offset >> 3, 1, |b| {
-        old = (b[0] >> shift) & 1;
-        b[0] = (b[0] & !(1 << shift)) | (on << shift);
+    let (existed, _) = ctx.ranged_write(key, |db| {
+        Ok(db.try_modify_range(key, offset >> 3, 1, |b| {
+            old = (b[0] >> shift) & 1;
+            b[0] = (b[0] & !(1 << shift)) | (on << shift);
+        })?)
     })?;
     let created = !existed;
     if created {
@@ -580,6 +580,9 @@ fn bitfield_generic(ctx: &mut Ctx<'_>, args: Args<'_>, read_only: bool) -> Resul
     if read_only {
         return Err(Error::err("BITFIELD_RO only supports the GET subcommand"));
     }
+    // Several writes (growth, then one per operation): the batch comes
+    // first, then the key's stripe, as for every batched command.
+    let batch = ctx.shared.keyspace.batch();
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
     // Redis grows (or creates) the string to the highest written bit even
@@ -617,6 +620,9 @@ fn bitfield_generic(ctx: &mut Ctx<'_>, args: Args<'_>, read_only: bool) -> Resul
             }
         });
     }
+    drop(_g);
+    drop(db);
+    batch.commit()?;
     if created {
         ctx.notify(NEW, "new", key);
     }

@@ -97,12 +97,22 @@ const RANGED_PFADD: usize = 16;
 /// the registers they land in (a dense sketch is a segmented value in the
 /// engine, so a raised register appends one small record). `None` when the
 /// key is not a dense sketch (the caller takes the whole-value path).
-fn pfadd_dense_ranged(db: &basalt_engine::Db, key: &[u8], els: &[&[u8]]) -> Result<Option<bool>> {
+enum Ranged {
+    /// Not a dense sketch: the whole-value path applies.
+    NotDense,
+    /// Done: whether a register changed.
+    Done(bool),
+    /// Several records to write and no write batch open: nothing was
+    /// written; run again with the batch opened before the key's lock.
+    NeedsBatch,
+}
+
+fn pfadd_dense_ranged(db: &basalt_engine::Db, key: &[u8], els: &[&[u8]]) -> Result<Ranged> {
     let Some((h, len)) = db.read_range(key, 0, hll::HDR)? else {
-        return Ok(None);
+        return Ok(Ranged::NotDense);
     };
     if !hll::is_sketch_header(&h, len) || !hll::is_dense(&h) {
-        return Ok(None);
+        return Ok(Ranged::NotDense);
     }
     // Registers raised, applied to a local copy of their bytes so that two
     // elements of one PFADD see each other.
@@ -132,7 +142,7 @@ fn pfadd_dense_ranged(db: &basalt_engine::Db, key: &[u8], els: &[&[u8]]) -> Resu
         }
     }
     if dirty.is_empty() {
-        return Ok(Some(false));
+        return Ok(Ranged::Done(false));
     }
     // Runs of changed bytes, and the header's stale-cache bit first (a
     // crash between writes then costs a recount, never a wrong count).
@@ -145,26 +155,46 @@ fn pfadd_dense_ranged(db: &basalt_engine::Db, key: &[u8], els: &[&[u8]]) -> Resu
     }
     let stale = h[15] & 0x80 != 0;
     let writes = runs.len() + usize::from(!stale);
-    let batch = (writes > 1).then(|| db.batch());
+    if writes > 1 && !db.in_batch() {
+        return Ok(Ranged::NeedsBatch);
+    }
+    // One write outside a batch, or any number inside one; a write the
+    // engine needs several records for (the first ranged write of a plain
+    // sketch turns it into segments) asks for the batch before writing.
+    let mut pending: Vec<(u64, Vec<u8>)> = Vec::with_capacity(writes);
     if !stale {
-        db.write_range(key, 15, &[h[15] | 0x80])?;
+        pending.push((15, vec![h[15] | 0x80]));
     }
-    for (at, v) in &runs {
-        db.write_range(key, *at, v)?;
+    pending.extend(runs);
+    for (at, v) in &pending {
+        if db.try_write_range(key, *at, v)?.is_none() {
+            return Ok(Ranged::NeedsBatch);
+        }
     }
-    if let Some(b) = batch {
-        b.commit()?;
-    }
-    Ok(Some(true))
+    Ok(Ranged::Done(true))
 }
 
 fn pfadd(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let key = &args[1];
-    let db = ctx.db_w()?;
-    let _g = ctx.lock(key);
     if args.len() - 2 <= RANGED_PFADD {
         let els: Vec<&[u8]> = (2..args.len()).map(|i| &args[i][..]).collect();
-        if let Some(updated) = pfadd_dense_ranged(&db, key, &els)? {
+        let mut r = {
+            let db = ctx.db_w()?;
+            let _g = ctx.lock(key);
+            pfadd_dense_ranged(&db, key, &els)?
+        };
+        if let Ranged::NeedsBatch = r {
+            // The batch first, then the key's stripe (the order batched
+            // commands keep); nothing was written by the first try.
+            let b = ctx.shared.keyspace.batch();
+            r = {
+                let db = ctx.db_w()?;
+                let _g = ctx.lock(key);
+                pfadd_dense_ranged(&db, key, &els)?
+            };
+            b.commit()?;
+        }
+        if let Ranged::Done(updated) = r {
             if updated {
                 ctx.notify(STRING, "pfadd", key);
             }
@@ -172,6 +202,8 @@ fn pfadd(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             return Ok(());
         }
     }
+    let db = ctx.db_w()?;
+    let _g = ctx.lock(key);
     let found = read_sketch(&db, key)?;
     let created = found.is_none();
     let (mut v, at) = found.unwrap_or_else(|| (hll::new_sketch(), None));
@@ -229,23 +261,20 @@ fn pfcount(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         Some(Some(card)) => card,
         // A stale cache: count, and store the count in the header under
         // the key's lock (the value may have changed since the read).
-        Some(None) => {
-            let db = ctx.db_w()?;
-            let _g = ctx.lock(key);
-            match read_sketch(&db, key)? {
-                None => 0,
+        Some(None) => ctx.ranged_write(key, |db| {
+            Ok(match read_sketch(db, key)? {
+                None => Some(0),
                 Some((mut v, _)) => match hll::cached(&v) {
-                    Some(card) => card,
+                    Some(card) => Some(card),
                     None => {
                         let card = hll::count(&v).map_err(corrupt)?;
                         hll::set_cached(&mut v, card);
                         // Only the 8 header bytes (the TTL stays).
-                        db.write_range(key, 8, &v[8..hll::HDR])?;
-                        card
+                        db.try_write_range(key, 8, &v[8..hll::HDR])?.map(|_| card)
                     }
                 },
-            }
-        }
+            })
+        })?,
     };
     ctx.int(card as i64);
     Ok(())

@@ -554,6 +554,35 @@ impl<'a> Ctx<'a> {
     pub fn lock(&self, key: &[u8]) -> parking_lot::MutexGuard<'a, ()> {
         self.shared.keyspace.lock(self.conn.db, key)
     }
+
+    /// Runs a ranged write of `key` (`op` calls the engine's `try_*_range`)
+    /// under the key's stripe. When the engine answers that the write needs
+    /// several records and so a write batch (`None`, nothing written), it
+    /// runs again with the batch opened first and then the stripe: the
+    /// order every batched command keeps, so the two never wait on each
+    /// other the other way round. A single-record write (one bit, one
+    /// segment) takes no batch.
+    pub fn ranged_write<R>(
+        &self,
+        key: &[u8],
+        mut op: impl FnMut(&Db) -> Result<Option<R>>,
+    ) -> Result<R> {
+        {
+            let db = self.db_w()?;
+            let _g = self.lock(key);
+            if let Some(r) = op(&db)? {
+                return Ok(r);
+            }
+        }
+        let b = self.shared.keyspace.batch();
+        let r = {
+            let db = self.db_w()?;
+            let _g = self.lock(key);
+            op(&db)?
+        };
+        b.commit()?;
+        Ok(r.expect("inside a batch a ranged write needs no other"))
+    }
 }
 
 /// Runs one command: lookup, arity check, handler, error reply.

@@ -401,24 +401,25 @@ fn too_big() -> Error {
 fn append(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let key = &args[1];
     let piece = &args[2];
-    let db = ctx.db_w()?;
-    let _g = ctx.lock(key);
+    let limit = max_string(ctx);
     // A ranged write at the end: a long value gets one or two segments
     // appended, not rewritten (`basalt_engine::SEGMENT_ABOVE`).
-    let old_len = db.value_len(key)?;
-    let created = old_len.is_none();
-    if old_len.unwrap_or(0) + piece.len() as u64 > max_string(ctx) {
-        return Err(too_big());
-    }
-    let len = if piece.is_empty() {
-        // Still a write, as in Redis (it creates an empty string and counts
-        // as a modification for WATCH).
-        let (v, at) = read_with_ttl(&db, key)?.unwrap_or_default();
-        db.put_with_expiry(key, &v, at)?;
-        v.len() as u64
-    } else {
-        db.write_range(key, old_len.unwrap_or(0), piece)?
-    };
+    let (created, len) = ctx.ranged_write(key, |db| {
+        let old_len = db.value_len(key)?;
+        if old_len.unwrap_or(0) + piece.len() as u64 > limit {
+            return Err(too_big());
+        }
+        let len = if piece.is_empty() {
+            // Still a write, as in Redis (it creates an empty string and
+            // counts as a modification for WATCH): one record.
+            let (v, at) = read_with_ttl(db, key)?.unwrap_or_default();
+            db.put_with_expiry(key, &v, at)?;
+            Some(v.len() as u64)
+        } else {
+            db.try_write_range(key, old_len.unwrap_or(0), piece)?
+        };
+        Ok(len.map(|len| (old_len.is_none(), len)))
+    })?;
     if created {
         ctx.notify(NEW, "new", key);
     }
@@ -639,20 +640,28 @@ fn setrange(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         return Err(Error::err("offset is out of range"));
     }
     let piece = &args[3];
-    let db = ctx.db_w()?;
-    let _g = ctx.lock(key);
-    let old_len = db.value_len(key)?;
     if piece.is_empty() {
         // Changes nothing and creates nothing, as in Redis.
-        ctx.int(old_len.unwrap_or(0) as i64);
+        let len = match ctx.slot().db() {
+            Some(db) => db.value_len(key)?,
+            None => None,
+        };
+        ctx.int(len.unwrap_or(0) as i64);
         return Ok(());
     }
-    if offset as u64 + piece.len() as u64 > max_string(ctx) {
-        return Err(too_big());
-    }
+    let limit = max_string(ctx);
     // A ranged write: a long value has only the segments it covers
-    // rewritten (`basalt_engine::Db::write_range`).
-    let len = db.write_range(key, offset as u64, piece)?;
+    // rewritten (`basalt_engine::Db::write_range`). The type is checked
+    // before the length, as Redis does.
+    let (old_len, len) = ctx.ranged_write(key, |db| {
+        let old_len = db.value_len(key)?;
+        if offset as u64 + piece.len() as u64 > limit {
+            return Err(too_big());
+        }
+        Ok(db
+            .try_write_range(key, offset as u64, piece)?
+            .map(|len| (old_len, len)))
+    })?;
     if old_len.is_none() {
         ctx.notify(NEW, "new", key);
     }
