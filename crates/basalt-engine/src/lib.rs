@@ -43,6 +43,10 @@
 //!   crash-atomic unit: members are flagged records that count only once
 //!   the batch's commit record is in the log. A single write outside a batch
 //!   stays one record.
+//! - **Segmented values.** A value written a range at a time
+//!   ([`Db::write_range`]) and longer than 4 KiB is kept in 512-byte
+//!   segments, so changing a few bytes of a large value appends one small
+//!   record; to every other call it is a plain value.
 //! - **Hint files** list every record of a sealed file without its value;
 //!   open reads them (shards in parallel) instead of the data files.
 //!
