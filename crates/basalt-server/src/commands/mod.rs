@@ -705,6 +705,10 @@ pub fn may_write_several(name: &str, argc: usize) -> bool {
         | "incrby" | "decrby" | "incrbyfloat" | "append" | "setrange" | "expire" | "pexpire"
         | "expireat" | "pexpireat" | "persist" | "hincrby" | "hincrbyfloat" | "hsetnx"
         | "zincrby" | "cas" | "blpop" | "brpop" | "bzpopmin" | "bzpopmax" => false,
+        // One record, or (a conversion to segments, a range across a
+        // boundary, several registers) a batch they open themselves before
+        // the key's lock (`Ctx::ranged_write`, BITFIELD, PFADD's retry).
+        "setbit" | "bitfield" | "pfadd" | "pfcount" | "pfmerge" => false,
         // One record unless it trims, when it opens its own batch.
         "xadd" => false,
         // One record without a count.
