@@ -770,15 +770,7 @@ impl Hub {
 
     /// Active shard channels matching `pattern` (all if `None`).
     pub fn shard_channels(&self, pattern: Option<&[u8]>) -> Vec<Bytes> {
-        let reg = self.reg.read();
-        let mut v: Vec<Bytes> = reg
-            .shard
-            .keys()
-            .filter(|c| pattern.is_none_or(|p| glob::matches(p, c, false)))
-            .cloned()
-            .collect();
-        v.sort();
-        v
+        sorted_matching(self.reg.read().shard.keys(), pattern)
     }
 
     /// Subscribers of one shard channel.
@@ -799,21 +791,27 @@ impl Hub {
 
     /// Active channels matching `pattern` (all if `None`).
     pub fn channels(&self, pattern: Option<&[u8]>) -> Vec<Bytes> {
-        let reg = self.reg.read();
-        let mut v: Vec<Bytes> = reg
-            .channels
-            .keys()
-            .filter(|c| pattern.is_none_or(|p| glob::matches(p, c, false)))
-            .cloned()
-            .collect();
-        v.sort();
-        v
+        sorted_matching(self.reg.read().channels.keys(), pattern)
     }
 
     /// Subscribers of one channel (patterns not counted).
     pub fn numsub(&self, channel: &[u8]) -> usize {
         self.reg.read().channels.get(channel).map_or(0, |s| s.len())
     }
+}
+
+/// The names matching `pattern` (all if `None`), sorted (PUBSUB CHANNELS
+/// and SHARDCHANNELS).
+fn sorted_matching<'a>(
+    names: impl Iterator<Item = &'a Bytes>,
+    pattern: Option<&[u8]>,
+) -> Vec<Bytes> {
+    let mut v: Vec<Bytes> = names
+        .filter(|c| pattern.is_none_or(|p| glob::matches(p, c, false)))
+        .cloned()
+        .collect();
+    v.sort();
+    v
 }
 
 /// Puts the client's pending messages into its batch output after a

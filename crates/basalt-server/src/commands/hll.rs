@@ -97,22 +97,20 @@ const RANGED_PFADD: usize = 16;
 /// the registers they land in (a dense sketch is a segmented value in the
 /// engine, so a raised register appends one small record). `None` when the
 /// key is not a dense sketch (the caller takes the whole-value path).
-enum Ranged {
-    /// Not a dense sketch: the whole-value path applies.
-    NotDense,
-    /// Done: whether a register changed.
-    Done(bool),
-    /// Several records to write and no write batch open: nothing was
-    /// written; run again with the batch opened before the key's lock.
-    NeedsBatch,
-}
-
-fn pfadd_dense_ranged(db: &basalt_engine::Db, key: &[u8], els: &[&[u8]]) -> Result<Ranged> {
+/// The answer follows `Ctx::ranged_write`'s contract: `None` when the
+/// write needs a batch the thread has not opened (nothing written), else
+/// `Some(None)` when the key is not a dense sketch (the whole-value path
+/// applies) or `Some(Some(changed))`.
+fn pfadd_dense_ranged(
+    db: &basalt_engine::Db,
+    key: &[u8],
+    els: &[&[u8]],
+) -> Result<Option<Option<bool>>> {
     let Some((h, len)) = db.read_range(key, 0, hll::HDR)? else {
-        return Ok(Ranged::NotDense);
+        return Ok(Some(None));
     };
     if !hll::is_sketch_header(&h, len) || !hll::is_dense(&h) {
-        return Ok(Ranged::NotDense);
+        return Ok(Some(None));
     }
     // Registers raised, applied to a local copy of their bytes so that two
     // elements of one PFADD see each other.
@@ -142,7 +140,7 @@ fn pfadd_dense_ranged(db: &basalt_engine::Db, key: &[u8], els: &[&[u8]]) -> Resu
         }
     }
     if dirty.is_empty() {
-        return Ok(Ranged::Done(false));
+        return Ok(Some(Some(false)));
     }
     // Runs of changed bytes, and the header's stale-cache bit first (a
     // crash between writes then costs a recount, never a wrong count).
@@ -156,7 +154,7 @@ fn pfadd_dense_ranged(db: &basalt_engine::Db, key: &[u8], els: &[&[u8]]) -> Resu
     let stale = h[15] & 0x80 != 0;
     let writes = runs.len() + usize::from(!stale);
     if writes > 1 && !db.in_batch() {
-        return Ok(Ranged::NeedsBatch);
+        return Ok(None);
     }
     // One write outside a batch, or any number inside one; a write the
     // engine needs several records for (the first ranged write of a plain
@@ -168,33 +166,17 @@ fn pfadd_dense_ranged(db: &basalt_engine::Db, key: &[u8], els: &[&[u8]]) -> Resu
     pending.extend(runs);
     for (at, v) in &pending {
         if db.try_write_range(key, *at, v)?.is_none() {
-            return Ok(Ranged::NeedsBatch);
+            return Ok(None);
         }
     }
-    Ok(Ranged::Done(true))
+    Ok(Some(Some(true)))
 }
 
 fn pfadd(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let key = &args[1];
     if args.len() - 2 <= RANGED_PFADD {
         let els: Vec<&[u8]> = (2..args.len()).map(|i| &args[i][..]).collect();
-        let mut r = {
-            let db = ctx.db_w()?;
-            let _g = ctx.lock(key);
-            pfadd_dense_ranged(&db, key, &els)?
-        };
-        if let Ranged::NeedsBatch = r {
-            // The batch first, then the key's stripe (the order batched
-            // commands keep); nothing was written by the first try.
-            let b = ctx.shared.keyspace.batch();
-            r = {
-                let db = ctx.db_w()?;
-                let _g = ctx.lock(key);
-                pfadd_dense_ranged(&db, key, &els)?
-            };
-            b.commit()?;
-        }
-        if let Ranged::Done(updated) = r {
+        if let Some(updated) = ctx.ranged_write(key, |db| pfadd_dense_ranged(db, key, &els))? {
             if updated {
                 ctx.notify(STRING, "pfadd", key);
             }
