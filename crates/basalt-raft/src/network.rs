@@ -1,0 +1,156 @@
+//! Raft RPC between nodes: openraft's messages as bincode bodies of HTTP/1.1
+//! POSTs to the node's Raft port (`/raft/append`, `/raft/vote`,
+//! `/raft/snapshot`), served by axum and sent by reqwest with keep-alive
+//! connections. The answer body is the bincode of the callee's
+//! `Result<response, RaftError>`; transport failures become openraft's
+//! `Unreachable` (the replication stream backs off and retries).
+
+use std::future::Future;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::post;
+use axum::Router;
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::{NodeAddr, NodeId, Raft, TypeConfig};
+
+/// The axum routes that serve a node's Raft RPC.
+pub fn router(raft: Raft) -> Router {
+    Router::new()
+        .route("/raft/append", post(append))
+        .route("/raft/vote", post(vote))
+        .route("/raft/snapshot", post(snapshot))
+        .with_state(raft)
+}
+
+fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, (StatusCode, String)> {
+    bincode::deserialize(body).map_err(|e| (StatusCode::BAD_REQUEST, format!("bad RPC body: {e}")))
+}
+
+fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, (StatusCode, String)> {
+    bincode::serialize(v).map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+}
+
+async fn append(State(raft): State<Raft>, body: Bytes) -> Result<Vec<u8>, (StatusCode, String)> {
+    let req: AppendEntriesRequest<TypeConfig> = decode(&body)?;
+    encode(&raft.append_entries(req).await)
+}
+
+async fn vote(State(raft): State<Raft>, body: Bytes) -> Result<Vec<u8>, (StatusCode, String)> {
+    let req: VoteRequest<NodeId> = decode(&body)?;
+    encode(&raft.vote(req).await)
+}
+
+async fn snapshot(State(raft): State<Raft>, body: Bytes) -> Result<Vec<u8>, (StatusCode, String)> {
+    let req: InstallSnapshotRequest<TypeConfig> = decode(&body)?;
+    encode(&raft.install_snapshot(req).await)
+}
+
+/// Makes [`Connection`]s to the group's nodes; one HTTP client (and its
+/// connection pool) for all of them.
+#[derive(Clone, Debug, Default)]
+pub struct Network {
+    client: reqwest::Client,
+}
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = Connection;
+
+    async fn new_client(&mut self, target: NodeId, node: &NodeAddr) -> Connection {
+        Connection {
+            client: self.client.clone(),
+            target,
+            base: format!("http://{}", node.raft),
+        }
+    }
+}
+
+/// RPC to one node.
+#[derive(Debug)]
+pub struct Connection {
+    client: reqwest::Client,
+    target: NodeId,
+    base: String,
+}
+
+impl Connection {
+    fn call<Req, Resp, E>(
+        &self,
+        path: &'static str,
+        req: &Req,
+        option: &RPCOption,
+    ) -> impl Future<Output = Result<Resp, RPCError<NodeId, NodeAddr, E>>> + Send + 'static
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned + Send + 'static,
+        E: std::error::Error + DeserializeOwned + Send + 'static,
+    {
+        let body = bincode::serialize(req);
+        let request = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .timeout(option.hard_ttl());
+        let target = self.target;
+        async move {
+            let body = body.map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+            let resp = request
+                .body(body)
+                .send()
+                .await
+                .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
+            let status = resp.status();
+            let bytes = resp
+                .bytes()
+                .await
+                .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
+            if !status.is_success() {
+                let msg = String::from_utf8_lossy(&bytes).into_owned();
+                return Err(RPCError::Network(NetworkError::new(
+                    &std::io::Error::other(format!("{status}: {msg}")),
+                )));
+            }
+            let answer: Result<Resp, E> = bincode::deserialize(&bytes)
+                .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+            answer.map_err(|e| RPCError::RemoteError(RemoteError::new(target, e)))
+        }
+    }
+}
+
+type RpcResult<T, E = RaftError<NodeId>> = Result<T, RPCError<NodeId, NodeAddr, E>>;
+
+impl RaftNetwork<TypeConfig> for Connection {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<AppendEntriesResponse<NodeId>> {
+        self.call("/raft/append", &rpc, &option).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>> {
+        self.call("/raft/snapshot", &rpc, &option).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> RpcResult<VoteResponse<NodeId>> {
+        self.call("/raft/vote", &rpc, &option).await
+    }
+}

@@ -1,0 +1,229 @@
+//! A running Raft node: log store, state machine, openraft and the RPC
+//! listener, started from a [`NodeConfig`].
+
+use std::collections::BTreeMap;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use basalt_engine::{Options, SyncPolicy};
+use openraft::error::{ClientWriteError, InitializeError, RaftError};
+use openraft::{Config, SnapshotPolicy};
+use tokio::task::JoinHandle;
+
+use crate::network::{self, Network};
+use crate::{Applier, LogStore, NodeAddr, NodeId, Raft, Request, StateMachine};
+
+/// How to start a node.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// This node's id (`--node-id`).
+    pub id: NodeId,
+    /// Where the Raft RPC listener binds (`--raft-port`).
+    pub raft_listen: SocketAddr,
+    /// Every member's Raft address, this node's included (`--peers`). A
+    /// node that finds no Raft state on disk initializes the group with
+    /// exactly these members; every member does the same with the same
+    /// list, which openraft accepts (the membership entry is identical), so
+    /// the group forms with no further step. Empty: wait to be added.
+    pub peers: BTreeMap<NodeId, String>,
+    /// Directory for the Raft log (`log/`) and state machine (`sm/`).
+    pub dir: PathBuf,
+    /// When appended log entries are fsynced.
+    pub sync: SyncPolicy,
+    /// Leader heartbeat interval.
+    pub heartbeat: Duration,
+    /// Election timeout, drawn at random from this range.
+    pub election_timeout: (Duration, Duration),
+    /// A snapshot is built after this many entries since the last one (and
+    /// the log purged up to it).
+    pub snapshot_every: u64,
+}
+
+impl NodeConfig {
+    /// A configuration with Basalt's defaults (heartbeat 50 ms, elections
+    /// after 300-600 ms of silence, a snapshot every 50,000 entries, fsync
+    /// every second).
+    pub fn new(id: NodeId, raft_listen: SocketAddr, dir: PathBuf) -> NodeConfig {
+        NodeConfig {
+            id,
+            raft_listen,
+            peers: BTreeMap::new(),
+            dir,
+            sync: SyncPolicy::EveryMs(1000),
+            heartbeat: Duration::from_millis(50),
+            election_timeout: (Duration::from_millis(300), Duration::from_millis(600)),
+            snapshot_every: 50_000,
+        }
+    }
+}
+
+/// Why a write was not applied.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// This node is not the leader; the leader, if one is known.
+    #[error("not the leader (leader: {leader:?})")]
+    ForwardToLeader {
+        /// The current leader's id and addresses.
+        leader: Option<(NodeId, NodeAddr)>,
+    },
+    /// The node cannot take writes (shut down, storage failed, or the write
+    /// could not be committed).
+    #[error("raft: {0}")]
+    Failed(String),
+}
+
+/// A started node.
+pub struct RaftNode<A: Applier> {
+    id: NodeId,
+    raft: Raft,
+    sm: StateMachine<A>,
+    log: LogStore,
+    raft_addr: SocketAddr,
+    server: JoinHandle<()>,
+}
+
+impl<A: Applier> std::fmt::Debug for RaftNode<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RaftNode")
+            .field("id", &self.id)
+            .field("raft_addr", &self.raft_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<A: Applier> RaftNode<A> {
+    /// Opens the node's storage, starts openraft and the RPC listener, and
+    /// initializes the group from `cfg.peers` if this node has never been
+    /// part of one. `sm_opts` opens the state machine's marker database
+    /// (give it the batch group the applier writes under).
+    pub async fn start(cfg: NodeConfig, sm_opts: Options, applier: A) -> io::Result<RaftNode<A>> {
+        let listener = tokio::net::TcpListener::bind(cfg.raft_listen).await?;
+        Self::start_on(cfg, listener, sm_opts, applier).await
+    }
+
+    /// [`RaftNode::start`] with the RPC listener already bound (tests bind
+    /// ephemeral ports first, to give every node the others' addresses).
+    pub async fn start_on(
+        cfg: NodeConfig,
+        listener: tokio::net::TcpListener,
+        sm_opts: Options,
+        applier: A,
+    ) -> io::Result<RaftNode<A>> {
+        let log = LogStore::open(&cfg.dir.join("log"), cfg.sync)?;
+        let sm = StateMachine::open(&cfg.dir.join("sm"), sm_opts, applier)?;
+        let config = Config {
+            cluster_name: "basalt".into(),
+            heartbeat_interval: cfg.heartbeat.as_millis() as u64,
+            election_timeout_min: cfg.election_timeout.0.as_millis() as u64,
+            election_timeout_max: cfg.election_timeout.1.as_millis() as u64,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(cfg.snapshot_every),
+            max_in_snapshot_log_to_keep: 1000,
+            ..Config::default()
+        }
+        .validate()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        let raft_addr = listener.local_addr()?;
+        let raft = Raft::new(
+            cfg.id,
+            Arc::new(config),
+            Network::default(),
+            log.clone(),
+            sm.clone(),
+        )
+        .await
+        .map_err(|e| io::Error::other(e.to_string()))?;
+        let app = network::router(raft.clone());
+        let server = tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!("raft RPC listener stopped: {e}");
+            }
+        });
+        let node = RaftNode {
+            id: cfg.id,
+            raft,
+            sm,
+            log,
+            raft_addr,
+            server,
+        };
+        let initialized = node
+            .raft
+            .is_initialized()
+            .await
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        if !initialized && !cfg.peers.is_empty() {
+            let members: BTreeMap<NodeId, NodeAddr> = cfg
+                .peers
+                .iter()
+                .map(|(&id, addr)| {
+                    let node = NodeAddr {
+                        raft: addr.clone(),
+                        client: String::new(),
+                    };
+                    (id, node)
+                })
+                .collect();
+            match node.raft.initialize(members).await {
+                Ok(()) => {}
+                // Another member's initialization reached us first.
+                Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
+                Err(e) => return Err(io::Error::other(e.to_string())),
+            }
+        }
+        Ok(node)
+    }
+
+    /// Proposes `payload` and waits until it is committed by a majority and
+    /// applied here; returns the applier's reply.
+    pub async fn write(&self, payload: Vec<u8>) -> Result<Vec<u8>, WriteError> {
+        match self.raft.client_write(Request(payload)).await {
+            Ok(resp) => Ok(resp.data.0),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                Err(WriteError::ForwardToLeader {
+                    leader: f.leader_id.zip(f.leader_node),
+                })
+            }
+            Err(e) => Err(WriteError::Failed(e.to_string())),
+        }
+    }
+
+    /// The leader this node knows of, with its addresses.
+    pub fn leader(&self) -> Option<(NodeId, NodeAddr)> {
+        let m = self.raft.metrics().borrow().clone();
+        let id = m.current_leader?;
+        let node = m.membership_config.membership().get_node(&id)?.clone();
+        Some((id, node))
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// The address the Raft RPC listener is bound to.
+    pub fn raft_addr(&self) -> SocketAddr {
+        self.raft_addr
+    }
+
+    /// The openraft handle (metrics, membership changes, linearizable reads).
+    pub fn raft(&self) -> &Raft {
+        &self.raft
+    }
+
+    /// The state machine.
+    pub fn state_machine(&self) -> &StateMachine<A> {
+        &self.sm
+    }
+
+    /// Stops openraft and the RPC listener; fsyncs the log.
+    pub async fn shutdown(self) -> io::Result<()> {
+        let r = self.raft.shutdown().await;
+        self.server.abort();
+        let _ = self.server.await;
+        self.log.sync()?;
+        r.map_err(|e| io::Error::other(e.to_string()))
+    }
+}

@@ -1,0 +1,266 @@
+//! Three Raft nodes in one process, talking over real sockets on
+//! 127.0.0.1: the group forms from the same peer list, replicates, elects a
+//! new leader when the old one stops, and catches a lagging node up by
+//! snapshot. Every wait is bounded.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use basalt_raft::{NodeConfig, NodeId, RaftNode, WriteError};
+use common::{KvApplier, Op};
+use tempfile::TempDir;
+use tokio::net::TcpListener;
+
+type Node = RaftNode<KvApplier>;
+
+struct Group {
+    _tmp: TempDir,
+    dirs: BTreeMap<NodeId, PathBuf>,
+    addrs: BTreeMap<NodeId, String>,
+    nodes: BTreeMap<NodeId, Node>,
+    snapshot_every: u64,
+}
+
+fn config(
+    id: NodeId,
+    dir: &Path,
+    addrs: &BTreeMap<NodeId, String>,
+    snapshot_every: u64,
+) -> NodeConfig {
+    let mut cfg = NodeConfig::new(id, addrs[&id].parse().unwrap(), dir.to_path_buf());
+    cfg.peers = addrs.clone();
+    cfg.heartbeat = Duration::from_millis(50);
+    cfg.election_timeout = (Duration::from_millis(300), Duration::from_millis(600));
+    cfg.snapshot_every = snapshot_every;
+    cfg
+}
+
+async fn start_node(
+    id: NodeId,
+    dir: &Path,
+    addrs: &BTreeMap<NodeId, String>,
+    snap: u64,
+    listener: TcpListener,
+) -> Node {
+    let (applier, opts) = common::open_kv(&dir.join("data"));
+    RaftNode::start_on(config(id, dir, addrs, snap), listener, opts, applier)
+        .await
+        .unwrap()
+}
+
+impl Group {
+    async fn start(snapshot_every: u64) -> Group {
+        let tmp = TempDir::new().unwrap();
+        let mut listeners = BTreeMap::new();
+        let mut addrs = BTreeMap::new();
+        let mut dirs = BTreeMap::new();
+        for id in 1..=3u64 {
+            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            addrs.insert(id, l.local_addr().unwrap().to_string());
+            listeners.insert(id, l);
+            dirs.insert(id, tmp.path().join(format!("n{id}")));
+        }
+        let mut nodes = BTreeMap::new();
+        for (id, l) in listeners {
+            nodes.insert(
+                id,
+                start_node(id, &dirs[&id], &addrs, snapshot_every, l).await,
+            );
+        }
+        Group {
+            _tmp: tmp,
+            dirs,
+            addrs,
+            nodes,
+            snapshot_every,
+        }
+    }
+
+    /// Waits (at most 10 s) until the running nodes agree on a leader among
+    /// them.
+    async fn leader(&self) -> NodeId {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let seen: Vec<Option<NodeId>> = self
+                .nodes
+                .values()
+                .map(|n| n.leader().map(|l| l.0))
+                .collect();
+            if let Some(Some(l)) = seen.first() {
+                if seen.iter().all(|s| *s == Some(*l)) && self.nodes.contains_key(l) {
+                    return *l;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no agreed leader within 10 s: {seen:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn stop(&mut self, id: NodeId) {
+        let node = self.nodes.remove(&id).unwrap();
+        node.shutdown().await.unwrap();
+    }
+
+    async fn restart(&mut self, id: NodeId) {
+        // The port was just released by the stopped node's listener.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let l = loop {
+            match TcpListener::bind(&self.addrs[&id]).await {
+                Ok(l) => break l,
+                Err(e) => {
+                    assert!(Instant::now() < deadline, "rebind {}: {e}", self.addrs[&id]);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        };
+        let node = start_node(id, &self.dirs[&id], &self.addrs, self.snapshot_every, l).await;
+        self.nodes.insert(id, node);
+    }
+
+    /// Waits (at most 10 s) until every running node holds the same data,
+    /// and returns it.
+    async fn converged(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let dumps: Vec<_> = self
+                .nodes
+                .values()
+                .map(|n| n.state_machine().applier().dump())
+                .collect();
+            if dumps.windows(2).all(|w| w[0] == w[1]) {
+                return dumps.into_iter().next().unwrap();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "nodes did not converge within 10 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+fn get(data: &[(Vec<u8>, Vec<u8>)], k: &str) -> Option<String> {
+    data.iter()
+        .find(|(key, _)| key == k.as_bytes())
+        .map(|(_, v)| String::from_utf8(v.clone()).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_nodes_started_with_the_same_peers_form_a_group_and_replicate_writes() {
+    let g = Group::start(50_000).await;
+    let leader = g.leader().await;
+    let node = &g.nodes[&leader];
+    for i in 0..100 {
+        let reply = node
+            .write(Op::Incr(b"counter".to_vec()).bytes())
+            .await
+            .unwrap();
+        assert_eq!(reply, (i + 1).to_string().into_bytes());
+    }
+    node.write(Op::Set(b"k".to_vec(), b"v".to_vec()).bytes())
+        .await
+        .unwrap();
+    let data = g.converged().await;
+    assert_eq!(get(&data, "counter").as_deref(), Some("100"));
+    assert_eq!(get(&data, "k").as_deref(), Some("v"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follower_refuses_a_write_and_names_the_leader() {
+    let g = Group::start(50_000).await;
+    let leader = g.leader().await;
+    let follower = g.nodes.keys().copied().find(|&id| id != leader).unwrap();
+    match g.nodes[&follower]
+        .write(Op::Set(b"k".to_vec(), b"v".to_vec()).bytes())
+        .await
+    {
+        Err(WriteError::ForwardToLeader {
+            leader: Some((id, addr)),
+        }) => {
+            assert_eq!(id, leader);
+            assert_eq!(addr.raft, g.addrs[&leader]);
+        }
+        other => panic!("expected a redirect to {leader}, got {other:?}"),
+    }
+    let data = g.converged().await;
+    assert_eq!(get(&data, "k"), None, "a refused write changed nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stopping_the_leader_elects_another_that_keeps_every_acknowledged_write() {
+    let mut g = Group::start(50_000).await;
+    let mut acked = 0u64;
+    for round in 0..3 {
+        let leader = g.leader().await;
+        for _ in 0..50 {
+            let reply = g.nodes[&leader]
+                .write(Op::Incr(b"c".to_vec()).bytes())
+                .await
+                .unwrap();
+            acked += 1;
+            assert_eq!(reply, acked.to_string().into_bytes(), "round {round}");
+        }
+        let stopped_at = Instant::now();
+        g.stop(leader).await;
+        let new_leader = g.leader().await;
+        assert_ne!(new_leader, leader);
+        let took = stopped_at.elapsed();
+        assert!(took < Duration::from_secs(5), "election took {took:?}");
+        // The new leader has every acknowledged increment, applied once.
+        let reply = g.nodes[&new_leader]
+            .write(Op::Incr(b"c".to_vec()).bytes())
+            .await
+            .unwrap();
+        acked += 1;
+        assert_eq!(reply, acked.to_string().into_bytes());
+        // The old leader rejoins from its files and catches up.
+        g.restart(leader).await;
+        let data = g.converged().await;
+        assert_eq!(get(&data, "c"), Some(acked.to_string()));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_that_missed_purged_entries_catches_up_from_a_snapshot() {
+    let mut g = Group::start(20).await;
+    let leader = g.leader().await;
+    let lagging = g.nodes.keys().copied().find(|&id| id != leader).unwrap();
+    g.stop(lagging).await;
+    for i in 0..300u32 {
+        let op = Op::Set(
+            format!("k{}", i % 37).into_bytes(),
+            i.to_string().into_bytes(),
+        );
+        g.nodes[&leader].write(op.bytes()).await.unwrap();
+    }
+    g.nodes[&leader]
+        .write(Op::Del(b"k0".to_vec()).bytes())
+        .await
+        .unwrap();
+    // Well past `snapshot_every`: the leader has snapshotted and purged
+    // (it keeps at most 1000 entries after a snapshot, so force it).
+    g.nodes[&leader].raft().trigger().snapshot().await.unwrap();
+    g.nodes[&leader]
+        .raft()
+        .trigger()
+        .purge_log(290)
+        .await
+        .unwrap();
+    g.restart(lagging).await;
+    let data = g.converged().await;
+    assert_eq!(data.len(), 36);
+    assert_eq!(get(&data, "k0"), None);
+    assert_eq!(get(&data, "k1").as_deref(), Some("297"));
+    let m = g.nodes[&lagging].raft().metrics().borrow().clone();
+    assert!(
+        m.snapshot.is_some_and(|s| s.index >= 290),
+        "the lagging node installed a snapshot: {:?}",
+        m.snapshot
+    );
+}
