@@ -1906,6 +1906,41 @@ impl Db {
         Ok(())
     }
 
+    /// Up to `limit` keys whose expiry is at or before `now`, earliest
+    /// first, without removing them. With the sweep off
+    /// ([`Options::active_expiry`]), an embedder that decides expiry itself
+    /// (a replicated leader) finds them here and removes each with
+    /// [`Db::purge_expired`].
+    pub fn expired_keys(&self, now: u64, limit: usize) -> Vec<Vec<u8>> {
+        let mut due: Vec<(u64, Vec<u8>)> = Vec::new();
+        for s in &self.inner.shards {
+            let idx = s.index.read();
+            due.extend(
+                idx.queue
+                    .iter()
+                    .take_while(|(t, _)| *t <= now)
+                    .take(limit)
+                    .map(|(t, k)| (*t, k.to_vec())),
+            );
+        }
+        due.sort();
+        due.truncate(limit);
+        due.into_iter().map(|(_, k)| k).collect()
+    }
+
+    /// Removes `key` if its expiry has passed (at the clock's time), as the
+    /// sweep does: a deletion record and the expiry listener's call.
+    /// Returns whether it did.
+    pub fn purge_expired(&self, key: &[u8]) -> Result<bool> {
+        let inner = &*self.inner;
+        inner.check_writable()?;
+        let shard = inner.shard(key);
+        let mut w = shard.writer.lock();
+        let purged = inner.purge_if_expired(shard, &mut w, key, None)?;
+        inner.finish_write(shard, w)?;
+        Ok(purged)
+    }
+
     /// Removes keys whose expiry has passed, writing a deletion for each, as
     /// the background sweep does. Returns how many it removed.
     pub fn sweep_expired(&self) -> Result<usize> {

@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 
 pub use log_store::LogStore;
 pub use node::{NodeConfig, RaftNode, WriteError};
-pub use state_machine::{Applier, StateMachine};
+pub use state_machine::{Applier, Held, StateMachine};
 
 /// A node's id in the group (`--node-id`).
 pub type NodeId = u64;

@@ -10,7 +10,7 @@ use std::future::Future;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::Router;
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
@@ -25,13 +25,31 @@ use serde::Serialize;
 
 use crate::{NodeAddr, NodeId, Raft, TypeConfig};
 
-/// The axum routes that serve a node's Raft RPC.
-pub fn router(raft: Raft) -> Router {
+/// The axum routes that serve a node's Raft RPC, and `/raft/hello`, which
+/// answers this node's id and client address (bincode of `(u64, String)`).
+pub fn router(raft: Raft, id: NodeId, client_addr: String) -> Router {
+    let hello_body = bincode::serialize(&(id, client_addr)).expect("encodes");
     Router::new()
         .route("/raft/append", post(append))
         .route("/raft/vote", post(vote))
         .route("/raft/snapshot", post(snapshot))
         .with_state(raft)
+        .route(
+            "/raft/hello",
+            get(move || async move { hello_body.clone() }),
+        )
+}
+
+/// Asks the node at `raft_addr` for its id and client address.
+pub async fn hello(client: &reqwest::Client, raft_addr: &str) -> Option<(NodeId, String)> {
+    let resp = client
+        .get(format!("http://{raft_addr}/raft/hello"))
+        .timeout(std::time::Duration::from_secs(1))
+        .send()
+        .await
+        .ok()?;
+    let bytes = resp.bytes().await.ok()?;
+    bincode::deserialize(&bytes).ok()
 }
 
 fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, (StatusCode, String)> {

@@ -23,6 +23,10 @@ pub struct NodeConfig {
     pub id: NodeId,
     /// Where the Raft RPC listener binds (`--raft-port`).
     pub raft_listen: SocketAddr,
+    /// The address clients reach this node at (`host:port` of its RESP
+    /// listener), published to the group so every node can name the
+    /// leader's; empty if it has none.
+    pub client_addr: String,
     /// Every member's Raft address, this node's included (`--peers`). A
     /// node that finds no Raft state on disk initializes the group with
     /// exactly these members; every member does the same with the same
@@ -50,6 +54,7 @@ impl NodeConfig {
         NodeConfig {
             id,
             raft_listen,
+            client_addr: String::new(),
             peers: BTreeMap::new(),
             dir,
             sync: SyncPolicy::EveryMs(1000),
@@ -83,6 +88,7 @@ pub struct RaftNode<A: Applier> {
     log: LogStore,
     raft_addr: SocketAddr,
     server: JoinHandle<()>,
+    publisher: JoinHandle<()>,
 }
 
 impl<A: Applier> std::fmt::Debug for RaftNode<A> {
@@ -104,6 +110,18 @@ impl<A: Applier> RaftNode<A> {
         Self::start_on(cfg, listener, sm_opts, applier).await
     }
 
+    /// [`RaftNode::start`] with the state machine's marker database opened
+    /// by the caller (see [`StateMachine::open_with_db`]).
+    pub async fn start_with_db(
+        cfg: NodeConfig,
+        db: Arc<basalt_engine::Db>,
+        applier: A,
+    ) -> io::Result<RaftNode<A>> {
+        let listener = tokio::net::TcpListener::bind(cfg.raft_listen).await?;
+        let sm = StateMachine::open_with_db(&cfg.dir.join("sm"), db, applier)?;
+        Self::start_inner(cfg, listener, sm).await
+    }
+
     /// [`RaftNode::start`] with the RPC listener already bound (tests bind
     /// ephemeral ports first, to give every node the others' addresses).
     pub async fn start_on(
@@ -112,8 +130,16 @@ impl<A: Applier> RaftNode<A> {
         sm_opts: Options,
         applier: A,
     ) -> io::Result<RaftNode<A>> {
-        let log = LogStore::open(&cfg.dir.join("log"), cfg.sync)?;
         let sm = StateMachine::open(&cfg.dir.join("sm"), sm_opts, applier)?;
+        Self::start_inner(cfg, listener, sm).await
+    }
+
+    async fn start_inner(
+        cfg: NodeConfig,
+        listener: tokio::net::TcpListener,
+        sm: StateMachine<A>,
+    ) -> io::Result<RaftNode<A>> {
+        let log = LogStore::open(&cfg.dir.join("log"), cfg.sync)?;
         let config = Config {
             cluster_name: "basalt".into(),
             heartbeat_interval: cfg.heartbeat.as_millis() as u64,
@@ -135,12 +161,17 @@ impl<A: Applier> RaftNode<A> {
         )
         .await
         .map_err(|e| io::Error::other(e.to_string()))?;
-        let app = network::router(raft.clone());
+        let app = network::router(raft.clone(), cfg.id, cfg.client_addr.clone());
         let server = tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app).await {
                 tracing::error!("raft RPC listener stopped: {e}");
             }
         });
+        let publisher = tokio::spawn(publish_client_addrs(
+            raft.clone(),
+            cfg.id,
+            cfg.client_addr.clone(),
+        ));
         let node = RaftNode {
             id: cfg.id,
             raft,
@@ -148,6 +179,7 @@ impl<A: Applier> RaftNode<A> {
             log,
             raft_addr,
             server,
+            publisher,
         };
         let initialized = node
             .raft
@@ -220,10 +252,52 @@ impl<A: Applier> RaftNode<A> {
 
     /// Stops openraft and the RPC listener; fsyncs the log.
     pub async fn shutdown(self) -> io::Result<()> {
+        self.publisher.abort();
         let r = self.raft.shutdown().await;
         self.server.abort();
         let _ = self.server.await;
         self.log.sync()?;
         r.map_err(|e| io::Error::other(e.to_string()))
+    }
+}
+
+/// While this node leads, keeps every member's client address in the
+/// membership: a member whose address is missing or differs from what it
+/// answers on `/raft/hello` gets it set with one `SetNodes` change (only
+/// client addresses change, never a Raft address, so the change cannot
+/// split the group). Followers read the leader's client address from the
+/// membership they replicate.
+async fn publish_client_addrs(raft: Raft, me: NodeId, my_client: String) {
+    let http = reqwest::Client::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        tick.tick().await;
+        let m = raft.metrics().borrow().clone();
+        if m.current_leader != Some(me) || m.running_state.is_err() {
+            continue;
+        }
+        let mut changed = BTreeMap::new();
+        for (&id, node) in m.membership_config.membership().nodes() {
+            let client = if id == me {
+                my_client.clone()
+            } else {
+                match network::hello(&http, &node.raft).await {
+                    Some((nid, client)) if nid == id => client,
+                    _ => continue,
+                }
+            };
+            if client != node.client {
+                let mut n = node.clone();
+                n.client = client;
+                changed.insert(id, n);
+            }
+        }
+        if changed.is_empty() {
+            continue;
+        }
+        let change = openraft::ChangeMembers::SetNodes(changed);
+        if let Err(e) = raft.change_membership(change, false).await {
+            tracing::debug!("publishing client addresses: {e}");
+        }
     }
 }

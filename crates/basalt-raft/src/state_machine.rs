@@ -51,7 +51,20 @@ pub trait Applier: Send + Sync + 'static {
     /// Replaces the whole state with one [`Applier::snapshot`] produced
     /// (on another node). Runs inside a write batch, as `apply` does.
     fn restore(&self, data: &[u8]) -> io::Result<()>;
+
+    /// Called before the state machine opens its write batch for a group of
+    /// entries (or a snapshot install); what it returns is held until the
+    /// batch has committed. For locks the applier needs that rank above the
+    /// engine's batch in its lock order (the server's exec gate). Default:
+    /// nothing.
+    fn enter(&self) -> Box<dyn Held + '_> {
+        Box::new(())
+    }
 }
+
+/// Anything [`Applier::enter`] keeps alive (a lock guard, usually).
+pub trait Held {}
+impl<T: ?Sized> Held for T {}
 
 const APPLIED_KEY: &[u8] = b"applied";
 
@@ -69,7 +82,7 @@ struct State {
 }
 
 struct Shared<A> {
-    db: Db,
+    db: Arc<Db>,
     dir: PathBuf,
     applier: A,
     state: Mutex<State>,
@@ -109,6 +122,15 @@ impl<A: Applier> StateMachine<A> {
     pub fn open(dir: &Path, opts: Options, applier: A) -> io::Result<StateMachine<A>> {
         std::fs::create_dir_all(dir)?;
         let db = Db::open(dir.join("state"), opts).map_err(io::Error::other)?;
+        Self::open_with_db(dir, Arc::new(db), applier)
+    }
+
+    /// [`StateMachine::open`] with the marker database opened by the caller
+    /// (the server opens it with its keyspace, so that the keyspace's
+    /// commit log keeps the tokens of its batches). `dir` holds the
+    /// snapshot.
+    pub fn open_with_db(dir: &Path, db: Arc<Db>, applier: A) -> io::Result<StateMachine<A>> {
+        std::fs::create_dir_all(dir)?;
         let (applied, membership) = match db.get(APPLIED_KEY).map_err(io::Error::other)? {
             Some(bytes) => bincode::deserialize(&bytes).map_err(|e| {
                 io::Error::new(
@@ -171,6 +193,7 @@ impl<A: Applier> RaftStateMachine<TypeConfig> for StateMachine<A> {
         I::IntoIter: Send,
     {
         let mut st = self.shared.state.lock();
+        let held = self.shared.applier.enter();
         let batch = self.shared.db.batch();
         let mut out = Vec::new();
         for entry in entries {
@@ -197,6 +220,7 @@ impl<A: Applier> RaftStateMachine<TypeConfig> for StateMachine<A> {
         }
         self.write_marker(&st)?;
         batch.commit().map_err(|e| sm_err(ErrorVerb::Write, e))?;
+        drop(held);
         Ok(out)
     }
 
@@ -226,6 +250,7 @@ impl<A: Applier> RaftStateMachine<TypeConfig> for StateMachine<A> {
             )
         };
         let mut st = self.shared.state.lock();
+        let held = self.shared.applier.enter();
         let batch = self.shared.db.batch();
         self.shared
             .applier
@@ -235,6 +260,7 @@ impl<A: Applier> RaftStateMachine<TypeConfig> for StateMachine<A> {
         st.membership = meta.last_membership.clone();
         self.write_marker(&st)?;
         batch.commit().map_err(|e| sm_err(ErrorVerb::Write, e))?;
+        drop(held);
         write_small_file(&self.shared.dir, "snapshot", &stored).map_err(snap_err)?;
         st.snapshot = Some(Arc::new(stored));
         Ok(())

@@ -32,6 +32,7 @@ fn config(
 ) -> NodeConfig {
     let mut cfg = NodeConfig::new(id, addrs[&id].parse().unwrap(), dir.to_path_buf());
     cfg.peers = addrs.clone();
+    cfg.client_addr = format!("client-of-{id}:7000");
     cfg.heartbeat = Duration::from_millis(50);
     cfg.election_timeout = (Duration::from_millis(300), Duration::from_millis(600));
     cfg.snapshot_every = snapshot_every;
@@ -263,4 +264,27 @@ async fn a_node_that_missed_purged_entries_catches_up_from_a_snapshot() {
         "the lagging node installed a snapshot: {:?}",
         m.snapshot
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_node_learns_the_leaders_client_address() {
+    let g = Group::start(50_000).await;
+    let leader = g.leader().await;
+    let want = format!("client-of-{leader}:7000");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let seen: Vec<String> = g
+            .nodes
+            .values()
+            .map(|n| n.leader().map(|l| l.1.client).unwrap_or_default())
+            .collect();
+        if seen.iter().all(|c| *c == want) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "client addresses not published: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

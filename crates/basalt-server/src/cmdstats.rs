@@ -6,7 +6,10 @@
 //! The one idea a reader needs: **each thread counts into its own stripe.**
 //! Every command adds to four counters (calls, nanoseconds, failed,
 //! rejected) and one histogram bucket in a table indexed by the command's
-//! position in the command table. The table is repeated [`STRIPES`] times;
+//! position in the command table; a container's subcommands (`config|get`)
+//! have rows of their own after those, where dispatch counts them, as
+//! Redis counts a subcommand and not its container
+//! (`commands::introspection::route`). The table is repeated [`STRIPES`] times;
 //! a thread picks its stripe once (round robin) and keeps it, so two
 //! workers running GET at the same time touch different cache lines, and
 //! stripes are padded apart so their edges never share one. A command
@@ -60,8 +63,9 @@ const HIST_ROW: usize = 24;
 pub struct CommandStats {
     cells: Box<[Counters]>,
     stride: usize,
-    commands: usize,
-    /// `STRIPES * commands` rows of [`HIST_ROW`] bucket counts.
+    /// Counter rows: the commands', then the subcommands'.
+    rows: usize,
+    /// `STRIPES * rows` rows of [`HIST_ROW`] bucket counts.
     hist: Box<[AtomicU64]>,
     /// Nanoseconds from which a command is looked at by [`Self::observe_slow`]:
     /// the lower of the two logs' thresholds; `u64::MAX` = both are off.
@@ -132,21 +136,23 @@ pub fn bucket_label_us(b: usize) -> u64 {
 }
 
 impl CommandStats {
-    /// Counters for `commands` commands (the size of the command table),
-    /// with Redis's default thresholds (slow log 10 ms, 128 entries;
-    /// latency monitor off).
+    /// Counters for `commands` commands (the size of the command table)
+    /// and, after them, every subcommand Basalt runs
+    /// (`commands::introspection::subcommands`), with Redis's default
+    /// thresholds (slow log 10 ms, 128 entries; latency monitor off).
     pub fn new(commands: usize) -> CommandStats {
-        let stride = commands.next_multiple_of(2) + PAD;
+        let rows = commands + crate::commands::introspection::subcommand_count();
+        let stride = rows.next_multiple_of(2) + PAD;
         let cells = (0..STRIPES * stride + PAD)
             .map(|_| Counters::default())
             .collect();
-        let hist = (0..STRIPES * commands * HIST_ROW)
+        let hist = (0..STRIPES * rows * HIST_ROW)
             .map(|_| AtomicU64::new(0))
             .collect();
         let st = CommandStats {
             cells,
             stride,
-            commands,
+            rows,
             hist,
             watch_ns: AtomicU64::new(u64::MAX),
             slowlog_us: AtomicI64::new(10_000),
@@ -164,7 +170,8 @@ impl CommandStats {
         &self.cells[PAD + my_stripe() * self.stride + idx]
     }
 
-    /// Counts one run of command `idx` that took `nanos`.
+    /// Counts one run of row `idx` (a command's position in the table, or
+    /// a subcommand's row) that took `nanos`.
     #[inline]
     pub fn record(&self, idx: usize, nanos: u64, failed: bool) {
         let stripe = my_stripe();
@@ -176,7 +183,7 @@ impl CommandStats {
         }
         if let Some(h) = self
             .hist
-            .get((stripe * self.commands + idx) * HIST_ROW + bucket(nanos))
+            .get((stripe * self.rows + idx) * HIST_ROW + bucket(nanos))
         {
             h.fetch_add(1, Ordering::Relaxed);
         }
@@ -205,11 +212,11 @@ impl CommandStats {
     /// each bucket ([`bucket_label_us`] names them), not cumulative.
     pub fn histogram(&self, idx: usize) -> [u64; BUCKETS] {
         let mut out = [0u64; BUCKETS];
-        if idx >= self.commands {
+        if idx >= self.rows {
             return out;
         }
         for s in 0..STRIPES {
-            let row = (s * self.commands + idx) * HIST_ROW;
+            let row = (s * self.rows + idx) * HIST_ROW;
             for (b, n) in out.iter_mut().enumerate() {
                 *n += self.hist[row + b].load(Ordering::Relaxed);
             }
@@ -217,13 +224,19 @@ impl CommandStats {
         out
     }
 
-    /// Every command with anything counted, in command-table order, with
-    /// its name.
+    /// Every command and subcommand with anything counted, in
+    /// command-table order, each container's subcommands after it, with
+    /// its name (`config|get` for a subcommand, as INFO commandstats
+    /// names it).
     pub fn snapshot(&self) -> Vec<(&'static str, Totals)> {
+        use crate::commands::introspection::subcommands;
         crate::commands::all()
             .enumerate()
-            .take(self.commands)
-            .map(|(i, c)| (c.name, self.totals(i)))
+            .flat_map(|(i, c)| {
+                std::iter::once((c.name, i)).chain(subcommands(i).iter().map(|s| (s.full, s.row)))
+            })
+            .filter(|(_, row)| *row < self.rows)
+            .map(|(name, row)| (name, self.totals(row)))
             .filter(|(_, t)| *t != Totals::default())
             .collect()
     }

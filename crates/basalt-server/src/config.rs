@@ -171,6 +171,16 @@ pub struct ServerArgs {
         allow_negative_numbers = true
     )]
     pub latency_monitor_threshold: Option<i64>,
+    // --- Replication (crate::repl).
+    /// This node's id in a replicated group; needs --peers
+    #[arg(long, env = "BASALT_NODE_ID")]
+    pub node_id: Option<u64>,
+    /// Port of this node's Raft RPC listener [default: its port in --peers]
+    #[arg(long, env = "BASALT_RAFT_PORT")]
+    pub raft_port: Option<u16>,
+    /// The group's members as id@host:raftport, comma separated, this node included
+    #[arg(long, env = "BASALT_PEERS")]
+    pub peers: Option<String>,
 }
 
 /// The contents of a `--config` TOML file.
@@ -208,6 +218,11 @@ struct FileConfig {
     slowlog_max_len: Option<i64>,
     #[serde(rename = "latency-monitor-threshold")]
     latency_monitor_threshold: Option<i64>,
+    #[serde(rename = "node-id")]
+    node_id: Option<u64>,
+    #[serde(rename = "raft-port")]
+    raft_port: Option<u16>,
+    peers: Option<String>,
 }
 
 /// The merged configuration the server runs with.
@@ -268,6 +283,13 @@ pub struct Config {
     pub slowlog_max_len: i64,
     /// `latency-monitor-threshold` in ms (LATENCY): 0 = off. Default: 0.
     pub latency_monitor_threshold: i64,
+    /// `node-id`: this node's id in a replicated group (`crate::repl`);
+    /// `None`: a single node. Default: none.
+    pub node_id: Option<u64>,
+    /// `raft-port`: the Raft RPC port. Default: this node's port in `peers`.
+    pub raft_port: Option<u16>,
+    /// `peers`: every member of the group as (id, `host:raftport`).
+    pub peers: Vec<(u64, String)>,
 }
 
 impl Default for Config {
@@ -294,6 +316,9 @@ impl Default for Config {
             slowlog_log_slower_than: 10_000,
             slowlog_max_len: 128,
             latency_monitor_threshold: 0,
+            node_id: None,
+            raft_port: None,
+            peers: Vec::new(),
         }
     }
 }
@@ -426,7 +451,25 @@ impl Config {
                 .or(file.latency_monitor_threshold),
             d.latency_monitor_threshold,
         )?;
+        let node_id = args.node_id.or(file.node_id);
+        let peers = match args.peers.or(file.peers) {
+            Some(list) => parse_peers(&list)?,
+            None => Vec::new(),
+        };
+        if node_id.is_some() == peers.is_empty() {
+            anyhow::bail!(
+                "--node-id and --peers go together (a node of a replicated group needs both)"
+            );
+        }
+        if let Some(id) = node_id {
+            if !peers.iter().any(|(p, _)| *p == id) {
+                anyhow::bail!("--peers does not list this node's id {id}");
+            }
+        }
         Ok(Config {
+            node_id,
+            raft_port: args.raft_port.or(file.raft_port),
+            peers,
             slowlog_log_slower_than,
             slowlog_max_len,
             latency_monitor_threshold,
@@ -457,6 +500,25 @@ impl Config {
             config_file: args.config,
         })
     }
+}
+
+/// Parses `--peers`: `id@host:port` items, comma separated.
+fn parse_peers(list: &str) -> anyhow::Result<Vec<(u64, String)>> {
+    let mut out: Vec<(u64, String)> = Vec::new();
+    for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let bad = || anyhow::anyhow!("--peers item {item:?}: expected id@host:port");
+        let (id, addr) = item.split_once('@').ok_or_else(bad)?;
+        let id: u64 = id.parse().map_err(|_| bad())?;
+        let (host, port) = addr.rsplit_once(':').ok_or_else(bad)?;
+        if host.is_empty() || port.parse::<u16>().is_err() {
+            return Err(bad());
+        }
+        if out.iter().any(|(p, _)| *p == id) {
+            anyhow::bail!("--peers names node {id} twice");
+        }
+        out.push((id, addr.to_string()));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

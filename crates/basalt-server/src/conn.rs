@@ -37,6 +37,7 @@ use crate::blocking::Unblock;
 use crate::commands::{flags::BLOCKING, After, Conn};
 use crate::config::Appendfsync;
 use crate::pubsub;
+use crate::repl::Route;
 use crate::state::{now_ms, now_ns, ClientInfo, Shared};
 use crate::tx;
 use crate::workers::{self, Here, MOVE_AFTER};
@@ -322,6 +323,16 @@ async fn run(
         // Taken by the first command that needs it (`tx::run`): a batch of
         // script commands, which the script thread runs under the gate,
         // never takes it here.
+        // Reads on a replicated leader are linearizable: one ReadIndex
+        // round per batch, before any of its commands runs, not one per
+        // read (crate::repl). If this node cannot confirm it still leads,
+        // its reads are refused rather than served stale.
+        let mut stale: Option<String> = None;
+        if let Some(repl) = shared.repl.get() {
+            if let Err(line) = repl.read_barrier().await {
+                stale = Some(line);
+            }
+        }
         let mut gate = shared.gate.lazy();
         // Contention noted on this thread before the batch is not its own.
         let _ = workers::take_contention();
@@ -364,7 +375,54 @@ async fn run(
                         // read when the previous command ended (`tick`).
                         conn.batch_clock = conn.tick / 1_000_000;
                     }
-                    if conn.tx.in_multi() && args[0].eq_ignore_ascii_case(b"exec") {
+                    // A node of a replicated group proposes writes to the
+                    // Raft log and answers with what applying them returned
+                    // (crate::repl); a follower refuses them.
+                    let routed = match shared.repl.get() {
+                        None => None,
+                        Some(_)
+                            if stale.is_some()
+                                && crate::commands::lookup(&args[0]).is_some_and(|c| {
+                                    c.flags & crate::commands::flags::READONLY != 0
+                                }) =>
+                        {
+                            stale.clone().map(Route::Refuse)
+                        }
+                        Some(repl)
+                            if conn.tx.in_multi()
+                                && args.len() == 1
+                                && args[0].eq_ignore_ascii_case(b"exec") =>
+                        {
+                            repl.route_exec(conn)
+                        }
+                        Some(repl) => match repl.route(shared, conn, &args) {
+                            Route::Local => None,
+                            r => Some(r),
+                        },
+                    };
+                    if let Some(route) = routed {
+                        let cmd = crate::commands::lookup(&args[0]);
+                        match route {
+                            Route::Propose(p) => {
+                                gate.release();
+                                let repl = shared.repl.get().expect("routed by it");
+                                match repl.propose(&p).await {
+                                    Ok(reply) => out.extend_from_slice(&reply),
+                                    Err(line) => {
+                                        Encoder::new(&mut out, conn.protocol).error(line.as_bytes())
+                                    }
+                                }
+                                conn.batch_clock = 0;
+                                conn.tick = now_ns();
+                                (cmd, None, 0)
+                            }
+                            Route::Refuse(line) => {
+                                Encoder::new(&mut out, conn.protocol).error(line.as_bytes());
+                                (None, None, 0)
+                            }
+                            Route::Local => unreachable!("filtered above"),
+                        }
+                    } else if conn.tx.in_multi() && args[0].eq_ignore_ascii_case(b"exec") {
                         // EXEC runs its queue outside the command table's
                         // path: MONITOR is refused inside it, and EXEC is
                         // shown after the commands it ran.

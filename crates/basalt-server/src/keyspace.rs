@@ -238,6 +238,10 @@ pub struct Keyspace {
     /// that wrote to several databases (MOVE, COPY ... DB, EXEC after
     /// SELECT) as one unit.
     log: Arc<BatchLog>,
+    /// A node of a replicated group: no active expiry sweep in any engine.
+    replicated: bool,
+    /// The Raft state machine's marker database, in the same batch group.
+    raft_db: Option<Arc<Db>>,
 }
 
 /// Magic and version at the start of `BATCHES`.
@@ -402,6 +406,23 @@ impl Keyspace {
         file_size: u64,
         on_expired: Option<ExpiredHook>,
     ) -> KsResult<Keyspace> {
+        Self::open_replicated(root, databases, sync, file_size, on_expired, None)
+    }
+
+    /// [`Keyspace::open`] for a node of a replicated group: also opens the
+    /// Raft state machine's marker database at `raft_state` in the same
+    /// batch group (its batches' tokens are kept in `BATCHES` like every
+    /// database's), and turns the engines' active expiry sweep off: only
+    /// the leader expires keys, through the Raft log (`crate::repl`).
+    pub fn open_replicated(
+        root: &Path,
+        databases: usize,
+        sync: SyncPolicy,
+        file_size: u64,
+        on_expired: Option<ExpiredHook>,
+        raft_state: Option<&Path>,
+    ) -> KsResult<Keyspace> {
+        let replicated = raft_state.is_some();
         let on_expired = Hook(on_expired);
         std::fs::create_dir_all(root).map_err(|e| io_err("create directory", root, e))?;
         let mut names: Vec<String> = (0..databases).map(|n| n.to_string()).collect();
@@ -447,7 +468,8 @@ impl Keyspace {
             let db = if n == 0 || dir.is_dir() {
                 Some(Db::open(
                     &dir,
-                    Self::options(sync, file_size, (&seq, &group, &log), &on_expired, &number),
+                    Self::options(sync, file_size, (&seq, &group, &log), &on_expired, &number)
+                        .active_expiry(!replicated),
                 )?)
             } else {
                 None
@@ -459,12 +481,23 @@ impl Keyspace {
                 number,
             }));
         }
+        let raft_db = match raft_state {
+            Some(path) => {
+                let no_hook = Hook(None);
+                let number = Arc::new(AtomicUsize::new(usize::MAX));
+                let opts = Self::options(sync, file_size, (&seq, &group, &log), &no_hook, &number)
+                    .active_expiry(false);
+                Some(Arc::new(Db::open(path, opts)?))
+            }
+            None => None,
+        };
         // Keep only the tokens a database still holds a commit for (every
         // database with a directory is open now; the others hold nothing).
         let referenced: std::collections::HashSet<u64> = slots
             .iter()
             .filter_map(|s| s.read().db().map(|db| db.commit_tokens().to_vec()))
             .flatten()
+            .chain(raft_db.iter().flat_map(|db| db.commit_tokens().to_vec()))
             .collect();
         if *log.tokens.read() != referenced {
             log.rewrite(root, referenced)?;
@@ -482,7 +515,22 @@ impl Keyspace {
             seq,
             group,
             log,
+            replicated,
+            raft_db,
         })
+    }
+
+    /// The Raft state machine's marker database (replicated nodes only).
+    pub fn raft_db(&self) -> Option<&Arc<Db>> {
+        self.raft_db.as_ref()
+    }
+
+    /// Raises the shared sequence counter to at least `floor`. A replicated
+    /// node raises it to the log index times 2^20 before each entry, so the
+    /// versions an entry's writes get are the same on every node
+    /// (`crate::repl`).
+    pub fn raise_seq(&self, floor: u64) {
+        self.seq.fetch_max(floor, Ordering::SeqCst);
     }
 
     fn options(
@@ -521,7 +569,8 @@ impl Keyspace {
             (&self.seq, &self.group, &self.log),
             &self.on_expired,
             &slot.number,
-        );
+        )
+        .active_expiry(!self.replicated);
         slot.set_db(Db::open(&dir, opts)?);
         Ok(())
     }

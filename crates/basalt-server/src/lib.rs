@@ -41,6 +41,7 @@ pub mod monitor;
 pub mod notify;
 pub mod pubsub;
 pub mod rdb;
+pub mod repl;
 pub mod script;
 mod state;
 pub mod tracking;
@@ -165,12 +166,16 @@ fn start_inner(
         let hub = hub.clone();
         Arc::new(move |db: usize, key: &[u8]| hub.notify(notify::EXPIRED, "expired", key, db))
     };
-    let keyspace = Keyspace::open(
+    let raft_state = config
+        .node_id
+        .map(|_| config.dir.join("raft").join("state"));
+    let keyspace = Keyspace::open_replicated(
         &config.dir,
         config.databases as usize,
         sync,
         config.data_file_size,
         Some(on_expired),
+        raft_state.as_deref(),
     )
     .with_context(|| format!("cannot open the data directory {}", config.dir.display()))?;
     let scripts = script::Scripts::open(config.dir.clone())
@@ -183,6 +188,18 @@ fn start_inner(
     let shared = Arc::new(Shared::new(config, addr, keyspace, hub, scripts));
     shared.cmdstats.configure(&shared.config);
     shared.scripts.attach(&shared);
+    if shared.config.node_id.is_some() {
+        let repl = runtime
+            .block_on(repl::Repl::start(&shared))
+            .context("cannot start replication (Raft)")?;
+        tracing::info!(
+            "node {} of a replicated group, Raft on {}",
+            repl.id(),
+            repl.node.raft_addr()
+        );
+        let _ = shared.repl.set(repl);
+        runtime.spawn(repl::expiry_sweeper(shared.clone()));
+    }
     let keys: u64 = (0..shared.keyspace.len())
         .map(|n| shared.keyspace.figures(n).keys)
         .sum();

@@ -24,7 +24,14 @@ fn main() -> std::process::ExitCode {
         "warning" => "warn",
         other => other,
     };
-    let filter = match tracing_subscriber::EnvFilter::try_new(level) {
+    // openraft reports every vote and election at info; Basalt's own log
+    // says what matters (leader changes at warn come through).
+    let level = if level.contains("openraft") || level.contains('=') {
+        level.to_string()
+    } else {
+        format!("{level},openraft=warn")
+    };
+    let filter = match tracing_subscriber::EnvFilter::try_new(&level) {
         Ok(f) => f,
         Err(e) => {
             eprintln!("basalt: invalid --loglevel {:?}: {e}", config.loglevel);

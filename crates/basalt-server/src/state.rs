@@ -292,6 +292,8 @@ pub struct Shared {
     pub security: crate::auth::Security,
     /// The Lua interpreter, cached scripts and function libraries.
     pub scripts: crate::script::Scripts,
+    /// This node's Raft group membership, if replicated (`crate::repl`).
+    pub repl: std::sync::OnceLock<crate::repl::Repl>,
     shutdown: watch::Sender<bool>,
 }
 
@@ -330,6 +332,7 @@ impl Shared {
             absent_watches: Default::default(),
             cmdstats: crate::cmdstats::CommandStats::new(crate::commands::all().count()),
             scripts,
+            repl: std::sync::OnceLock::new(),
             shutdown: watch::channel(false).0,
         }
     }

@@ -206,6 +206,22 @@ impl Gate {
         }
     }
 
+    /// Takes the gate exclusively until [`Gate::unlock_exclusive_raw`]
+    /// (the Raft apply path, which holds it across a call it does not own).
+    pub(crate) fn lock_exclusive_raw(&self) {
+        self.0.lock_exclusive();
+    }
+
+    /// Releases what [`Gate::lock_exclusive_raw`] took.
+    ///
+    /// # Safety
+    /// The caller took the gate with `lock_exclusive_raw` and has not
+    /// released it.
+    pub(crate) unsafe fn unlock_exclusive_raw(&self) {
+        // SAFETY: the caller promises an exclusive hold.
+        unsafe { self.0.unlock_exclusive() };
+    }
+
     /// Runs `f` holding the gate exclusively (the script thread).
     pub(crate) fn exclusive<R>(&self, f: impl FnOnce() -> R) -> R {
         self.0.lock_exclusive();
@@ -580,6 +596,46 @@ fn busy(shared: &Shared, conn: &mut Conn, out: &mut Vec<u8>, args: Args<'_>) -> 
 /// EXEC inside MULTI: EXECABORT after a queuing error; otherwise, holding
 /// the gate exclusively, a null array if a watched key changed, or every
 /// queued command's reply in one array.
+/// Whether EXEC of `conn`'s transaction would run a write (a write command
+/// or a script that may write), so a replicated node must propose it. A
+/// queue with a queuing error is not (EXEC answers EXECABORT locally).
+pub(crate) fn queue_writes(conn: &Conn) -> bool {
+    let Some(queue) = &conn.tx.multi else {
+        return false;
+    };
+    if queue.dirty {
+        return false;
+    }
+    let mut parser = RequestParser::new(Limits::default());
+    let mut pos = 0;
+    while let Ok(Parsed::Command { args, consumed }) = parser.parse(&queue.bytes[pos..]) {
+        pos += consumed;
+        if let Some(c) = commands::lookup(&args[0]) {
+            if crate::repl::is_replicated_write(c, &args) {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// Watched keys as (database, key, version), as a replicated EXEC carries
+/// them.
+pub(crate) type Watched = Vec<(u32, Vec<u8>, u64)>;
+
+/// Takes `conn`'s transaction out for a replicated EXEC: the queued
+/// commands (RESP) and the watched keys with their versions; the
+/// connection leaves MULTI. `None` if it is not in MULTI.
+pub(crate) fn take_queue(conn: &mut Conn) -> Option<(Vec<u8>, Watched)> {
+    let queue = conn.tx.multi.take()?;
+    let watched = std::mem::take(&mut conn.tx.watched)
+        .into_iter()
+        .map(|((db, key), version)| (db as u32, key, version))
+        .collect();
+    conn.tx.clear(&conn.info);
+    Some((queue.bytes, watched))
+}
+
 fn exec(shared: &Shared, conn: &mut Conn, out: &mut Vec<u8>, gate: &mut Entered<'_>) -> Ran {
     let me = commands::lookup(b"exec");
     let queue = conn.tx.multi.take().expect("in MULTI");

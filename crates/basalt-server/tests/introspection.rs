@@ -1,6 +1,7 @@
-//! SLOWLOG, LATENCY, MEMORY STATS / MALLOC-STATS / DOCTOR, LOLWUT and
-//! COMMAND GETKEYSANDFLAGS / LIST / DOCS through a real server, with raw
-//! RESP where Redis 7.0's exact reply shape matters.
+//! SLOWLOG, LATENCY, MEMORY STATS / MALLOC-STATS / DOCTOR, LOLWUT,
+//! COMMAND GETKEYSANDFLAGS / LIST / DOCS and the subcommand rows of
+//! COMMAND, INFO commandstats and LATENCY HISTOGRAM through a real server,
+//! with raw RESP where Redis 7.0's exact reply shape matters.
 
 mod common;
 
@@ -544,9 +545,20 @@ fn command_getkeysandflags_reports_redis_key_spec_flags() {
 fn command_list_filters_and_docs_cover_every_command() {
     let s = TestServer::start();
     let mut r = s.raw();
+    // Subcommands too, after their container, in Redis 7.0.15's order.
     assert_eq!(
         r.cmd(&["COMMAND", "LIST", "FILTERBY", "PATTERN", "slow*"]),
-        Frame::Array(vec![bulk("slowlog")])
+        Frame::Array(
+            [
+                "slowlog",
+                "slowlog|len",
+                "slowlog|reset",
+                "slowlog|help",
+                "slowlog|get"
+            ]
+            .map(bulk)
+            .to_vec()
+        )
     );
     let hll = array(r.cmd(&["COMMAND", "LIST", "FILTERBY", "ACLCAT", "hyperloglog"]));
     assert!(hll.contains(&bulk("pfadd")) && !hll.contains(&bulk("get")));
@@ -564,7 +576,9 @@ fn command_list_filters_and_docs_cover_every_command() {
     let Frame::Integer(count) = r.cmd(&["COMMAND", "COUNT"]) else {
         panic!("count")
     };
-    assert_eq!(array(r.cmd(&["COMMAND", "LIST"])).len() as i64, count);
+    let list = array(r.cmd(&["COMMAND", "LIST"]));
+    let top = list.iter().filter(|n| !text((*n).clone()).contains('|'));
+    assert_eq!(top.count() as i64, count, "COUNT counts no subcommand");
     // DOCS: one entry per command, Redis's words for Redis's commands.
     let docs = array(r.cmd(&["COMMAND", "DOCS"]));
     assert_eq!(docs.len() as i64, 2 * count);
@@ -612,4 +626,459 @@ fn monitoring_settings_come_from_the_start_up_configuration() {
         r.cmd(&["PING"]);
     }
     assert_eq!(r.cmd(&["SLOWLOG", "LEN"]), int(2));
+}
+
+/// A RESP3 set of simple strings.
+fn simple_set(names: &[&str]) -> Frame {
+    Frame::Set(names.iter().map(|n| simple(n)).collect())
+}
+
+/// A RESP3 set of bulk strings.
+fn bulk_set(names: &[&str]) -> Frame {
+    Frame::Set(names.iter().map(|n| bulk(n)).collect())
+}
+
+/// The names of a COMMAND INFO row's subcommand rows.
+fn sub_names(row: &[Frame]) -> Vec<String> {
+    array(row[9].clone())
+        .into_iter()
+        .map(|sub| text(array(sub)[0].clone()))
+        .collect()
+}
+
+// Every expected row below is what redis-server 7.0.15 answers.
+
+#[test]
+fn command_info_gives_containers_redis_rows_with_their_subcommands_rows() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    r.cmd(&["HELLO", "3"]);
+    let config = array(array(r.cmd(&["COMMAND", "INFO", "config"]))[0].clone());
+    // The container's own row: no flags, no keys, @slow (its subcommands
+    // carry admin, noscript, ...).
+    assert_eq!(
+        &config[..9],
+        &[
+            bulk("config"),
+            int(-2),
+            Frame::Set(vec![]),
+            int(0),
+            int(0),
+            int(0),
+            simple_set(&["@slow"]),
+            Frame::Set(vec![]),
+            Frame::Set(vec![]),
+        ]
+    );
+    // An array of rows in Redis's order; CONFIG REWRITE, which Basalt does
+    // not run, is left out.
+    assert_eq!(
+        sub_names(&config),
+        [
+            "config|set",
+            "config|resetstat",
+            "config|get",
+            "config|help"
+        ]
+    );
+    let set = array(array(config[9].clone())[0].clone());
+    assert_eq!(
+        set,
+        [
+            bulk("config|set"),
+            int(-4),
+            simple_set(&["admin", "noscript", "loading", "stale"]),
+            int(0),
+            int(0),
+            int(0),
+            simple_set(&["@admin", "@slow", "@dangerous"]),
+            bulk_set(&["request_policy:all_nodes", "response_policy:all_succeeded"]),
+            Frame::Set(vec![]),
+            Frame::Set(vec![]),
+        ]
+    );
+    // A subcommand by its full name, in any case: the same row.
+    assert_eq!(
+        r.cmd(&["COMMAND", "INFO", "CONFIG|SET"]),
+        Frame::Array(vec![Frame::Array(set)])
+    );
+    // OBJECT's key is its subcommands', not the container's.
+    let object = array(array(r.cmd(&["COMMAND", "INFO", "object"]))[0].clone());
+    assert_eq!(
+        &object[2..7],
+        &[
+            Frame::Set(vec![]),
+            int(0),
+            int(0),
+            int(0),
+            simple_set(&["@slow"])
+        ]
+    );
+    let encoding = array(array(r.cmd(&["COMMAND", "INFO", "object|encoding"]))[0].clone());
+    assert_eq!(
+        &encoding[..8],
+        &[
+            bulk("object|encoding"),
+            int(3),
+            simple_set(&["readonly"]),
+            int(2),
+            int(2),
+            int(1),
+            simple_set(&["@keyspace", "@read", "@slow"]),
+            bulk_set(&["nondeterministic_output"]),
+        ]
+    );
+    let Frame::Set(specs) = &encoding[8] else {
+        panic!("key specs {:?}", encoding[8])
+    };
+    assert_eq!(specs.len(), 1);
+    // CLIENT SETINFO (Redis 7.2) runs but is not listed, as 7.0.15 has none.
+    let client = array(array(r.cmd(&["COMMAND", "INFO", "client"]))[0].clone());
+    let names = sub_names(&client);
+    assert_eq!(names.len(), 16);
+    assert!(names.contains(&"client|id".to_string()));
+    assert!(!names.contains(&"client|setinfo".to_string()));
+    // A command without subcommands sends an empty set.
+    let get = array(array(r.cmd(&["COMMAND", "INFO", "get"]))[0].clone());
+    assert_eq!(get[9], Frame::Set(vec![]));
+    // Names Redis does not resolve.
+    for name in [
+        "config|rewrite",
+        "config|nosuch",
+        "get|x",
+        "object|",
+        "|",
+        "object|freq|x",
+        "client|setinfo",
+    ] {
+        assert_eq!(
+            r.cmd(&["COMMAND", "INFO", name]),
+            Frame::Array(vec![Frame::Null]),
+            "{name}"
+        );
+    }
+    // COMMAND (everything) has the same container rows.
+    let all = array(r.cmd(&["COMMAND"]));
+    let row = all
+        .into_iter()
+        .map(array)
+        .find(|row| row[0] == bulk("config"))
+        .unwrap();
+    assert_eq!(row, config);
+}
+
+#[test]
+fn command_docs_maps_each_containers_subcommands_and_answers_full_names() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    r.cmd(&["HELLO", "3"]);
+    let Frame::Map(top) = r.cmd(&["COMMAND", "DOCS", "config"]) else {
+        panic!("a map")
+    };
+    let Frame::Map(fields) = &top[0].1 else {
+        panic!("a map")
+    };
+    let keys: Vec<String> = fields.iter().map(|(k, _)| text(k.clone())).collect();
+    assert_eq!(
+        keys,
+        ["summary", "since", "group", "complexity", "subcommands"]
+    );
+    let Frame::Map(subs) = &fields[4].1 else {
+        panic!("a map")
+    };
+    let names: Vec<String> = subs.iter().map(|(k, _)| text(k.clone())).collect();
+    assert_eq!(
+        names,
+        [
+            "config|set",
+            "config|resetstat",
+            "config|get",
+            "config|help"
+        ]
+    );
+    // A subcommand's docs, in the map and by its full name.
+    let Frame::Map(get) = r.cmd(&["COMMAND", "DOCS", "Config|Get"]) else {
+        panic!("a map")
+    };
+    assert_eq!(get[0].0, bulk("config|get"));
+    assert_eq!(get[0].1, subs[2].1);
+    let Frame::Map(get_fields) = &get[0].1 else {
+        panic!("a map")
+    };
+    assert_eq!(
+        get_fields[0],
+        (
+            bulk("summary"),
+            bulk("Get the values of configuration parameters")
+        )
+    );
+    assert_eq!(
+        r.cmd(&["COMMAND", "DOCS", "config|rewrite", "get|x"]),
+        Frame::Map(vec![])
+    );
+    // A command without subcommands has no `subcommands` field.
+    let Frame::Map(top) = r.cmd(&["COMMAND", "DOCS", "get"]) else {
+        panic!("a map")
+    };
+    let Frame::Map(fields) = &top[0].1 else {
+        panic!("a map")
+    };
+    assert!(!fields.iter().any(|(k, _)| *k == bulk("subcommands")));
+}
+
+#[test]
+fn command_list_names_subcommands_and_filters_them_like_redis() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    let names = |r: &mut Raw, args: &[&str]| -> Vec<String> {
+        array(r.cmd(args)).into_iter().map(text).collect()
+    };
+    let list = names(&mut r, &["COMMAND", "LIST"]);
+    let at = list.iter().position(|n| n == "config").unwrap();
+    assert_eq!(
+        &list[at..at + 5],
+        [
+            "config",
+            "config|set",
+            "config|resetstat",
+            "config|get",
+            "config|help"
+        ]
+    );
+    assert!(!list.contains(&"config|rewrite".to_string()));
+    // Every subcommand COMMAND shows, and nothing else.
+    let Frame::Array(all) = r.cmd(&["COMMAND"]) else {
+        panic!("an array")
+    };
+    let mut want = Vec::new();
+    for row in all.into_iter().map(array) {
+        want.push(text(row[0].clone()));
+        if matches!(row[9], Frame::Array(_)) {
+            want.extend(sub_names(&row));
+        }
+    }
+    assert_eq!(list, want);
+    // PATTERN matches full names, case-insensitively.
+    assert_eq!(
+        names(
+            &mut r,
+            &["COMMAND", "LIST", "FILTERBY", "PATTERN", "CONFIG|S*"]
+        ),
+        ["config|set"]
+    );
+    let gets = names(&mut r, &["COMMAND", "LIST", "FILTERBY", "PATTERN", "*|get"]);
+    assert_eq!(gets, ["config|get", "slowlog|get"]);
+    // ACLCAT reads each subcommand's own categories.
+    let admin = names(&mut r, &["COMMAND", "LIST", "FILTERBY", "ACLCAT", "admin"]);
+    for n in [
+        "config|get",
+        "client|kill",
+        "slowlog|reset",
+        "latency|reset",
+    ] {
+        assert!(admin.contains(&n.to_string()), "{n}");
+    }
+    for n in ["config", "config|help", "client|id", "get"] {
+        assert!(!admin.contains(&n.to_string()), "{n}");
+    }
+}
+
+/// INFO commandstats as `name -> calls,rejected_calls,failed_calls`.
+fn commandstats(c: &mut redis::Connection) -> Vec<(String, String)> {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(c).unwrap();
+    info.lines()
+        .filter_map(|l| l.strip_prefix("cmdstat_"))
+        .map(|l| {
+            let (name, fields) = l.split_once(':').unwrap();
+            let f: Vec<&str> = fields.split(',').collect();
+            let pick = |k: &str| f.iter().find(|x| x.starts_with(k)).unwrap().to_string();
+            (
+                name.to_string(),
+                format!(
+                    "{},{},{}",
+                    pick("calls="),
+                    pick("rejected_calls="),
+                    pick("failed_calls=")
+                ),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn commandstats_and_latency_histogram_count_a_subcommand_not_its_container() {
+    let s = TestServer::start();
+    let mut c = s.client();
+    let run = |c: &mut redis::Connection, args: &[&str]| -> redis::RedisResult<redis::Value> {
+        let mut cmd = redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        cmd.query(c)
+    };
+    assert!(run(&mut c, &["CONFIG", "RESETSTAT"]).is_ok());
+    assert!(run(&mut c, &["CONFIG", "SET", "hz", "10"]).is_ok());
+    assert!(run(&mut c, &["CONFIG", "GET", "hz"]).is_ok());
+    assert!(run(&mut c, &["CLIENT", "ID"]).is_ok());
+    assert!(run(&mut c, &["OBJECT", "ENCODING", "nokey"]).is_ok());
+    // Refused before running, with Redis's words: the container's arity,
+    // an unknown subcommand (counted nowhere), a subcommand's arity.
+    let refused = [
+        (
+            &["CONFIG"][..],
+            "wrong number of arguments for 'config' command",
+        ),
+        (
+            &["CONFIG", "NOSUCH"],
+            "unknown subcommand 'NOSUCH'. Try CONFIG HELP.",
+        ),
+        (
+            &["CONFIG", "REWRITE"],
+            "unknown subcommand 'REWRITE'. Try CONFIG HELP.",
+        ),
+        (
+            &["CONFIG", "GET"],
+            "wrong number of arguments for 'config|get' command",
+        ),
+        (
+            &["OBJECT"],
+            "wrong number of arguments for 'object' command",
+        ),
+        (
+            &["OBJECT", "FREQ"],
+            "wrong number of arguments for 'object|freq' command",
+        ),
+        (
+            &["XINFO", "STREAM"],
+            "wrong number of arguments for 'xinfo|stream' command",
+        ),
+    ];
+    for (args, want) in refused {
+        let e = run(&mut c, args).unwrap_err();
+        assert!(e.to_string().contains(want), "{args:?}: {e}");
+    }
+    // A failure inside the subcommand is its failed call.
+    assert!(run(&mut c, &["CONFIG", "SET", "no-such-parameter", "1"]).is_err());
+    let stats = commandstats(&mut c);
+    let row = |name: &str| {
+        stats
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+            .unwrap_or("none")
+    };
+    let expect = [
+        ("config", "calls=0,rejected_calls=1,failed_calls=0"),
+        (
+            "config|resetstat",
+            "calls=1,rejected_calls=0,failed_calls=0",
+        ),
+        ("config|set", "calls=2,rejected_calls=0,failed_calls=1"),
+        ("config|get", "calls=1,rejected_calls=1,failed_calls=0"),
+        ("client|id", "calls=1,rejected_calls=0,failed_calls=0"),
+        ("object", "calls=0,rejected_calls=1,failed_calls=0"),
+        ("object|encoding", "calls=1,rejected_calls=0,failed_calls=0"),
+        ("object|freq", "calls=0,rejected_calls=1,failed_calls=0"),
+        ("xinfo|stream", "calls=0,rejected_calls=1,failed_calls=0"),
+    ];
+    for (name, want) in expect {
+        assert_eq!(row(name), want, "cmdstat_{name} in {stats:?}");
+    }
+    for name in ["config|nosuch", "config|rewrite", "client", "xinfo"] {
+        assert_eq!(row(name), "none", "cmdstat_{name} in {stats:?}");
+    }
+    // Each container's subcommands follow it.
+    let names: Vec<&str> = stats.iter().map(|(n, _)| n.as_str()).collect();
+    let at = names.iter().position(|n| *n == "config").unwrap();
+    assert!(names[at + 1..at + 4]
+        .iter()
+        .all(|n| n.starts_with("config|")));
+    // CLIENT SETINFO, which Redis 7.0.15 does not have, counts as CLIENT.
+    assert!(run(&mut c, &["CLIENT", "SETINFO", "lib-name", "x"]).is_ok());
+    assert_eq!(
+        commandstats(&mut c)
+            .into_iter()
+            .find(|(n, _)| n == "client")
+            .map(|(_, v)| v),
+        Some("calls=1,rejected_calls=0,failed_calls=0".to_string())
+    );
+    // LATENCY HISTOGRAM: a row per subcommand; a container's name gives
+    // its subcommands' rows, a full name that one row.
+    let mut r = s.raw();
+    r.cmd(&["HELLO", "3"]);
+    let rows = |r: &mut Raw, args: &[&str]| -> Vec<(String, Frame)> {
+        let Frame::Map(m) = r.cmd(args) else {
+            panic!("a map")
+        };
+        m.into_iter()
+            .map(|(k, v)| {
+                let Frame::Map(f) = v else { panic!("a map") };
+                (text(k), f[0].1.clone())
+            })
+            .collect()
+    };
+    assert_eq!(
+        rows(&mut r, &["LATENCY", "HISTOGRAM", "config"]),
+        [
+            ("config|set".to_string(), int(2)),
+            ("config|resetstat".to_string(), int(1)),
+            ("config|get".to_string(), int(1)),
+        ]
+    );
+    assert_eq!(
+        rows(&mut r, &["LATENCY", "HISTOGRAM", "CONFIG|GET", "nosuch|x"]),
+        [("config|get".to_string(), int(1))]
+    );
+    let all: Vec<String> = rows(&mut r, &["LATENCY", "HISTOGRAM"])
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    for n in [
+        "client",
+        "client|id",
+        "object|encoding",
+        "config|set",
+        "hello",
+    ] {
+        assert!(all.contains(&n.to_string()), "{n} in {all:?}");
+    }
+    assert!(!all.contains(&"object|freq".to_string()), "never ran");
+}
+
+#[test]
+fn every_listed_subcommand_runs_and_the_others_are_unknown() {
+    // Redis 7.0.15's subcommands of Basalt's containers, from the data
+    // COMMAND serves.
+    let data: serde_json::Value =
+        serde_json::from_str(include_str!("../src/commands/redis_commands.json")).unwrap();
+    let s = TestServer::start();
+    let mut r = s.raw();
+    let Frame::Array(all) = r.cmd(&["COMMAND"]) else {
+        panic!("an array")
+    };
+    let mut checked = 0;
+    for row in all.into_iter().map(array) {
+        let name = text(row[0].clone());
+        let Some(redis_subs) = data[&name]["subcommands"].as_array() else {
+            continue;
+        };
+        let listed = sub_names(&row);
+        for sub in redis_subs {
+            let sub = sub.as_str().unwrap();
+            let full = format!("{name}|{sub}");
+            // Alone, a subcommand that takes arguments is refused by its
+            // arity; one that takes none runs. Neither is unknown.
+            let reply = r.cmd(&[&name, sub]);
+            let unknown = matches!(&reply, Frame::Error(e)
+                if String::from_utf8_lossy(e).starts_with("ERR unknown subcommand '"));
+            assert_eq!(
+                unknown,
+                !listed.contains(&full),
+                "{full}: listed {}, replied {reply:?}",
+                listed.contains(&full)
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 80, "{checked}");
 }

@@ -9,6 +9,13 @@
 //! latency events are the ones Basalt really has: `command`,
 //! `fast-command`, and `aof-fsync-always` when the group-commit fsync of
 //! `appendfsync always` is recorded by the connection.
+//!
+//! It also keeps what redis-server 7.0.15 says about its commands
+//! (`redis_commands.json`), which COMMAND INFO / DOCS serve, and from it
+//! the subcommands of each container Basalt runs (`config|get`, ...):
+//! dispatch looks a subcommand up before running it, as Redis does
+//! ([`route`]), so that INFO commandstats, LATENCY HISTOGRAM and COMMAND
+//! give each its own row.
 
 use std::fmt::Write as _;
 
@@ -225,15 +232,39 @@ fn find_event(ctx: &Ctx<'_>, name: &[u8]) -> Option<Series> {
 /// LATENCY HISTOGRAM: per command, its calls and the cumulative count at
 /// each power-of-two bucket that gained samples, as Redis reports its
 /// HDR histograms (`{calls, histogram_usec: {bucket_us: count, ...}}`).
-/// Commands never run, and unknown names, are left out; subcommands are
-/// counted under their container (`config`, not `config|get`).
+/// A subcommand has its own row (`config|get`), as in Redis: a container's
+/// name gives the container's row (only a Basalt-only subcommand such as
+/// CLIENT SETINFO counts there) and then its subcommands' rows, a
+/// `container|sub` name that one row. Commands never run, and unknown
+/// names, are left out.
 fn histogram(ctx: &mut Ctx<'_>, args: Args<'_>) {
+    // (name, counter row) of each command asked for.
+    let mut asked: Vec<(&'static str, usize)> = Vec::new();
+    let with_subs = |asked: &mut Vec<_>, c: &'static CommandDef, idx: usize| {
+        asked.push((c.name, idx));
+        asked.extend(subcommands(idx).iter().map(|s| (s.full, s.row)));
+    };
+    if args.len() == 2 {
+        for (idx, c) in super::all().enumerate() {
+            with_subs(&mut asked, c, idx);
+        }
+    } else {
+        for name in args.iter().skip(2) {
+            if name.contains(&b'|') {
+                if let Some(s) = lookup_subcommand(name) {
+                    asked.push((s.full, s.row));
+                }
+            } else if let Some((c, idx)) = lookup_indexed(name) {
+                with_subs(&mut asked, c, idx);
+            }
+        }
+    }
     let st = &ctx.shared.cmdstats;
     // (command, [(bucket µs, cumulative count)], calls)
     type Row = (&'static str, Vec<(u64, u64)>, u64);
     let mut rows: Vec<Row> = Vec::new();
-    let mut add = |name: &'static str, idx: usize| {
-        let h = st.histogram(idx);
+    for (name, row) in asked {
+        let h = st.histogram(row);
         let mut cumulative = 0;
         let mut points = Vec::new();
         for (b, n) in h.iter().enumerate() {
@@ -244,17 +275,6 @@ fn histogram(ctx: &mut Ctx<'_>, args: Args<'_>) {
         }
         if cumulative > 0 {
             rows.push((name, points, cumulative));
-        }
-    };
-    if args.len() == 2 {
-        for (idx, c) in super::all().enumerate() {
-            add(c.name, idx);
-        }
-    } else {
-        for name in args.iter().skip(2) {
-            if let Some((c, idx)) = lookup_indexed(name) {
-                add(c.name, idx);
-            }
         }
     }
     let mut e = ctx.enc();
@@ -426,23 +446,278 @@ pub(crate) struct RedisMeta {
     pub tips: serde_json::Value,
     /// COMMAND INFO's key specs (a set of maps).
     pub key_specs: serde_json::Value,
-    /// COMMAND DOCS (a map, without subcommands), for top-level commands.
+    /// COMMAND DOCS (a map, without subcommands).
     #[serde(default)]
     pub docs: Option<serde_json::Value>,
-    /// A container's subcommand names (each has its own `name|sub` entry).
+    /// A container's subcommand names in Redis's order (each has its own
+    /// `name|sub` entry).
     #[serde(default)]
     pub subcommands: Vec<String>,
     /// A subcommand's arity (0 for top-level commands: the table has it).
     #[serde(default)]
     pub arity: i32,
+    /// COMMAND INFO's flags (a set), for containers and subcommands; a
+    /// plain command's come from the table.
+    #[serde(default)]
+    pub flags: Option<serde_json::Value>,
+    /// COMMAND INFO's first key, last key and step, for containers and
+    /// subcommands.
+    #[serde(default)]
+    pub keys: Option<[i64; 3]>,
+    /// COMMAND INFO's ACL categories (a set), for containers and
+    /// subcommands.
+    #[serde(default)]
+    pub acl_categories: Option<serde_json::Value>,
 }
 
-/// The metadata of command `name`, if Redis has it.
-pub(crate) fn redis_meta(name: &str) -> Option<&'static RedisMeta> {
-    static DATA: std::sync::OnceLock<std::collections::HashMap<String, RedisMeta>> =
-        std::sync::OnceLock::new();
+type MetaMap = std::collections::HashMap<String, RedisMeta>;
+
+fn redis_data() -> &'static MetaMap {
+    static DATA: std::sync::OnceLock<MetaMap> = std::sync::OnceLock::new();
     DATA.get_or_init(|| serde_json::from_str(REDIS_COMMANDS).unwrap_or_default())
-        .get(name)
+}
+
+/// The metadata of command `name` (or subcommand `name|sub`), if Redis has it.
+pub(crate) fn redis_meta(name: &str) -> Option<&'static RedisMeta> {
+    redis_data().get(name)
+}
+
+// ---------------------------------------------------------- subcommands
+
+/// Subcommands Redis 7.0.15 has that Basalt does not run: dispatch
+/// answers Redis's "unknown subcommand" and COMMAND leaves them out.
+const NOT_RUN: &[&str] = &["config|rewrite"];
+
+/// Basalt's subcommands that Redis 7.0.15 does not have (CLIENT SETINFO
+/// came with Redis 7.2): they run, are counted as their container, and
+/// COMMAND does not list them, as 7.0.15 would not.
+const BASALT_ONLY: &[&str] = &["client|setinfo"];
+
+/// A container's subcommand that Basalt runs, with what Redis 7.0.15 says
+/// of it. Redis looks subcommands up before it runs anything: arity
+/// errors name `container|sub`, and INFO commandstats, LATENCY HISTOGRAM
+/// and COMMAND give each subcommand its own row.
+#[derive(Debug)]
+pub(crate) struct Subcommand {
+    /// `container|sub`, lower-case.
+    pub full: &'static str,
+    /// `sub`.
+    pub name: &'static str,
+    /// Its row in `crate::cmdstats` (after the command table's rows).
+    pub row: usize,
+    /// Redis's COMMAND INFO and DOCS of it.
+    pub meta: &'static RedisMeta,
+}
+
+#[derive(Debug)]
+struct Registry {
+    /// Every container's subcommands, container by container in table
+    /// order, each container's in Redis's order.
+    subs: Vec<Subcommand>,
+    /// Per command-table position, its range of `subs`.
+    ranges: Vec<std::ops::Range<usize>>,
+}
+
+fn registry() -> &'static Registry {
+    static REG: std::sync::OnceLock<Registry> = std::sync::OnceLock::new();
+    REG.get_or_init(|| {
+        let data = redis_data();
+        let commands = super::all().count();
+        let mut subs = Vec::new();
+        let mut ranges = Vec::with_capacity(commands);
+        for c in super::all() {
+            let start = subs.len();
+            for sub in redis_meta(c.name).map_or(&[][..], |m| &m.subcommands[..]) {
+                let full = format!("{}|{sub}", c.name);
+                if NOT_RUN.contains(&full.as_str()) {
+                    continue;
+                }
+                if let Some((full, meta)) = data.get_key_value(&full) {
+                    subs.push(Subcommand {
+                        full: full.as_str(),
+                        name: &full[c.name.len() + 1..],
+                        row: commands + subs.len(),
+                        meta,
+                    });
+                }
+            }
+            ranges.push(start..subs.len());
+        }
+        Registry { subs, ranges }
+    })
+}
+
+/// The subcommands Basalt runs of the command at table position `idx`
+/// (empty for a command that is no container).
+pub(crate) fn subcommands(idx: usize) -> &'static [Subcommand] {
+    let r = registry();
+    r.ranges
+        .get(idx)
+        .map_or(&[][..], |range| &r.subs[range.clone()])
+}
+
+/// How many subcommand rows `crate::cmdstats` keeps after the table's.
+pub(crate) fn subcommand_count() -> usize {
+    registry().subs.len()
+}
+
+/// Subcommand `container|sub` (any case) as Redis's `lookupCommandBySds`
+/// finds it: exactly two parts, the first a container.
+pub(crate) fn lookup_subcommand(full: &[u8]) -> Option<&'static Subcommand> {
+    let bar = full.iter().position(|&b| b == b'|')?;
+    let (container, sub) = (&full[..bar], &full[bar + 1..]);
+    let (_, idx) = lookup_indexed(container)?;
+    subcommands(idx).iter().find(|s| is(sub, s.name))
+}
+
+/// A name COMMAND INFO / DOCS answers: a command or `container|sub`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Named {
+    /// A command of the table.
+    Command(&'static CommandDef),
+    /// A subcommand.
+    Sub(&'static Subcommand),
+}
+
+/// [`super::lookup`], or [`lookup_subcommand`] for a name with a `|`.
+pub(crate) fn lookup_named(name: &[u8]) -> Option<Named> {
+    if name.contains(&b'|') {
+        lookup_subcommand(name).map(Named::Sub)
+    } else {
+        super::lookup(name).map(Named::Command)
+    }
+}
+
+/// Dispatch's subcommand step, run after the command's own arity check,
+/// as Redis's `processCommand` looks a container's subcommand up: the
+/// counter row of the run (`idx`, or the subcommand's row), or the error
+/// to reply with the row it is counted against (an unknown subcommand is
+/// counted nowhere; a wrong arity is a rejected call of the subcommand).
+/// For a command that is no container this is one lookup by position.
+#[inline]
+pub(crate) fn route(
+    cmd: &CommandDef,
+    idx: usize,
+    args: &Args<'_>,
+) -> std::result::Result<usize, (Option<usize>, Error)> {
+    let subs = subcommands(idx);
+    if subs.is_empty() || args.len() < 2 {
+        return Ok(idx);
+    }
+    let sub = &args[1];
+    match subs.iter().find(|s| is(sub, s.name)) {
+        Some(s) => match sub_arity(s.full, s.meta.arity, args) {
+            Ok(()) => Ok(s.row),
+            Err(e) => Err((Some(s.row), e)),
+        },
+        None if BASALT_ONLY.iter().any(|f| {
+            f.strip_prefix(cmd.name)
+                .and_then(|rest| rest.strip_prefix('|'))
+                .is_some_and(|name| is(sub, name))
+        }) =>
+        {
+            Ok(idx)
+        }
+        None => Err((None, unknown_subcommand(cmd.name, sub))),
+    }
+}
+
+/// Names as COMMAND LIST gives them: every command, each container
+/// followed by its subcommands (`config`, `config|set`, ...).
+pub(crate) fn list_names() -> impl Iterator<Item = (&'static str, Option<&'static Subcommand>)> {
+    super::all().enumerate().flat_map(|(idx, c)| {
+        std::iter::once((c.name, None)).chain(subcommands(idx).iter().map(|s| (s.full, Some(s))))
+    })
+}
+
+/// A subcommand's ACL categories (`@admin`, ...).
+pub(crate) fn sub_categories(s: &Subcommand) -> Vec<&'static str> {
+    s.meta
+        .acl_categories
+        .as_ref()
+        .map(items)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|c| c.get("+").and_then(|s| s.as_str()))
+        .collect()
+}
+
+/// COMMAND INFO's row of a container as Redis 7.0.15 gives it (its own
+/// flags, key positions and ACL categories, which Basalt's table does not
+/// keep: the table's flags are what the container's code needs, e.g.
+/// NOSCRIPT for every CLIENT subcommand), then its subcommands' rows.
+/// False, writing nothing, for a command that is no container.
+pub(crate) fn write_container_info(e: &mut basalt_resp::Encoder<'_>, c: &CommandDef) -> bool {
+    let Some((_, idx)) = lookup_indexed(c.name.as_bytes()) else {
+        return false;
+    };
+    let subs = subcommands(idx);
+    let Some(m) = redis_meta(c.name).filter(|m| m.flags.is_some() && !subs.is_empty()) else {
+        return false;
+    };
+    write_row(e, c.name, c.arity, m);
+    // An array (a command without subcommands sends an empty set).
+    e.array(subs.len());
+    for s in subs {
+        write_sub_info(e, s);
+    }
+    true
+}
+
+/// COMMAND INFO's row of a subcommand.
+pub(crate) fn write_sub_info(e: &mut basalt_resp::Encoder<'_>, s: &Subcommand) {
+    write_row(e, s.full, s.meta.arity, s.meta);
+    e.set(0);
+}
+
+/// The nine first fields of a COMMAND INFO row from Redis's data.
+fn write_row(e: &mut basalt_resp::Encoder<'_>, name: &str, arity: i32, m: &RedisMeta) {
+    let empty_set = serde_json::json!({ "~": [] });
+    e.array(10);
+    e.bulk(name.as_bytes());
+    e.integer(arity as i64);
+    write_tagged(e, m.flags.as_ref().unwrap_or(&empty_set));
+    for k in m.keys.unwrap_or_default() {
+        e.integer(k);
+    }
+    write_tagged(e, m.acl_categories.as_ref().unwrap_or(&empty_set));
+    write_tagged(e, &m.tips);
+    write_tagged(e, &m.key_specs);
+}
+
+/// COMMAND DOCS of a Redis command (`docs` is its map from Redis's data),
+/// with, for a container, the `subcommands` map of those Basalt runs,
+/// last as Redis puts it.
+pub(crate) fn write_docs(
+    e: &mut basalt_resp::Encoder<'_>,
+    c: &CommandDef,
+    docs: &serde_json::Value,
+) {
+    let subs = lookup_indexed(c.name.as_bytes()).map_or(&[][..], |(_, idx)| subcommands(idx));
+    let pairs = docs.get("%").and_then(|p| p.as_array());
+    let (Some(pairs), false) = (pairs, subs.is_empty()) else {
+        write_tagged(e, docs);
+        return;
+    };
+    e.map(pairs.len() + 1);
+    for p in pairs {
+        write_tagged(e, p.get(0).unwrap_or(&serde_json::Value::Null));
+        write_tagged(e, p.get(1).unwrap_or(&serde_json::Value::Null));
+    }
+    e.bulk(b"subcommands");
+    e.map(subs.len());
+    for s in subs {
+        e.bulk(s.full.as_bytes());
+        write_sub_docs(e, s);
+    }
+}
+
+/// COMMAND DOCS's map of a subcommand.
+pub(crate) fn write_sub_docs(e: &mut basalt_resp::Encoder<'_>, s: &Subcommand) {
+    match &s.meta.docs {
+        Some(d) => write_tagged(e, d),
+        None => e.map(0),
+    }
 }
 
 /// Writes a tagged value (see [`REDIS_COMMANDS`]) in the client's protocol.
@@ -740,6 +1015,34 @@ mod tests {
         assert_eq!(lines[1].len(), 80);
         assert_eq!(&lines[2..6], &["#", "|", "|", "|"]);
         assert_eq!(&lines[6..], &["1", "2", "s"]);
+    }
+
+    #[test]
+    fn subcommand_rows_follow_the_table_and_agree_with_redis_data() {
+        for full in NOT_RUN {
+            assert!(redis_meta(full).is_some(), "{full} is Redis's");
+            assert!(lookup_subcommand(full.as_bytes()).is_none(), "{full}");
+        }
+        for full in BASALT_ONLY {
+            assert!(redis_meta(full).is_none(), "{full} is not Redis 7.0.15's");
+            let container = full.split('|').next().unwrap();
+            assert!(super::super::lookup(container.as_bytes()).is_some());
+        }
+        let commands = super::super::all().count();
+        let mut next = commands;
+        for (idx, c) in super::super::all().enumerate() {
+            for s in subcommands(idx) {
+                assert_eq!(s.row, next, "{}", s.full);
+                next += 1;
+                assert_eq!(s.full, format!("{}|{}", c.name, s.name));
+                assert!(s.meta.arity != 0 && s.meta.flags.is_some() && s.meta.keys.is_some());
+                assert!(s.meta.acl_categories.is_some() && s.meta.docs.is_some());
+                let found = lookup_subcommand(s.full.to_ascii_uppercase().as_bytes());
+                assert_eq!(found.map(|f| f.row), Some(s.row));
+            }
+        }
+        assert_eq!(next - commands, subcommand_count());
+        assert!(subcommand_count() >= 80, "{}", subcommand_count());
     }
 
     #[test]

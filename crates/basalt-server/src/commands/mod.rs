@@ -21,6 +21,7 @@ pub mod keys;
 pub mod list;
 pub mod memory;
 pub mod pubsub;
+pub mod replication;
 pub mod server;
 pub mod set;
 pub mod sort;
@@ -218,6 +219,7 @@ impl CommandDef {
 /// Every family's table.
 const FAMILIES: &[&[CommandDef]] = &[
     strings::COMMANDS,
+    replication::COMMANDS,
     bitmap::COMMANDS,
     hll::COMMANDS,
     geo::COMMANDS,
@@ -617,6 +619,18 @@ pub fn execute_found(
         e.error(Error::Arity(cmd.name.into()).message().as_bytes());
         return (None, None);
     }
+    // A container's subcommand is looked up (and its arity checked) next,
+    // as in Redis, and counted on its own row (`config|get`).
+    let row = match introspection::route(cmd, idx, &args) {
+        Ok(row) => row,
+        Err((row, e)) => {
+            if let Some(row) = row {
+                shared.cmdstats.reject(row);
+            }
+            Encoder::new(out, conn.protocol).error(e.message().as_bytes());
+            return (None, None);
+        }
+    };
     if !crate::auth::may_run(shared, &conn.info, cmd.flags) {
         Encoder::new(out, conn.protocol).error(crate::auth::noauth_reply(cmd.name).as_bytes());
         return (None, None);
@@ -630,7 +644,7 @@ pub fn execute_found(
             pubsub::full_name(cmd.name, &args)
         );
         Encoder::new(out, conn.protocol).error(line.as_bytes());
-        shared.cmdstats.reject(idx);
+        shared.cmdstats.reject(row);
         return (None, None);
     }
     let now_ms = match conn.batch_clock {
@@ -681,7 +695,7 @@ pub fn execute_found(
         let now = crate::state::now_ns();
         let nanos = now.saturating_sub(conn.tick);
         conn.tick = now;
-        shared.cmdstats.record(idx, nanos, failed);
+        shared.cmdstats.record(row, nanos, failed);
         // SLOWLOG and LATENCY: one relaxed load unless the run was slow.
         if shared.cmdstats.is_slow(nanos) {
             shared

@@ -9,6 +9,7 @@ use basalt_resp::{Args, Encoder};
 
 use super::connection::{bad_client_name, valid_client_name, REDIS_VERSION};
 use super::flags::*;
+use super::introspection::Named;
 use super::{
     def, is, lookup, parse_f64, parse_i64, sub_arity, unknown_subcommand, After, CommandDef, Ctx,
     Error, Group, Result,
@@ -234,6 +235,10 @@ fn categories(c: &CommandDef) -> Vec<&'static str> {
 }
 
 fn command_info(e: &mut Encoder<'_>, c: &CommandDef) {
+    // A container: Redis's row and its subcommands' rows.
+    if super::introspection::write_container_info(e, c) {
+        return;
+    }
     e.array(10);
     e.bulk(c.name.as_bytes());
     e.integer(c.arity as i64);
@@ -304,11 +309,11 @@ fn command_info(e: &mut Encoder<'_>, c: &CommandDef) {
 fn command_docs(e: &mut Encoder<'_>, c: &CommandDef) {
     e.bulk(c.name.as_bytes());
     // A Redis command: redis-server 7.0.15's docs, word for word (summary,
-    // since, group, complexity, history, arguments, ...; no subcommands),
-    // see `introspection::redis_meta`. The table's summaries follow later
-    // Redis documentation.
+    // since, group, complexity, history, arguments, ...; the subcommands
+    // Basalt runs), see `introspection::redis_meta`. The table's summaries
+    // follow later Redis documentation.
     if let Some(d) = super::introspection::redis_meta(c.name).and_then(|m| m.docs.as_ref()) {
-        super::introspection::write_tagged(e, d);
+        super::introspection::write_docs(e, c, d);
         return;
     }
     // Basalt's own: what the table says.
@@ -346,39 +351,56 @@ fn command(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         } else {
             e.array(args.len() - 2);
             for name in args.iter().skip(2) {
-                match lookup(name) {
-                    Some(c) => command_info(&mut e, c),
+                match super::introspection::lookup_named(name) {
+                    Some(Named::Command(c)) => command_info(&mut e, c),
+                    Some(Named::Sub(s)) => super::introspection::write_sub_info(&mut e, s),
                     None => e.null(),
                 }
             }
         }
     } else if is(sub, "docs") {
-        let found: Vec<&CommandDef> = if args.len() == 2 {
-            super::all().collect()
+        let found: Vec<Named> = if args.len() == 2 {
+            super::all().map(Named::Command).collect()
         } else {
-            args.iter().skip(2).filter_map(lookup).collect()
+            args.iter()
+                .skip(2)
+                .filter_map(super::introspection::lookup_named)
+                .collect()
         };
         let mut e = ctx.enc();
         e.map(found.len());
-        for c in found {
-            command_docs(&mut e, c);
+        for n in found {
+            match n {
+                Named::Command(c) => command_docs(&mut e, c),
+                Named::Sub(s) => {
+                    e.bulk(s.full.as_bytes());
+                    super::introspection::write_sub_docs(&mut e, s);
+                }
+            }
         }
     } else if is(sub, "list") {
+        // Subcommands too (`config|get`), after their container, as Redis
+        // lists them (COMMAND COUNT counts only commands).
+        let all = super::introspection::list_names;
         let names: Vec<&str> = match args.len() {
-            2 => super::all().map(|c| c.name).collect(),
+            2 => all().map(|(n, _)| n).collect(),
             5 if is(&args[2], "filterby") => {
                 let what = &args[3];
                 let arg = &args[4];
                 if is(what, "pattern") {
-                    super::all()
-                        .filter(|c| glob::matches(arg, c.name.as_bytes(), true))
-                        .map(|c| c.name)
+                    all()
+                        .filter(|(n, _)| glob::matches(arg, n.as_bytes(), true))
+                        .map(|(n, _)| n)
                         .collect()
                 } else if is(what, "aclcat") {
                     let want = format!("@{}", String::from_utf8_lossy(arg).to_ascii_lowercase());
-                    super::all()
-                        .filter(|c| categories(c).contains(&want.as_str()))
-                        .map(|c| c.name)
+                    all()
+                        .filter(|(n, sub)| match sub {
+                            Some(s) => super::introspection::sub_categories(s).contains(&&*want),
+                            None => lookup(n.as_bytes())
+                                .is_some_and(|c| categories(c).contains(&&*want)),
+                        })
+                        .map(|(n, _)| n)
                         .collect()
                 } else if is(what, "module") {
                     Vec::new()
@@ -1078,6 +1100,73 @@ fn cpu_times() -> (f64, f64) {
     (t(ru.ru_stime), t(ru.ru_utime))
 }
 
+/// INFO `replication` of a node in a replicated group: Redis's fields,
+/// with offsets that are Raft log indexes (`crate::repl`).
+fn replication_info(out: &mut String, sh: &crate::Shared) {
+    let repl = sh.repl.get().expect("checked by the caller");
+    let v = repl.view();
+    let mut kv = |k: &str, val: String| {
+        let _ = write!(out, "{k}:{val}\r\n");
+    };
+    let split = |a: &str| {
+        let (h, p) = a.rsplit_once(':').unwrap_or((a, "0"));
+        (h.to_string(), p.to_string())
+    };
+    if v.leader == Some(v.me) {
+        let followers: Vec<_> = v.members.iter().filter(|m| m.id != v.me).collect();
+        kv("role", "master".into());
+        kv("connected_slaves", followers.len().to_string());
+        for (i, m) in followers.iter().enumerate() {
+            let (ip, port) = split(&m.client);
+            let offset = m.matched.unwrap_or(0);
+            let state = if m.matched.is_some() {
+                "online"
+            } else {
+                "wait_bgsave"
+            };
+            let lag = v.last_log.saturating_sub(offset);
+            kv(
+                &format!("slave{i}"),
+                format!("ip={ip},port={port},state={state},offset={offset},lag={lag}"),
+            );
+        }
+    } else {
+        let leader = v.leader_member();
+        let (host, port) = leader.map_or((String::new(), "0".into()), |m| split(&m.client));
+        kv("role", "slave".into());
+        kv("master_host", host);
+        kv("master_port", port);
+        kv(
+            "master_link_status",
+            if leader.is_some() { "up" } else { "down" }.into(),
+        );
+        kv("master_last_io_seconds_ago", "0".into());
+        kv("master_sync_in_progress", "0".into());
+        kv("slave_read_repl_offset", v.applied.to_string());
+        kv("slave_repl_offset", v.applied.to_string());
+        kv("slave_priority", "100".into());
+        kv("slave_read_only", "1".into());
+        kv("replica_announced", "1".into());
+        kv("connected_slaves", "0".into());
+    }
+    kv("master_failover_state", "no-failover".into());
+    kv("master_replid", format!("{:040x}", v.term));
+    kv(
+        "master_replid2",
+        "0000000000000000000000000000000000000000".into(),
+    );
+    kv("master_repl_offset", v.applied.to_string());
+    kv("second_repl_offset", "-1".into());
+    kv("repl_backlog_active", "1".into());
+    kv("basalt_raft_node_id", v.me.to_string());
+    kv("basalt_raft_term", v.term.to_string());
+    kv("basalt_raft_last_log_index", v.last_log.to_string());
+    kv(
+        "basalt_raft_leader_id",
+        v.leader.map_or("none".into(), |l| l.to_string()),
+    );
+}
+
 const SECTIONS: &[&str] = &[
     "server",
     "clients",
@@ -1088,6 +1177,7 @@ const SECTIONS: &[&str] = &[
     "cpu",
     "keyspace",
     "commandstats",
+    "cluster",
 ];
 
 /// The INFO text for the named sections (lower-case).
@@ -1277,7 +1367,10 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             sh.pubsub.disconnections.load(Ordering::Relaxed)
         );
     }
-    if want("replication") {
+    if want("replication") && sh.repl.get().is_some() {
+        head(&mut out, "Replication");
+        replication_info(&mut out, sh);
+    } else if want("replication") {
         head(&mut out, "Replication");
         kv!(out, "role", "master");
         kv!(out, "connected_slaves", 0);
@@ -1320,6 +1413,11 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
                 t.calls, t.rejected, t.failed
             );
         }
+    }
+    if want("cluster") {
+        head(&mut out, "Cluster");
+        // Basalt does not shard (yet): clients read this to pick a mode.
+        kv!(out, "cluster_enabled", 0);
     }
     if want("keyspace") {
         head(&mut out, "Keyspace");

@@ -336,6 +336,17 @@ pub(crate) struct ApiError {
 }
 
 impl ApiError {
+    /// 503 on a node of a replicated group: HTTP writes do not go through
+    /// the Raft log yet (`crate::repl`), so they are refused rather than
+    /// applied to one node only.
+    pub(crate) fn replicated() -> ApiError {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "REPLICATED",
+            "writes over HTTP are not supported on a node of a replicated group yet; write through the Redis protocol",
+        )
+    }
+
     fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
@@ -575,6 +586,12 @@ impl Req {
         let Ok(Parsed::Command { args, .. }) = parser.parse(&wire) else {
             return Err(ApiError::bad_request("argument too large"));
         };
+        if self.shared.repl.get().is_some()
+            && commands::lookup(&args[0])
+                .is_some_and(|c| crate::repl::is_replicated_write(c, &args))
+        {
+            return Err(ApiError::replicated());
+        }
         let info = self.state.client.get().expect("set with shared").clone();
         let mut conn = Conn {
             db: self.db,
@@ -628,6 +645,9 @@ pub(crate) fn atomically<T>(
     db: usize,
     f: impl FnOnce(&mut Atomic<'_>) -> ApiResult<T>,
 ) -> ApiResult<T> {
+    if shared.repl.get().is_some() {
+        return Err(ApiError::replicated());
+    }
     let mut gate = shared.gate.enter();
     if !gate.held() {
         return Err(ApiError::busy());

@@ -163,6 +163,9 @@ struct Cached {
     f: Function,
     /// [`SHEBANG`] and the `functions` flags of its `#!lua` line.
     flags: u32,
+    /// The source, for a replicated EVALSHA (`crate::repl` proposes the
+    /// body, so followers need no SCRIPT LOAD).
+    body: Vec<u8>,
 }
 
 /// The interpreter and what lives in it.
@@ -439,6 +442,12 @@ impl Scripts {
 
     /// Whether the last script run called a write command (and forgets it):
     /// the caller counts the write (dirty counter, `appendfsync always`).
+    /// The source of the cached script with SHA1 `sha` (hex, any case).
+    pub(crate) fn cached_body(&self, sha: &str) -> Option<Vec<u8>> {
+        let key = sha_key(sha.as_bytes())?;
+        self.engine.lock().scripts.get(&key).map(|c| c.body.clone())
+    }
+
     pub(crate) fn take_wrote(&self) -> bool {
         self.running.wrote.swap(false, Ordering::Relaxed)
     }
@@ -576,7 +585,8 @@ impl Engine {
                 .interp
                 .compile(code, lua::SCRIPT_SOURCE)
                 .map_err(|m| Error::err(format!("Error compiling script (new function): {m}")))?;
-            self.scripts.insert(sha, Cached { f, flags });
+            let body = body.to_vec();
+            self.scripts.insert(sha, Cached { f, flags, body });
             if evictable {
                 self.evictable.push_back(sha);
                 while self.evictable.len() > MAX_EVAL_SCRIPTS {

@@ -1,0 +1,221 @@
+//! ROLE and the SENTINEL commands clients use to find the leader of a
+//! replicated group (`crate::repl`), answered from the Raft state.
+//!
+//! The one idea a reader needs: **every node of a group is also its own
+//! Sentinel.** A Sentinel-aware client (redis-py `Sentinel`, Jedis, Lettuce,
+//! go-redis's failover client) is given the nodes' client addresses as its
+//! "sentinels", asks any of them for the master of its service, and gets
+//! the Raft leader's client address; after a failover it asks again (its
+//! writes to the old leader answer `-READONLY`). A node answers for any
+//! master name, since it knows one group. On a single node, ROLE answers
+//! `master` with no replicas and SENTINEL is refused as Redis refuses it
+//! outside Sentinel mode.
+
+use basalt_resp::{Args, Encoder};
+
+use super::flags::*;
+use super::{def, is, CommandDef, Ctx, Error, Group, Result};
+use crate::repl::View;
+
+/// ROLE and SENTINEL.
+#[rustfmt::skip]
+pub const COMMANDS: &[CommandDef] = &[
+    def("role", 1, NOSCRIPT | LOADING | STALE | FAST, (0, 0, 0), Group::Server, "2.8.12", "Return the role of the instance in the context of replication.", role),
+    def("sentinel", -2, ADMIN | NOSCRIPT | LOADING | STALE, (0, 0, 0), Group::Server, "2.8.4", "Sentinel commands: the leader of a replicated Basalt group (GET-MASTER-ADDR-BY-NAME, MASTERS, MASTER, REPLICAS, SLAVES, SENTINELS, MYID).", sentinel),
+];
+
+fn split(addr: &str) -> (&str, &str) {
+    addr.rsplit_once(':').unwrap_or((addr, "0"))
+}
+
+fn role(ctx: &mut Ctx<'_>, _args: Args<'_>) -> Result<()> {
+    let Some(repl) = ctx.shared.repl.get() else {
+        let mut e = ctx.enc();
+        e.array(3);
+        e.bulk(b"master");
+        e.integer(0);
+        e.array(0);
+        return Ok(());
+    };
+    let v = repl.view();
+    if v.leader == Some(v.me) {
+        let followers: Vec<_> = v.members.iter().filter(|m| m.id != v.me).collect();
+        let mut e = ctx.enc();
+        e.array(3);
+        e.bulk(b"master");
+        e.integer(v.applied as i64);
+        e.array(followers.len());
+        for m in followers {
+            let (ip, port) = split(&m.client);
+            e.array(3);
+            e.bulk(ip.as_bytes());
+            e.bulk(port.as_bytes());
+            e.bulk(m.matched.unwrap_or(0).to_string().as_bytes());
+        }
+    } else {
+        let leader = v.leader_member();
+        let (ip, port) = leader.map_or(("", "0"), |m| split(&m.client));
+        let port: i64 = port.parse().unwrap_or(0);
+        let mut e = ctx.enc();
+        e.array(5);
+        e.bulk(b"slave");
+        e.bulk(ip.as_bytes());
+        e.integer(port);
+        e.bulk(if leader.is_some() {
+            b"connected"
+        } else {
+            b"connect"
+        });
+        e.integer(v.applied as i64);
+    }
+    Ok(())
+}
+
+fn sentinel(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result<()> {
+    let Some(repl) = ctx.shared.repl.get() else {
+        // What redis-server answers outside Sentinel mode.
+        return Err(Error::Msg(
+            format!(
+                "ERR unknown command 'SENTINEL', with args beginning with: {}",
+                args.iter()
+                    .skip(1)
+                    .map(|a| format!("'{}' ", String::from_utf8_lossy(a)))
+                    .collect::<String>()
+            )
+            .into(),
+        ));
+    };
+    let sub = &args[1];
+    let v = repl.view();
+    let name = args.get(2).unwrap_or(b"");
+    if is(sub, "get-master-addr-by-name") && args.len() == 3 {
+        match v.leader_member().filter(|m| !m.client.is_empty()) {
+            Some(m) => {
+                let (ip, port) = split(&m.client);
+                let mut e = ctx.enc();
+                e.array(2);
+                e.bulk(ip.as_bytes());
+                e.bulk(port.as_bytes());
+            }
+            None => ctx.null(),
+        }
+    } else if is(sub, "masters") && args.len() == 2 {
+        let n = usize::from(v.leader_member().is_some());
+        ctx.array(n);
+        if n == 1 {
+            master_entry(&mut ctx.enc(), &v, b"basalt");
+        }
+    } else if is(sub, "master") && args.len() == 3 {
+        if v.leader_member().is_none() {
+            return Err(Error::Msg("ERR No such master with that name".into()));
+        }
+        master_entry(&mut ctx.enc(), &v, name);
+    } else if (is(sub, "replicas") || is(sub, "slaves")) && args.len() == 3 {
+        let leader = v.leader;
+        let followers: Vec<_> = v.members.iter().filter(|m| Some(m.id) != leader).collect();
+        let (mhost, mport) = v.leader_member().map_or(("", "0"), |m| split(&m.client));
+        let mut e = ctx.enc();
+        e.array(followers.len());
+        for m in followers {
+            let (ip, port) = split(&m.client);
+            let fields: Vec<(&str, String)> = vec![
+                ("name", m.client.clone()),
+                ("ip", ip.into()),
+                ("port", port.into()),
+                ("runid", format!("basalt-node-{}", m.id)),
+                ("flags", "slave".into()),
+                ("link-pending-commands", "0".into()),
+                ("link-refcount", "1".into()),
+                ("last-ping-sent", "0".into()),
+                ("last-ok-ping-reply", "0".into()),
+                ("last-ping-reply", "0".into()),
+                ("down-after-milliseconds", v.election_ms.to_string()),
+                ("info-refresh", "0".into()),
+                ("role-reported", "slave".into()),
+                ("role-reported-time", "0".into()),
+                ("master-link-down-time", "0".into()),
+                ("master-link-status", "ok".into()),
+                ("master-host", mhost.into()),
+                ("master-port", mport.into()),
+                ("slave-priority", "100".into()),
+                ("slave-repl-offset", m.matched.unwrap_or(0).to_string()),
+                ("replica-announced", "1".into()),
+            ];
+            fields_map(&mut e, &fields);
+        }
+    } else if is(sub, "sentinels") && args.len() == 3 {
+        let others: Vec<_> = v.members.iter().filter(|m| m.id != v.me).collect();
+        let mut e = ctx.enc();
+        e.array(others.len());
+        for m in others {
+            let (ip, port) = split(&m.client);
+            let fields: Vec<(&str, String)> = vec![
+                ("name", format!("basalt-node-{}", m.id)),
+                ("ip", ip.into()),
+                ("port", port.into()),
+                ("runid", format!("basalt-node-{}", m.id)),
+                ("flags", "sentinel".into()),
+                ("link-pending-commands", "0".into()),
+                ("link-refcount", "1".into()),
+                ("last-ping-sent", "0".into()),
+                ("last-ok-ping-reply", "0".into()),
+                ("last-ping-reply", "0".into()),
+                ("down-after-milliseconds", v.election_ms.to_string()),
+                ("last-hello-message", "0".into()),
+                ("voted-leader", "?".into()),
+                ("voted-leader-epoch", "0".into()),
+            ];
+            fields_map(&mut e, &fields);
+        }
+    } else if is(sub, "myid") && args.len() == 2 {
+        ctx.bulk(format!("basalt-node-{}", v.me).as_bytes());
+    } else {
+        return Err(Error::Msg(
+            format!(
+                "ERR Unknown sentinel subcommand '{}'",
+                String::from_utf8_lossy(sub)
+            )
+            .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// One master's fields, as Sentinel lists them (flat pairs in RESP2, a
+/// map in RESP3).
+fn master_entry(e: &mut Encoder<'_>, v: &View, name: &[u8]) {
+    let leader = v.leader_member().expect("checked by the caller");
+    let (ip, port) = split(&leader.client);
+    let others = v.members.len().saturating_sub(1);
+    let fields: Vec<(&str, String)> = vec![
+        ("name", String::from_utf8_lossy(name).into_owned()),
+        ("ip", ip.into()),
+        ("port", port.into()),
+        ("runid", format!("basalt-node-{}", leader.id)),
+        ("flags", "master".into()),
+        ("link-pending-commands", "0".into()),
+        ("link-refcount", "1".into()),
+        ("last-ping-sent", "0".into()),
+        ("last-ok-ping-reply", "0".into()),
+        ("last-ping-reply", "0".into()),
+        ("down-after-milliseconds", v.election_ms.to_string()),
+        ("info-refresh", "0".into()),
+        ("role-reported", "master".into()),
+        ("role-reported-time", "0".into()),
+        ("config-epoch", v.term.to_string()),
+        ("num-slaves", others.to_string()),
+        ("num-other-sentinels", others.to_string()),
+        ("quorum", (v.members.len() / 2 + 1).to_string()),
+        ("failover-timeout", v.election_ms.to_string()),
+        ("parallel-syncs", "1".into()),
+    ];
+    fields_map(e, &fields);
+}
+
+fn fields_map(e: &mut Encoder<'_>, fields: &[(&str, String)]) {
+    e.map(fields.len());
+    for (k, val) in fields {
+        e.bulk(k.as_bytes());
+        e.bulk(val.as_bytes());
+    }
+}

@@ -1,0 +1,665 @@
+//! Replication: this server as a node of a Raft group (`basalt-raft`).
+//!
+//! The one idea a reader needs: **a write runs once per node, at apply
+//! time, through the same command table as everywhere else.** On the
+//! leader, a connection does not execute a write command; it proposes a
+//! [`Proposal`] (the command's RESP bytes, the database, the protocol and
+//! the leader's clock reading) and waits. Once a majority holds the entry,
+//! every node's state machine hands it to [`ReplApplier::apply`], which
+//! runs the command with a stand-in connection on that database, at that
+//! time, inside the engine write batch the state machine opened (so the
+//! effects commit with the entry's applied marker). On the leader the
+//! reply bytes go back to the waiting connection; followers discard them.
+//! Every in-memory structure beside the engine (sorted-set index, list
+//! caches, keyspace events, tracking invalidations) is kept by the command
+//! code itself, so followers keep them exactly as the leader does.
+//!
+//! Determinism (brief decision 9): a command is a function of the state,
+//! its arguments and its time, and the time is the entry's. Versions (the
+//! engine's sequence numbers, seen by WATCH, VERSION, CAS and HTTP ETags)
+//! are made equal on every node by raising the shared sequence counter to
+//! `index << 20` before each entry. Commands whose outcome is a random
+//! choice are refused for now (SPOP; see `docs/replication.md`).
+//!
+//! Expiry: no engine sweeps keys on its own in a group. Reads hide expired
+//! keys (the engine compares with the command's time); the leader's
+//! sweeper proposes [`Proposal::Expire`] for keys it finds expired, and
+//! every node deletes them (if still expired at the entry's time), with
+//! the `expired` event.
+//!
+//! Followers answer a write with Redis's `-READONLY` error (what a Redis
+//! replica answers, which Sentinel-aware clients take as "reconnect to the
+//! master"); reads run locally.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use basalt_raft::{Applier, Held, NodeAddr, NodeConfig, NodeId, RaftNode, WriteError};
+use basalt_resp::{Args, Encoder, Frame, Limits, Parsed, Protocol, RequestParser};
+use serde::{Deserialize, Serialize};
+
+use crate::commands::{self, After, Conn};
+use crate::state::{ClientInfo, Shared};
+
+/// Sequence numbers one entry may use before the next entry's floor.
+const SEQ_SHIFT: u32 = 20;
+
+/// What a log entry carries (bincode).
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Proposal {
+    /// Commands run on database `db` at `time_ms`, RESP-encoded back to
+    /// back. `exec`: run them as a transaction (the reply is the array of
+    /// their replies, or a null array if a watched key's version differs).
+    Run {
+        /// The database selected when the command was sent.
+        db: u32,
+        /// Encode the reply in RESP3.
+        resp3: bool,
+        /// The leader's clock (unix ms) when it proposed.
+        time_ms: u64,
+        /// The commands.
+        commands: Vec<u8>,
+        /// `Some(watched keys: (db, key, version))` for EXEC.
+        exec: Option<Vec<(u32, Vec<u8>, u64)>>,
+    },
+    /// Delete these keys of `db` if they have expired at `time_ms`.
+    Expire {
+        /// The database.
+        db: u32,
+        /// The leader's clock (unix ms).
+        time_ms: u64,
+        /// The keys the leader found expired.
+        keys: Vec<Vec<u8>>,
+    },
+}
+
+/// A running replicated node.
+#[derive(Debug)]
+pub struct Repl {
+    /// The Raft node.
+    pub node: RaftNode<ReplApplier>,
+    /// Every member's Raft address (`--peers`).
+    pub peers: BTreeMap<NodeId, String>,
+}
+
+/// A member of the group as this node sees it.
+#[derive(Debug, Clone)]
+pub struct Member {
+    /// Node id.
+    pub id: NodeId,
+    /// Raft address.
+    pub raft: String,
+    /// Client address (empty until published).
+    pub client: String,
+    /// On the leader: the last log index replicated to it.
+    pub matched: Option<u64>,
+}
+
+/// What ROLE, INFO and SENTINEL report, read from the Raft metrics.
+#[derive(Debug, Clone)]
+pub struct View {
+    /// This node's id.
+    pub me: NodeId,
+    /// The current leader, if known.
+    pub leader: Option<NodeId>,
+    /// The current term.
+    pub term: u64,
+    /// The last applied log index.
+    pub applied: u64,
+    /// The last log index.
+    pub last_log: u64,
+    /// Every voter.
+    pub members: Vec<Member>,
+    /// The election timeout's upper bound (ms): how long a failover takes
+    /// at most after the leader stops answering.
+    pub election_ms: u64,
+}
+
+impl View {
+    /// The leader's entry in `members`.
+    pub fn leader_member(&self) -> Option<&Member> {
+        let l = self.leader?;
+        self.members.iter().find(|m| m.id == l)
+    }
+}
+
+/// How a command is routed on a replicated node.
+pub(crate) enum Route {
+    /// Run here, as on a single node (reads, connection commands).
+    Local,
+    /// Propose it and answer with what applying it returned.
+    Propose(Proposal),
+    /// Answer this error line.
+    Refuse(String),
+}
+
+/// Redis's reply when a replica receives a write.
+pub const READONLY: &str = "READONLY You can't write against a read only replica.";
+
+impl Repl {
+    /// Starts the node: `config` must name `node_id` and `peers`.
+    pub(crate) async fn start(shared: &Arc<Shared>) -> io::Result<Repl> {
+        let c = &shared.config;
+        let id = c.node_id.expect("a replicated configuration");
+        let peers: BTreeMap<NodeId, String> = c.peers.iter().cloned().collect();
+        let own = peers.get(&id).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("--peers does not name this node's id {id}"),
+            )
+        })?;
+        let host = own.rsplit_once(':').map_or(own.as_str(), |(h, _)| h);
+        let raft_port = c.raft_port.unwrap_or_else(|| {
+            own.rsplit_once(':')
+                .and_then(|(_, p)| p.parse().ok())
+                .unwrap_or(0)
+        });
+        let mut cfg = NodeConfig::new(
+            id,
+            std::net::SocketAddr::new(c.bind, raft_port),
+            c.dir.join("raft"),
+        );
+        cfg.client_addr = format!("{host}:{}", shared.addr.port());
+        cfg.peers = peers.clone();
+        cfg.sync = match c.appendfsync {
+            crate::Appendfsync::Always => basalt_engine::SyncPolicy::Always,
+            crate::Appendfsync::Everysec => basalt_engine::SyncPolicy::EveryMs(1000),
+            crate::Appendfsync::No => basalt_engine::SyncPolicy::Never,
+        };
+        let db = shared
+            .keyspace
+            .raft_db()
+            .expect("keyspace opened for replication")
+            .clone();
+        let client = shared.clients.detached(shared.addr, shared.addr, -1);
+        client.authenticated.store(true, Ordering::Relaxed);
+        let applier = ReplApplier {
+            shared: Arc::downgrade(shared),
+            client,
+        };
+        let node = RaftNode::start_with_db(cfg, db, applier).await?;
+        Ok(Repl { node, peers })
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.node.id()
+    }
+
+    /// The group as this node sees it now.
+    pub fn view(&self) -> View {
+        let m = self.node.raft().metrics().borrow().clone();
+        let members = m
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(&id, n)| Member {
+                id,
+                raft: n.raft.clone(),
+                client: n.client.clone(),
+                matched: m
+                    .replication
+                    .as_ref()
+                    .and_then(|r| r.get(&id).cloned().flatten())
+                    .map(|l| l.index),
+            })
+            .collect();
+        View {
+            me: self.node.id(),
+            leader: m.current_leader,
+            term: m.current_term,
+            applied: m.last_applied.map_or(0, |l| l.index),
+            last_log: m.last_log_index.unwrap_or(0),
+            members,
+            election_ms: 600,
+        }
+    }
+
+    /// Waits until a read on this node is linearizable: on the leader, a
+    /// heartbeat round confirms it still leads and the entries committed
+    /// when the read arrived are applied (Raft's ReadIndex). Followers
+    /// serve reads as Redis replicas do, from what they have applied.
+    pub(crate) async fn read_barrier(&self) -> Result<(), String> {
+        if !self.is_leader() {
+            return Ok(());
+        }
+        self.node
+            .raft()
+            .ensure_linearizable()
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("ERR replication: this node cannot confirm it leads: {e}"))
+    }
+
+    /// Whether this node is the leader now.
+    pub fn is_leader(&self) -> bool {
+        self.node
+            .leader()
+            .is_some_and(|(id, _)| id == self.node.id())
+    }
+
+    /// The leader, if known: its id and addresses.
+    pub fn leader(&self) -> Option<(NodeId, NodeAddr)> {
+        self.node.leader()
+    }
+
+    /// Proposes `p` and returns the reply applying it produced here, or
+    /// an error line.
+    pub(crate) async fn propose(&self, p: &Proposal) -> Result<Vec<u8>, String> {
+        let bytes = bincode::serialize(p).map_err(|e| format!("ERR replication: {e}"))?;
+        match self.node.write(bytes).await {
+            Ok(reply) => Ok(reply),
+            Err(WriteError::ForwardToLeader { .. }) => Err(READONLY.into()),
+            Err(WriteError::Failed(e)) => Err(format!("ERR replication: {e}")),
+        }
+    }
+
+    /// Decides how a command from `conn` runs (see [`Route`]).
+    pub(crate) fn route(&self, shared: &Shared, conn: &Conn, args: &Args<'_>) -> Route {
+        let Some(cmd) = commands::lookup(&args[0]) else {
+            return Route::Local;
+        };
+        if conn.tx.in_multi() {
+            // Queued locally; EXEC is routed by `route_exec`.
+            return Route::Local;
+        }
+        if !is_replicated_write(cmd, args) {
+            return Route::Local;
+        }
+        if !cmd.arity_ok(args.len()) || !crate::auth::may_run(shared, &conn.info, cmd.flags) {
+            // Answered locally with the same error as anywhere.
+            return Route::Local;
+        }
+        if !self.is_leader() {
+            return Route::Refuse(READONLY.into());
+        }
+        if cmd.name == "spop" {
+            return Route::Refuse(
+                "ERR SPOP is not supported in a replicated group yet (its random choice would differ between nodes)".into(),
+            );
+        }
+        let mut wire = Vec::new();
+        match rewrite_evalsha(shared, args) {
+            Ok(Some(eval)) => basalt_resp::write_command(&mut wire, eval.iter().map(|a| &a[..])),
+            Ok(None) => basalt_resp::write_command(&mut wire, args.iter()),
+            Err(line) => return Route::Refuse(line),
+        }
+        Route::Propose(Proposal::Run {
+            db: conn.db as u32,
+            resp3: conn.protocol == Protocol::Resp3,
+            time_ms: crate::state::now_ms(),
+            commands: wire,
+            exec: None,
+        })
+    }
+
+    /// Routes EXEC of `conn`'s transaction: `None` runs it locally (a
+    /// queue without writes, or one EXEC answers EXECABORT for); else the
+    /// proposal (the connection has left MULTI).
+    pub(crate) fn route_exec(&self, conn: &mut Conn) -> Option<Route> {
+        if !crate::tx::queue_writes(conn) {
+            return None;
+        }
+        if !self.is_leader() {
+            conn.tx.clear(&conn.info);
+            return Some(Route::Refuse(format!(
+                "EXECABORT Transaction discarded because of: {READONLY}"
+            )));
+        }
+        let (commands, watched) = crate::tx::take_queue(conn)?;
+        Some(Route::Propose(Proposal::Run {
+            db: conn.db as u32,
+            resp3: conn.protocol == Protocol::Resp3,
+            time_ms: crate::state::now_ms(),
+            commands,
+            exec: Some(watched),
+        }))
+    }
+}
+
+/// Whether running `cmd` with `args` changes replicated state, so that a
+/// node of a group must go through the log: write commands, scripts that
+/// may write, and the writing subcommands of FUNCTION and XGROUP.
+pub(crate) fn is_replicated_write(cmd: &commands::CommandDef, args: &Args<'_>) -> bool {
+    cmd.is_write() || is_script_write(cmd.name) || writing_subcommand(cmd.name, args)
+}
+
+/// Subcommands of containers that write replicated state: FUNCTION LOAD,
+/// DELETE, FLUSH, RESTORE and every XGROUP subcommand but HELP.
+fn writing_subcommand(name: &str, args: &Args<'_>) -> bool {
+    let sub = || {
+        args.get(1)
+            .map(|a| a.to_ascii_lowercase())
+            .unwrap_or_default()
+    };
+    match name {
+        "function" => matches!(&sub()[..], b"load" | b"delete" | b"flush" | b"restore"),
+        "xgroup" => args.len() > 2,
+        _ => false,
+    }
+}
+
+/// Scripts that may write (EVAL, EVALSHA, FCALL; not their `_RO` forms).
+fn is_script_write(name: &str) -> bool {
+    matches!(name, "eval" | "evalsha" | "fcall")
+}
+
+/// EVALSHA becomes EVAL with the script's body, so a follower that never
+/// saw SCRIPT LOAD runs it too.
+fn rewrite_evalsha(shared: &Shared, args: &Args<'_>) -> Result<Option<Vec<Vec<u8>>>, String> {
+    if !args[0].eq_ignore_ascii_case(b"evalsha") || args.len() < 3 {
+        return Ok(None);
+    }
+    let sha = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+    let Some(body) = shared.scripts.cached_body(&sha) else {
+        return Err("NOSCRIPT No matching script. Please use EVAL.".into());
+    };
+    let mut v: Vec<Vec<u8>> = vec![b"EVAL".to_vec(), body];
+    v.extend(args.iter().skip(2).map(|a| a.to_vec()));
+    Ok(Some(v))
+}
+
+/// The state machine's side of the server: runs committed entries.
+pub struct ReplApplier {
+    shared: Weak<Shared>,
+    /// The stand-in client every entry runs as.
+    client: Arc<ClientInfo>,
+}
+
+impl std::fmt::Debug for ReplApplier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplApplier").finish_non_exhaustive()
+    }
+}
+
+/// The exec gate held exclusively while entries apply: no local batch
+/// (reads) runs in the middle of an entry, so a transaction's or a
+/// script's commands are isolated as on a single node.
+struct GateHold(Arc<Shared>);
+
+impl GateHold {
+    fn new(shared: Arc<Shared>) -> GateHold {
+        shared.gate.lock_exclusive_raw();
+        GateHold(shared)
+    }
+}
+
+impl Drop for GateHold {
+    fn drop(&mut self) {
+        // SAFETY: taken exclusively in `new`, released once here.
+        unsafe { self.0.gate.unlock_exclusive_raw() };
+    }
+}
+
+fn gone() -> io::Error {
+    io::Error::other("the server is shutting down")
+}
+
+impl Applier for ReplApplier {
+    fn enter(&self) -> Box<dyn Held + '_> {
+        match self.shared.upgrade() {
+            Some(s) => Box::new(GateHold::new(s)),
+            None => Box::new(()),
+        }
+    }
+
+    fn apply(&self, index: u64, payload: &[u8]) -> io::Result<Vec<u8>> {
+        let shared = self.shared.upgrade().ok_or_else(gone)?;
+        let p: Proposal = bincode::deserialize(payload)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        shared.keyspace.raise_seq(index << SEQ_SHIFT);
+        let reply = match p {
+            Proposal::Run {
+                db,
+                resp3,
+                time_ms,
+                commands,
+                exec,
+            } => {
+                let protocol = if resp3 {
+                    Protocol::Resp3
+                } else {
+                    Protocol::Resp2
+                };
+                let mut conn = self.stand_in(db as usize, time_ms);
+                conn.protocol = protocol;
+                let mut out = Vec::new();
+                match exec {
+                    None => run_commands(&shared, &mut conn, &mut out, &commands, false),
+                    Some(watched) => {
+                        let changed = watched.iter().any(|(db, key, version)| {
+                            let slot = shared.keyspace.read(*db as usize);
+                            slot.db().map_or(0, |d| d.version(key)) != *version
+                        });
+                        if changed {
+                            Encoder::new(&mut out, protocol).null_array();
+                        } else {
+                            run_commands(&shared, &mut conn, &mut out, &commands, true);
+                        }
+                    }
+                }
+                out
+            }
+            Proposal::Expire { db, time_ms, keys } => {
+                let _pinned = crate::clock::pin(time_ms);
+                let slot = shared.keyspace.read(db as usize);
+                if let Some(d) = slot.db() {
+                    for k in &keys {
+                        // A write purges an expired key (with its event);
+                        // `persist` of an expired key writes only that.
+                        d.purge_expired(k).map_err(io::Error::other)?;
+                    }
+                }
+                Vec::new()
+            }
+        };
+        Ok(reply)
+    }
+
+    fn snapshot(&self) -> io::Result<Vec<u8>> {
+        let shared = self.shared.upgrade().ok_or_else(gone)?;
+        // Isolated from applies and local batches like an entry.
+        let _gate = GateHold::new(shared.clone());
+        let mut snap = Snapshot::default();
+        let mut conn = self.stand_in(0, crate::state::now_ms());
+        let call = |conn: &mut Conn, args: &[&[u8]]| -> io::Result<Frame> {
+            let mut wire = Vec::new();
+            basalt_resp::write_command(&mut wire, args.iter().copied());
+            let mut parser = RequestParser::new(Limits::default());
+            let Ok(Parsed::Command { args, .. }) = parser.parse(&wire) else {
+                return Err(io::Error::other("snapshot: a command did not encode"));
+            };
+            let mut out = Vec::new();
+            commands::execute(&shared, conn, &mut out, args);
+            match Frame::parse(&out) {
+                Ok(Some((f, _))) => Ok(f),
+                _ => Err(io::Error::other("snapshot: an unreadable reply")),
+            }
+        };
+        if let Frame::Bulk(b) = call(&mut conn, &[b"FUNCTION", b"DUMP"])? {
+            snap.functions = b;
+        }
+        for db in 0..shared.keyspace.len() {
+            let keys = {
+                let slot = shared.keyspace.read(db);
+                let Some(d) = slot.db() else { continue };
+                let mut keys = Vec::new();
+                let mut cursor = 0;
+                loop {
+                    let (batch, next) = d.scan(cursor, 1000);
+                    keys.extend(batch);
+                    if next == 0 {
+                        break;
+                    }
+                    cursor = next;
+                }
+                keys
+            };
+            conn.db = db;
+            for key in keys {
+                let Frame::Bulk(payload) = call(&mut conn, &[b"DUMP", &key])? else {
+                    continue; // gone meanwhile (expired)
+                };
+                let at = match call(&mut conn, &[b"PEXPIRETIME", &key])? {
+                    Frame::Integer(t) if t > 0 => t as u64,
+                    _ => 0,
+                };
+                snap.keys.push((db as u32, key, payload, at));
+            }
+        }
+        bincode::serialize(&snap).map_err(io::Error::other)
+    }
+
+    fn restore(&self, data: &[u8]) -> io::Result<()> {
+        let shared = self.shared.upgrade().ok_or_else(gone)?;
+        let snap: Snapshot = bincode::deserialize(data)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        // `enter` holds the gate; the state machine's batch is open.
+        let mut conn = self.stand_in(0, crate::state::now_ms());
+        let mut wire = Vec::new();
+        let mut run = |conn: &mut Conn, args: &[&[u8]]| -> io::Result<()> {
+            wire.clear();
+            basalt_resp::write_command(&mut wire, args.iter().copied());
+            let mut parser = RequestParser::new(Limits::default());
+            let Ok(Parsed::Command { args, .. }) = parser.parse(&wire) else {
+                return Err(io::Error::other("restore: a command did not encode"));
+            };
+            let mut out = Vec::new();
+            commands::execute(&shared, conn, &mut out, args);
+            if out.first() == Some(&b'-') {
+                return Err(io::Error::other(format!(
+                    "restoring a snapshot: {}",
+                    String::from_utf8_lossy(&out).trim_end()
+                )));
+            }
+            Ok(())
+        };
+        run(&mut conn, &[b"FLUSHALL"])?;
+        if snap.functions.is_empty() {
+            run(&mut conn, &[b"FUNCTION", b"FLUSH"])?;
+        } else {
+            run(
+                &mut conn,
+                &[b"FUNCTION", b"RESTORE", &snap.functions, b"FLUSH"],
+            )?;
+        }
+        for (db, key, payload, at) in &snap.keys {
+            conn.db = *db as usize;
+            let ttl = at.to_string();
+            run(
+                &mut conn,
+                &[
+                    b"RESTORE",
+                    key,
+                    ttl.as_bytes(),
+                    payload,
+                    b"ABSTTL",
+                    b"REPLACE",
+                ],
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// What a snapshot holds: the function libraries (FUNCTION DUMP) and
+/// every key as (database, key, DUMP payload, absolute expiry ms or 0).
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Snapshot {
+    functions: Vec<u8>,
+    keys: Vec<(u32, Vec<u8>, Vec<u8>, u64)>,
+}
+
+impl ReplApplier {
+    fn stand_in(&self, db: usize, time_ms: u64) -> Conn {
+        Conn {
+            db,
+            protocol: Protocol::Resp2,
+            info: self.client.clone(),
+            tx: Default::default(),
+            batch_clock: time_ms,
+            tick: crate::state::now_ns(),
+            script: Vec::new(),
+        }
+    }
+}
+
+/// Runs RESP-encoded `commands` with `conn`; `exec`: under an array header
+/// of their count, as EXEC answers.
+fn run_commands(shared: &Shared, conn: &mut Conn, out: &mut Vec<u8>, commands: &[u8], exec: bool) {
+    let mut parser = RequestParser::new(Limits::default());
+    if exec {
+        let mut n = 0;
+        let mut pos = 0;
+        while let Ok(Parsed::Command { consumed, .. }) = parser.parse(&commands[pos..]) {
+            pos += consumed;
+            n += 1;
+        }
+        Encoder::new(out, conn.protocol).array(n);
+    }
+    let mut pos = 0;
+    while pos < commands.len() {
+        let Ok(Parsed::Command { args, consumed }) = parser.parse(&commands[pos..]) else {
+            Encoder::new(out, conn.protocol).error(b"ERR replication: an unreadable entry");
+            return;
+        };
+        pos += consumed;
+        let (found, after) = commands::execute(shared, conn, out, args);
+        if after == Some(After::Block) {
+            // A blocking command that would wait: inside EXEC it answers
+            // a null at once, as in Redis; alone it is refused for now
+            // (waiting clients are not yet part of the replicated state).
+            shared.blocking.finish(conn.info.id);
+            let mut e = Encoder::new(out, conn.protocol);
+            if exec {
+                match found.map(|c| c.name) {
+                    Some("blmove" | "brpoplpush") => e.null(),
+                    _ => e.null_array(),
+                }
+            } else {
+                e.error(b"ERR a blocking command cannot wait in a replicated group yet");
+            }
+        }
+    }
+}
+
+/// The leader's expiry sweep: every 100 ms, while this node leads, finds
+/// keys whose expiry has passed (at most 200 per database) and proposes
+/// their deletion.
+pub(crate) async fn expiry_sweeper(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    let mut shutdown = shared.shutdown_rx();
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = Shared::wait_shutdown(&mut shutdown) => return,
+        }
+        let Some(repl) = shared.repl.get() else {
+            continue;
+        };
+        if !repl.is_leader() {
+            continue;
+        }
+        let now = crate::state::now_ms();
+        for db in 0..shared.keyspace.len() {
+            let keys = match shared.keyspace.read(db).db() {
+                Some(d) => d.expired_keys(now, 200),
+                None => continue,
+            };
+            if keys.is_empty() {
+                continue;
+            }
+            let p = Proposal::Expire {
+                db: db as u32,
+                time_ms: now,
+                keys,
+            };
+            if let Err(e) = repl.propose(&p).await {
+                tracing::debug!("expiry proposal: {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,409 @@
+//! Three `basalt` processes on 127.0.0.1 forming a Raft group from the
+//! same `--peers`: writes go through the leader and reach every node with
+//! the same versions, followers refuse writes as Redis replicas do, ROLE,
+//! INFO and the SENTINEL commands name the leader, the leader's expiry
+//! reaches every node, and kill -9 of the leader under write load loses no
+//! acknowledged write. Every wait is bounded.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redis::{Connection, RedisResult, Value};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Node {
+    id: u64,
+    port: u16,
+    raft_port: u16,
+    child: Option<Child>,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+struct Group {
+    dir: tempfile::TempDir,
+    nodes: Vec<Node>,
+    peers: String,
+}
+
+impl Group {
+    fn start() -> Group {
+        let dir = tempfile::tempdir().unwrap();
+        let nodes: Vec<Node> = (1..=3)
+            .map(|id| Node {
+                id,
+                port: free_port(),
+                raft_port: free_port(),
+                child: None,
+            })
+            .collect();
+        let peers = nodes
+            .iter()
+            .map(|n| format!("{}@127.0.0.1:{}", n.id, n.raft_port))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut g = Group { dir, nodes, peers };
+        for i in 0..3 {
+            g.spawn(i);
+        }
+        g
+    }
+
+    /// Starts node `i` (again) with its flags and waits for its banner.
+    fn spawn(&mut self, i: usize) {
+        let n = &self.nodes[i];
+        let mut child = Command::new(env!("CARGO_BIN_EXE_basalt"))
+            .args(["--port", &n.port.to_string(), "--http-port", "0"])
+            .args([
+                "--node-id",
+                &n.id.to_string(),
+                "--raft-port",
+                &n.raft_port.to_string(),
+            ])
+            .args(["--peers", &self.peers, "--loglevel", "info"])
+            .env("BASALT_DIR", self.dir.path().join(format!("n{}", n.id)))
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if !sent && line.contains("ready on ") {
+                    let _ = tx.send(());
+                    sent = true;
+                }
+            }
+        });
+        rx.recv_timeout(Duration::from_secs(30))
+            .expect("no start-up banner");
+        self.nodes[i].child = Some(child);
+    }
+
+    fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.nodes[i].child.take() {
+            c.kill().unwrap(); // SIGKILL
+            c.wait().unwrap();
+        }
+    }
+
+    fn conn(&self, i: usize) -> Connection {
+        let url = format!("redis://127.0.0.1:{}/", self.nodes[i].port);
+        let c = redis::Client::open(url).unwrap();
+        c.get_connection_with_timeout(Duration::from_secs(5))
+            .unwrap()
+    }
+
+    fn alive(&self) -> Vec<usize> {
+        (0..3).filter(|&i| self.nodes[i].child.is_some()).collect()
+    }
+
+    /// Waits (at most 15 s) until the live nodes agree on a leader among
+    /// them; returns its index.
+    fn leader(&self) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let mut seen = Vec::new();
+            for i in self.alive() {
+                let mut c = self.conn(i);
+                let addr: RedisResult<Option<(String, String)>> = redis::cmd("SENTINEL")
+                    .arg("get-master-addr-by-name")
+                    .arg("basalt")
+                    .query(&mut c);
+                seen.push(addr.ok().flatten().map(|(_, p)| p));
+            }
+            if let Some(Some(port)) = seen.first() {
+                if seen.iter().all(|s| s.as_ref() == Some(port)) {
+                    if let Some(i) = self
+                        .alive()
+                        .into_iter()
+                        .find(|&i| self.nodes[i].port.to_string() == *port)
+                    {
+                        return i;
+                    }
+                }
+            }
+            assert!(Instant::now() < deadline, "no agreed leader: {seen:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits (at most 15 s) until `f` holds on every live node.
+    fn eventually(&self, what: &str, f: impl Fn(&mut Connection) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if self.alive().into_iter().all(|i| f(&mut self.conn(i))) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not on every node within 15 s: {what}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn get(c: &mut Connection, k: &str) -> Option<String> {
+    redis::cmd("GET").arg(k).query(c).unwrap()
+}
+
+#[test]
+fn writes_through_the_leader_reach_every_node_with_the_same_versions() {
+    let g = Group::start();
+    let l = g.leader();
+    let mut c = g.conn(l);
+    let _: () = redis::cmd("SET").arg("k").arg("v").query(&mut c).unwrap();
+    let n: i64 = redis::cmd("INCRBY").arg("n").arg(5).query(&mut c).unwrap();
+    assert_eq!(n, 5);
+    let _: i64 = redis::cmd("HSET")
+        .arg("h")
+        .arg("f")
+        .arg("1")
+        .arg("g")
+        .arg("2")
+        .query(&mut c)
+        .unwrap();
+    let _: i64 = redis::cmd("ZADD")
+        .arg("z")
+        .arg(1)
+        .arg("a")
+        .arg(2)
+        .arg("b")
+        .query(&mut c)
+        .unwrap();
+    let (a, b): (i64, String) = redis::pipe()
+        .atomic()
+        .cmd("INCR")
+        .arg("n")
+        .cmd("SET")
+        .arg("t")
+        .arg("x")
+        .arg("GET")
+        .query(&mut c)
+        .map(|(a, b): (i64, Option<String>)| (a, b.unwrap_or_default()))
+        .unwrap();
+    assert_eq!((a, b.as_str()), (6, ""));
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg("return redis.call('INCRBY', KEYS[1], ARGV[1])")
+        .query(&mut c)
+        .unwrap();
+    let via_sha: i64 = redis::cmd("EVALSHA")
+        .arg(&sha)
+        .arg(1)
+        .arg("n")
+        .arg(10)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(via_sha, 16);
+    let version: i64 = redis::cmd("VERSION").arg("n").query(&mut c).unwrap();
+    g.eventually("every write, with the leader's version", |c| {
+        let n: Option<String> = redis::cmd("GET").arg("n").query(c).unwrap();
+        let v: i64 = redis::cmd("VERSION").arg("n").query(c).unwrap();
+        let z: Vec<String> = redis::cmd("ZRANGE")
+            .arg("z")
+            .arg(0)
+            .arg(-1)
+            .query(c)
+            .unwrap();
+        let h: Option<String> = redis::cmd("HGET").arg("h").arg("g").query(c).unwrap();
+        n.as_deref() == Some("16")
+            && v == version
+            && z == ["a", "b"]
+            && h.as_deref() == Some("2")
+            && get(c, "k").as_deref() == Some("v")
+            && get(c, "t").as_deref() == Some("x")
+    });
+    for i in (0..3).filter(|&i| i != l) {
+        let mut f = g.conn(i);
+        let err = redis::cmd("SET")
+            .arg("k")
+            .arg("w")
+            .query::<()>(&mut f)
+            .unwrap_err();
+        assert_eq!(err.kind(), redis::ErrorKind::ReadOnly, "{err}");
+        let role: Vec<Value> = redis::cmd("ROLE").query(&mut f).unwrap();
+        assert_eq!(role[0], Value::BulkString(b"slave".to_vec()));
+        assert_eq!(role[2], Value::Int(g.nodes[l].port as i64));
+        let info: String = redis::cmd("INFO").arg("replication").query(&mut f).unwrap();
+        assert!(info.contains("role:slave"), "{info}");
+        assert!(
+            info.contains(&format!("master_port:{}", g.nodes[l].port)),
+            "{info}"
+        );
+        let info: String = redis::cmd("INFO").arg("cluster").query(&mut f).unwrap();
+        assert!(info.contains("cluster_enabled:0"), "{info}");
+    }
+    assert_eq!(
+        get(&mut g.conn(l), "k").as_deref(),
+        Some("v"),
+        "refused writes changed nothing"
+    );
+    let role: Vec<Value> = redis::cmd("ROLE").query(&mut c).unwrap();
+    assert_eq!(role[0], Value::BulkString(b"master".to_vec()));
+    let Value::Array(replicas) = &role[2] else {
+        panic!("{role:?}")
+    };
+    assert_eq!(replicas.len(), 2);
+    let info: String = redis::cmd("INFO").arg("replication").query(&mut c).unwrap();
+    assert!(
+        info.contains("role:master") && info.contains("connected_slaves:2"),
+        "{info}"
+    );
+    let masters: Vec<Vec<String>> = redis::cmd("SENTINEL").arg("masters").query(&mut c).unwrap();
+    let m = &masters[0];
+    let field = |k: &str| m.iter().position(|x| x == k).map(|p| m[p + 1].clone());
+    assert_eq!(field("port"), Some(g.nodes[l].port.to_string()));
+    assert_eq!(field("flags").as_deref(), Some("master"));
+    assert_eq!(field("num-other-sentinels").as_deref(), Some("2"));
+}
+
+#[test]
+fn the_leader_expires_keys_on_every_node() {
+    let g = Group::start();
+    let l = g.leader();
+    let mut c = g.conn(l);
+    let _: () = redis::cmd("SET")
+        .arg("short")
+        .arg("v")
+        .arg("PX")
+        .arg(300)
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("long")
+        .arg("v")
+        .arg("EX")
+        .arg(100)
+        .query(&mut c)
+        .unwrap();
+    g.eventually("the expired key deleted, the other kept", |c| {
+        let keys: i64 = redis::cmd("DBSIZE").query(c).unwrap();
+        keys == 1 && get(c, "long").is_some()
+    });
+}
+
+#[test]
+fn kill_9_of_the_leader_under_writes_loses_no_acknowledged_write() {
+    let mut g = Group::start();
+    let ports: Vec<u16> = g.nodes.iter().map(|n| n.port).collect();
+    let acked: Arc<Mutex<Vec<String>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..3)
+        .map(|w| {
+            let (acked, stop, ports) = (acked.clone(), stop.clone(), ports.clone());
+            std::thread::spawn(move || {
+                let mut seq = 0u64;
+                let mut conn: Option<Connection> = None;
+                let mut target = 0usize;
+                while !stop.load(Ordering::Relaxed) {
+                    let c = match conn.as_mut() {
+                        Some(c) => c,
+                        None => {
+                            target = (target + 1) % ports.len();
+                            let url = format!("redis://127.0.0.1:{}/", ports[target]);
+                            match redis::Client::open(url)
+                                .unwrap()
+                                .get_connection_with_timeout(Duration::from_millis(300))
+                            {
+                                Ok(c) => {
+                                    let _ = c.set_read_timeout(Some(Duration::from_secs(3)));
+                                    conn.insert(c)
+                                }
+                                Err(_) => {
+                                    std::thread::sleep(Duration::from_millis(20));
+                                    continue;
+                                }
+                            }
+                        }
+                    };
+                    let key = format!("w{w}:{seq}");
+                    match redis::cmd("SET").arg(&key).arg(seq).query::<()>(c) {
+                        Ok(()) => {
+                            acked.lock().unwrap().push(key);
+                            seq += 1;
+                        }
+                        // A follower (READONLY), a dead node or a lost
+                        // reply: try another node. The key may or may not
+                        // exist; only acknowledged keys are checked.
+                        Err(_) => {
+                            conn = None;
+                            seq += 1;
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut recoveries = Vec::new();
+    for _round in 0..2 {
+        std::thread::sleep(Duration::from_millis(700));
+        let l = g.leader();
+        let before = acked.lock().unwrap().len();
+        let killed_at = Instant::now();
+        g.kill(l);
+        // The first write acknowledged after the kill.
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while acked.lock().unwrap().len() == before {
+            assert!(
+                Instant::now() < deadline,
+                "no write acknowledged within 15 s of the kill"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        recoveries.push(killed_at.elapsed());
+        g.spawn(l);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.join().unwrap();
+    }
+    let acked = acked.lock().unwrap().clone();
+    assert!(
+        acked.len() > 50,
+        "too few writes to mean anything: {}",
+        acked.len()
+    );
+    eprintln!(
+        "{} writes acknowledged; writes resumed {recoveries:?} after each kill",
+        acked.len()
+    );
+    g.eventually("every acknowledged write on every node", |c| {
+        let mut pipe = redis::pipe();
+        for k in &acked {
+            pipe.cmd("EXISTS").arg(k);
+        }
+        let found: Vec<i64> = pipe.query(c).unwrap();
+        found.iter().all(|&e| e == 1)
+    });
+    for r in &recoveries {
+        assert!(
+            *r < Duration::from_secs(5),
+            "writes resumed only after {r:?}"
+        );
+    }
+}
