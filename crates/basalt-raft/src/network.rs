@@ -33,11 +33,44 @@ pub fn router(raft: Raft, id: NodeId, client_addr: String) -> Router {
         .route("/raft/append", post(append))
         .route("/raft/vote", post(vote))
         .route("/raft/snapshot", post(snapshot))
+        .route("/raft/read_index", post(read_index))
         .with_state(raft)
         .route(
             "/raft/hello",
             get(move || async move { hello_body.clone() }),
         )
+}
+
+/// ReadIndex for a follower: the leader confirms with a heartbeat round
+/// that it still leads and answers the log index a read must wait for
+/// (bincode of `Result<u64, String>`).
+async fn read_index(State(raft): State<Raft>) -> Result<Vec<u8>, (StatusCode, String)> {
+    let r: Result<u64, String> = match raft.get_read_log_id().await {
+        Ok((read, _applied)) => Ok(read.map_or(0, |l| l.index)),
+        Err(e) => Err(e.to_string()),
+    };
+    encode(&r)
+}
+
+/// Asks the leader at `raft_addr` for a read index (see [`read_index`]).
+pub async fn remote_read_index(
+    client: &reqwest::Client,
+    raft_addr: &str,
+    timeout: std::time::Duration,
+) -> Result<u64, String> {
+    let resp = client
+        .post(format!("http://{raft_addr}/raft/read_index"))
+        .timeout(timeout)
+        .send()
+        .await
+        .map_err(|e| format!("the leader did not answer: {e}"))?;
+    let bytes = resp
+        .bytes()
+        .await
+        .map_err(|e| format!("the leader's answer: {e}"))?;
+    let r: Result<u64, String> =
+        bincode::deserialize(&bytes).map_err(|e| format!("the leader's answer: {e}"))?;
+    r
 }
 
 /// Asks the node at `raft_addr` for its id and client address.

@@ -89,6 +89,8 @@ pub struct RaftNode<A: Applier> {
     raft_addr: SocketAddr,
     server: JoinHandle<()>,
     publisher: JoinHandle<()>,
+    /// For read-index requests to the leader.
+    http: reqwest::Client,
 }
 
 impl<A: Applier> std::fmt::Debug for RaftNode<A> {
@@ -180,6 +182,7 @@ impl<A: Applier> RaftNode<A> {
             raft_addr,
             server,
             publisher,
+            http: reqwest::Client::new(),
         };
         let initialized = node
             .raft
@@ -220,6 +223,33 @@ impl<A: Applier> RaftNode<A> {
             }
             Err(e) => Err(WriteError::Failed(e.to_string())),
         }
+    }
+
+    /// Waits until a read served from this node's state machine is
+    /// linearizable (Raft's ReadIndex): on the leader, a heartbeat round
+    /// confirms it still leads and the entries committed before the call
+    /// are applied; on a follower, the leader does that round and names its
+    /// commit index, and this node waits (at most `timeout`) until it has
+    /// applied that far. An error means the read cannot be made safe now
+    /// (no leader known, the leader unreachable or deposed).
+    pub async fn read_barrier(&self, timeout: Duration) -> Result<(), String> {
+        let (leader, node) = self.leader().ok_or("no leader is known")?;
+        let index = if leader == self.id {
+            let fut = self.raft.get_read_log_id();
+            let (read, _) = tokio::time::timeout(timeout, fut)
+                .await
+                .map_err(|_| "timed out confirming leadership".to_string())?
+                .map_err(|e| e.to_string())?;
+            read.map_or(0, |l| l.index)
+        } else {
+            network::remote_read_index(&self.http, &node.raft, timeout).await?
+        };
+        self.raft
+            .wait(Some(timeout))
+            .applied_index_at_least(Some(index), "read barrier")
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("not caught up with the leader: {e}"))
     }
 
     /// The leader this node knows of, with its addresses.

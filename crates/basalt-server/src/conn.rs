@@ -37,7 +37,7 @@ use crate::blocking::Unblock;
 use crate::commands::{flags::BLOCKING, After, Conn};
 use crate::config::Appendfsync;
 use crate::pubsub;
-use crate::repl::Route;
+use crate::repl::{self, Route};
 use crate::state::{now_ms, now_ns, ClientInfo, Shared};
 use crate::tx;
 use crate::workers::{self, Here, MOVE_AFTER};
@@ -323,16 +323,11 @@ async fn run(
         // Taken by the first command that needs it (`tx::run`): a batch of
         // script commands, which the script thread runs under the gate,
         // never takes it here.
-        // Reads on a replicated leader are linearizable: one ReadIndex
-        // round per batch, before any of its commands runs, not one per
-        // read (crate::repl). If this node cannot confirm it still leads,
-        // its reads are refused rather than served stale.
-        let mut stale: Option<String> = None;
-        if let Some(repl) = shared.repl.get() {
-            if let Err(line) = repl.read_barrier().await {
-                stale = Some(line);
-            }
-        }
+        // Reads on a node of a replicated group are linearizable: one read
+        // barrier (ReadIndex) per batch, before its first read, not one per
+        // read (crate::repl). If it cannot be passed, the batch's reads are
+        // refused rather than served stale.
+        let mut barrier: Option<Result<(), String>> = None;
         let mut gate = shared.gate.lazy();
         // Contention noted on this thread before the batch is not its own.
         let _ = workers::take_contention();
@@ -378,15 +373,21 @@ async fn run(
                     // A node of a replicated group proposes writes to the
                     // Raft log and answers with what applying them returned
                     // (crate::repl); a follower refuses them.
+                    if let Some(repl) = shared.repl.get() {
+                        if barrier.is_none() && repl::needs_barrier(conn, &args) {
+                            gate.release();
+                            barrier = Some(repl.read_barrier().await);
+                            conn.batch_clock = 0;
+                            conn.tick = now_ns();
+                        }
+                    }
                     let routed = match shared.repl.get() {
                         None => None,
                         Some(_)
-                            if stale.is_some()
-                                && crate::commands::lookup(&args[0]).is_some_and(|c| {
-                                    c.flags & crate::commands::flags::READONLY != 0
-                                }) =>
+                            if matches!(barrier, Some(Err(_)))
+                                && repl::needs_barrier(conn, &args) =>
                         {
-                            stale.clone().map(Route::Refuse)
+                            barrier.clone().and_then(Result::err).map(Route::Refuse)
                         }
                         Some(repl)
                             if conn.tx.in_multi()

@@ -29,7 +29,10 @@
 //!
 //! Followers answer a write with Redis's `-READONLY` error (what a Redis
 //! replica answers, which Sentinel-aware clients take as "reconnect to the
-//! master"); reads run locally.
+//! master"). Reads are linearizable on every node: before the first read of
+//! a batch, the node passes a read barrier (ReadIndex; on a follower, one
+//! request to the leader). A client that sent READONLY skips it and reads
+//! what this node has applied.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -218,20 +221,15 @@ impl Repl {
         }
     }
 
-    /// Waits until a read on this node is linearizable: on the leader, a
-    /// heartbeat round confirms it still leads and the entries committed
-    /// when the read arrived are applied (Raft's ReadIndex). Followers
-    /// serve reads as Redis replicas do, from what they have applied.
+    /// Waits until a read on this node is linearizable (Raft's ReadIndex:
+    /// on the leader a heartbeat round, on a follower one request to the
+    /// leader and a wait until this node has applied as far; at most 2 s).
+    /// `Err` is the error line to answer the read with instead.
     pub(crate) async fn read_barrier(&self) -> Result<(), String> {
-        if !self.is_leader() {
-            return Ok(());
-        }
         self.node
-            .raft()
-            .ensure_linearizable()
+            .read_barrier(Duration::from_secs(2))
             .await
-            .map(|_| ())
-            .map_err(|e| format!("ERR replication: this node cannot confirm it leads: {e}"))
+            .map_err(|e| format!("CLUSTERDOWN The group cannot serve a consistent read now: {e}"))
     }
 
     /// Whether this node is the leader now.
@@ -317,6 +315,20 @@ impl Repl {
             commands,
             exec: Some(watched),
         }))
+    }
+}
+
+/// Whether `args` from `conn` must wait for the read barrier: a read
+/// (a read-only command, or EXEC of a queue that does not write, which
+/// runs locally) from a client that did not ask for stale reads.
+pub(crate) fn needs_barrier(conn: &Conn, args: &Args<'_>) -> bool {
+    if conn.info.stale_reads.load(Ordering::Relaxed) {
+        return false;
+    }
+    match commands::lookup(&args[0]) {
+        Some(c) if c.name == "exec" => conn.tx.in_multi(),
+        Some(c) => c.flags & commands::flags::READONLY != 0 && !conn.tx.in_multi(),
+        None => false,
     }
 }
 

@@ -83,6 +83,9 @@ pub struct ClientInfo {
     pub last_active_ms: AtomicU64,
     /// CLIENT NO-EVICT (recorded; Basalt does not evict).
     pub no_evict: AtomicBool,
+    /// READONLY on a node of a replicated group: this client's reads skip
+    /// the read barrier and may be stale (`crate::repl`).
+    pub stale_reads: AtomicBool,
     /// Set by CLIENT KILL; the connection closes after its batch.
     pub killed: AtomicBool,
     /// Wakes the connection when it is killed.
@@ -195,6 +198,7 @@ impl Clients {
             last_cmd: Mutex::new("NULL"),
             last_active_ms: AtomicU64::new(now_ms()),
             no_evict: AtomicBool::new(false),
+            stale_reads: AtomicBool::new(false),
             killed: AtomicBool::new(false),
             kill: Notify::new(),
             pubsub: Default::default(),

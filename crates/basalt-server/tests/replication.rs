@@ -407,3 +407,244 @@ fn kill_9_of_the_leader_under_writes_loses_no_acknowledged_write() {
         );
     }
 }
+
+#[test]
+fn a_read_on_a_follower_sees_every_write_acknowledged_before_it() {
+    let g = Group::start();
+    let l = g.leader();
+    let f = (0..3).find(|&i| i != l).unwrap();
+    let (mut lc, mut fc) = (g.conn(l), g.conn(f));
+    for i in 0..100 {
+        let _: () = redis::cmd("SET").arg("k").arg(i).query(&mut lc).unwrap();
+        // Without the read barrier the follower would often answer the
+        // value before (it applies a heartbeat later).
+        assert_eq!(get(&mut fc, "k"), Some(i.to_string()), "write {i}");
+    }
+    // READONLY: this connection reads what the follower has, without the
+    // barrier; READWRITE turns the barrier back on.
+    let _: () = redis::cmd("READONLY").query(&mut fc).unwrap();
+    assert!(get(&mut fc, "k").is_some());
+    let _: () = redis::cmd("READWRITE").query(&mut fc).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("k")
+        .arg("last")
+        .query(&mut lc)
+        .unwrap();
+    assert_eq!(get(&mut fc, "k").as_deref(), Some("last"));
+}
+
+mod history {
+    //! Clients that record every operation for the linearizability checker.
+
+    use super::*;
+    use basalt_lincheck::{
+        check, Counter, CounterInput, Operation, Options, Register, RegisterInput, RegisterOutput,
+        Verdict,
+    };
+
+    type RegOp = Operation<RegisterInput, RegisterOutput>;
+    type CountOp = Operation<CounterInput, i64>;
+
+    #[derive(Default)]
+    pub struct Recorded {
+        pub registers: Vec<RegOp>,
+        pub counters: Vec<CountOp>,
+    }
+
+    enum Outcome<T> {
+        Ok(T),
+        /// Refused (READONLY, a read that cannot be made consistent):
+        /// it did not take effect.
+        Refused,
+        /// The connection failed: it may or may not have taken effect.
+        Lost,
+    }
+
+    fn run<T: redis::FromRedisValue>(c: &mut Option<Connection>, cmd: &redis::Cmd) -> Outcome<T> {
+        let Some(conn) = c.as_mut() else {
+            return Outcome::Refused;
+        };
+        match cmd.query::<T>(conn) {
+            Ok(v) => Outcome::Ok(v),
+            Err(e) if e.kind() == redis::ErrorKind::ReadOnly || e.code().is_some() => {
+                Outcome::Refused
+            }
+            Err(_) => {
+                *c = None;
+                Outcome::Lost
+            }
+        }
+    }
+
+    /// One client: writes to the node it believes leads, reads from any
+    /// node, for as long as `stop` is unset.
+    pub fn client(
+        id: u64,
+        ports: Vec<u16>,
+        start: Instant,
+        stop: Arc<AtomicBool>,
+        out: Arc<Mutex<Recorded>>,
+    ) {
+        let now = || start.elapsed().as_micros() as u64;
+        let connect = |port: u16| {
+            let url = format!("redis://127.0.0.1:{port}/");
+            let c = redis::Client::open(url).ok()?;
+            let c = c
+                .get_connection_with_timeout(Duration::from_millis(300))
+                .ok()?;
+            c.set_read_timeout(Some(Duration::from_secs(4))).ok()?;
+            Some(c)
+        };
+        let mut conns: Vec<Option<Connection>> = ports.iter().map(|&p| connect(p)).collect();
+        let mut writer = 0usize;
+        let mut rng = id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut n = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            n += 1;
+            let r = next();
+            let reg = format!("r{}", r % 3);
+            let cnt = format!("n{}", (r >> 8) % 2);
+            let node = (r >> 16) as usize % ports.len();
+            for (i, c) in conns.iter_mut().enumerate() {
+                if c.is_none() {
+                    *c = connect(ports[i]);
+                }
+            }
+            match (r >> 24) % 4 {
+                0 => {
+                    let v = format!("c{id}-{n}");
+                    let call = now();
+                    let res = run::<()>(&mut conns[writer], redis::cmd("SET").arg(&reg).arg(&v));
+                    let input = RegisterInput::Write(v);
+                    let op = match res {
+                        Outcome::Ok(()) => Some(Operation::completed(
+                            id,
+                            reg,
+                            call,
+                            now(),
+                            input,
+                            RegisterOutput::Ok,
+                        )),
+                        Outcome::Lost => Some(Operation::lost(id, reg, call, input)),
+                        Outcome::Refused => {
+                            writer = (writer + 1) % ports.len();
+                            None
+                        }
+                    };
+                    if let Some(op) = op {
+                        out.lock().unwrap().registers.push(op);
+                    }
+                }
+                1 => {
+                    let call = now();
+                    if let Outcome::Ok(v) =
+                        run::<Option<String>>(&mut conns[node], redis::cmd("GET").arg(&reg))
+                    {
+                        let op = Operation::completed(
+                            id,
+                            reg,
+                            call,
+                            now(),
+                            RegisterInput::Read,
+                            RegisterOutput::Value(v),
+                        );
+                        out.lock().unwrap().registers.push(op);
+                    }
+                }
+                2 => {
+                    let call = now();
+                    let res = run::<i64>(&mut conns[writer], redis::cmd("INCR").arg(&cnt));
+                    let op = match res {
+                        Outcome::Ok(v) => Some(Operation::completed(
+                            id,
+                            cnt,
+                            call,
+                            now(),
+                            CounterInput::Incr(1),
+                            v,
+                        )),
+                        Outcome::Lost => {
+                            Some(Operation::lost(id, cnt, call, CounterInput::Incr(1)))
+                        }
+                        Outcome::Refused => {
+                            writer = (writer + 1) % ports.len();
+                            None
+                        }
+                    };
+                    if let Some(op) = op {
+                        out.lock().unwrap().counters.push(op);
+                    }
+                }
+                _ => {
+                    let call = now();
+                    if let Outcome::Ok(v) =
+                        run::<Option<i64>>(&mut conns[node], redis::cmd("GET").arg(&cnt))
+                    {
+                        let op = Operation::completed(
+                            id,
+                            cnt,
+                            call,
+                            now(),
+                            CounterInput::Read,
+                            v.unwrap_or(0),
+                        );
+                        out.lock().unwrap().counters.push(op);
+                    }
+                }
+            }
+            if conns[writer].is_none() {
+                writer = (writer + 1) % ports.len();
+            }
+        }
+    }
+
+    pub fn verify(rec: &Recorded) {
+        let opts = Options::default().timeout(Some(Duration::from_secs(60)));
+        let v = check(&Register, &rec.registers, &opts).unwrap();
+        assert_eq!(v, Verdict::Linearizable, "registers: {v}");
+        let v = check(&Counter, &rec.counters, &opts).unwrap();
+        assert_eq!(v, Verdict::Linearizable, "counters: {v}");
+    }
+}
+
+#[test]
+fn histories_across_leader_kills_are_linearizable() {
+    let mut g = Group::start();
+    g.leader();
+    let ports: Vec<u16> = g.nodes.iter().map(|n| n.port).collect();
+    let start = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let rec: Arc<Mutex<history::Recorded>> = Arc::default();
+    let clients: Vec<_> = (1..=4)
+        .map(|id| {
+            let (ports, stop, rec) = (ports.clone(), stop.clone(), rec.clone());
+            std::thread::spawn(move || history::client(id, ports, start, stop, rec))
+        })
+        .collect();
+    for _ in 0..2 {
+        std::thread::sleep(Duration::from_millis(1000));
+        let l = g.leader();
+        g.kill(l);
+        std::thread::sleep(Duration::from_millis(1200));
+        g.spawn(l);
+    }
+    std::thread::sleep(Duration::from_millis(1000));
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.join().unwrap();
+    }
+    let rec = rec.lock().unwrap();
+    eprintln!(
+        "{} register and {} counter operations recorded",
+        rec.registers.len(),
+        rec.counters.len()
+    );
+    assert!(rec.registers.len() > 100 && rec.counters.len() > 100);
+    history::verify(&rec);
+}

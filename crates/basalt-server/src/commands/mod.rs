@@ -145,6 +145,10 @@ pub enum Group {
     Geo,
     /// HyperLogLog cardinality estimates.
     HyperLogLog,
+    /// Cluster commands (READONLY, READWRITE).
+    Cluster,
+    /// Sentinel commands.
+    Sentinel,
 }
 
 impl Group {
@@ -166,6 +170,8 @@ impl Group {
             Group::Bitmap => "bitmap",
             Group::Geo => "geo",
             Group::HyperLogLog => "hyperloglog",
+            Group::Cluster => "cluster",
+            Group::Sentinel => "sentinel",
         }
     }
 }

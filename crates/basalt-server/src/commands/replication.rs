@@ -21,8 +21,37 @@ use crate::repl::View;
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandDef] = &[
     def("role", 1, NOSCRIPT | LOADING | STALE | FAST, (0, 0, 0), Group::Server, "2.8.12", "Return the role of the instance in the context of replication.", role),
-    def("sentinel", -2, ADMIN | NOSCRIPT | LOADING | STALE, (0, 0, 0), Group::Server, "2.8.4", "Sentinel commands: the leader of a replicated Basalt group (GET-MASTER-ADDR-BY-NAME, MASTERS, MASTER, REPLICAS, SLAVES, SENTINELS, MYID).", sentinel),
+    def("readonly", 1, FAST | LOADING | STALE, (0, 0, 0), Group::Cluster, "3.0.0", "Enables read queries for a connection to a Redis Cluster replica node.", readonly),
+    def("readwrite", 1, FAST | LOADING | STALE, (0, 0, 0), Group::Cluster, "3.0.0", "Disables read queries for a connection to a Redis Cluster replica node.", readwrite),
+    def("sentinel", -2, ADMIN | NOSCRIPT | LOADING | STALE, (0, 0, 0), Group::Sentinel, "2.8.4", "Sentinel commands: the leader of a replicated Basalt group (GET-MASTER-ADDR-BY-NAME, MASTERS, MASTER, REPLICAS, SLAVES, SENTINELS, MYID).", sentinel),
 ];
+
+/// READONLY: on a node of a replicated group, this connection's reads skip
+/// the read barrier and may be stale (what the node has applied), as reads
+/// from a Redis Cluster replica after READONLY. A single node answers as a
+/// Redis server without cluster support.
+fn readonly(ctx: &mut Ctx<'_>, _args: Args<'_>) -> Result<()> {
+    set_stale_reads(ctx, true)
+}
+
+/// READWRITE: back to linearizable reads.
+fn readwrite(ctx: &mut Ctx<'_>, _args: Args<'_>) -> Result<()> {
+    set_stale_reads(ctx, false)
+}
+
+fn set_stale_reads(ctx: &mut Ctx<'_>, on: bool) -> Result<()> {
+    if ctx.shared.repl.get().is_none() {
+        return Err(Error::Msg(
+            "ERR This instance has cluster support disabled".into(),
+        ));
+    }
+    ctx.conn
+        .info
+        .stale_reads
+        .store(on, std::sync::atomic::Ordering::Relaxed);
+    ctx.ok();
+    Ok(())
+}
 
 fn split(addr: &str) -> (&str, &str) {
     addr.rsplit_once(':').unwrap_or((addr, "0"))
