@@ -34,6 +34,7 @@ pub fn router(raft: Raft, id: NodeId, client_addr: String) -> Router {
         .route("/raft/vote", post(vote))
         .route("/raft/snapshot", post(snapshot))
         .route("/raft/read_index", post(read_index))
+        .route("/raft/write", post(forwarded_write))
         .with_state(raft)
         .route(
             "/raft/hello",
@@ -50,6 +51,62 @@ async fn read_index(State(raft): State<Raft>) -> Result<Vec<u8>, (StatusCode, St
         Err(e) => Err(e.to_string()),
     };
     encode(&r)
+}
+
+/// Why a forwarded write was not applied (see [`forwarded_write`]).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub enum ForwardFailure {
+    /// The node asked is not the leader (any more).
+    NotLeader,
+    /// The write could not be committed.
+    Failed(String),
+}
+
+/// A write a follower forwards: the request body is the entry's payload;
+/// the leader proposes it and answers (bincode) `Result<reply,
+/// ForwardFailure>` once it is committed and applied. A follower forwards
+/// at most once: a node that is not the leader answers `NotLeader`.
+async fn forwarded_write(
+    State(raft): State<Raft>,
+    body: Bytes,
+) -> Result<Vec<u8>, (StatusCode, String)> {
+    use openraft::error::ClientWriteError;
+    let r: Result<Vec<u8>, ForwardFailure> =
+        match raft.client_write(crate::Request(body.to_vec())).await {
+            Ok(resp) => Ok(resp.data.0),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
+                Err(ForwardFailure::NotLeader)
+            }
+            Err(e) => Err(ForwardFailure::Failed(e.to_string())),
+        };
+    encode(&r)
+}
+
+/// Sends a write to the leader at `raft_addr` (see [`forwarded_write`]).
+/// `Err(None)`: it is not the leader; `Err(Some(why))`: the write failed or
+/// its outcome is unknown (the connection failed after sending).
+pub async fn forward_write(
+    client: &reqwest::Client,
+    raft_addr: &str,
+    payload: Vec<u8>,
+) -> Result<Vec<u8>, Option<String>> {
+    let resp = client
+        .post(format!("http://{raft_addr}/raft/write"))
+        .timeout(std::time::Duration::from_secs(10))
+        .body(payload)
+        .send()
+        .await
+        .map_err(|e| Some(format!("forwarding to the leader: {e}")))?;
+    let bytes = resp
+        .bytes()
+        .await
+        .map_err(|e| Some(format!("the leader's answer: {e}")))?;
+    let r: Result<Vec<u8>, ForwardFailure> =
+        bincode::deserialize(&bytes).map_err(|e| Some(format!("the leader's answer: {e}")))?;
+    r.map_err(|f| match f {
+        ForwardFailure::NotLeader => None,
+        ForwardFailure::Failed(why) => Some(why),
+    })
 }
 
 /// Asks the leader at `raft_addr` for a read index (see [`read_index`]).

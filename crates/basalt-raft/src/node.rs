@@ -212,8 +212,22 @@ impl<A: Applier> RaftNode<A> {
     }
 
     /// Proposes `payload` and waits until it is committed by a majority and
-    /// applied here; returns the applier's reply.
+    /// applied by the leader; returns the applier's reply there. A node that
+    /// knows another node leads forwards the write once to it over the Raft
+    /// port (`/raft/write`) and relays its reply; the entry reaches this
+    /// node's state machine when it replicates (a read here passes
+    /// [`RaftNode::read_barrier`] first, so it sees it).
+    /// `ForwardToLeader` means no leader could take it.
     pub async fn write(&self, payload: Vec<u8>) -> Result<Vec<u8>, WriteError> {
+        if let Some((id, node)) = self.leader() {
+            if id != self.id {
+                return match network::forward_write(&self.http, &node.raft, payload).await {
+                    Ok(reply) => Ok(reply),
+                    Err(None) => Err(WriteError::ForwardToLeader { leader: None }),
+                    Err(Some(why)) => Err(WriteError::Failed(why)),
+                };
+            }
+        }
         match self.raft.client_write(Request(payload)).await {
             Ok(resp) => Ok(resp.data.0),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use basalt_raft::{NodeConfig, NodeId, RaftNode, WriteError};
+use basalt_raft::{NodeConfig, NodeId, RaftNode};
 use common::{KvApplier, Op};
 use tempfile::TempDir;
 use tokio::net::TcpListener;
@@ -173,24 +173,27 @@ async fn three_nodes_started_with_the_same_peers_form_a_group_and_replicate_writ
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_follower_refuses_a_write_and_names_the_leader() {
+async fn a_write_on_a_follower_is_forwarded_to_the_leader() {
     let g = Group::start(50_000).await;
     let leader = g.leader().await;
     let follower = g.nodes.keys().copied().find(|&id| id != leader).unwrap();
-    match g.nodes[&follower]
-        .write(Op::Set(b"k".to_vec(), b"v".to_vec()).bytes())
-        .await
-    {
-        Err(WriteError::ForwardToLeader {
-            leader: Some((id, addr)),
-        }) => {
-            assert_eq!(id, leader);
-            assert_eq!(addr.raft, g.addrs[&leader]);
-        }
-        other => panic!("expected a redirect to {leader}, got {other:?}"),
-    }
+    let node = &g.nodes[&follower];
+    let a = node.write(Op::Incr(b"c".to_vec()).bytes()).await.unwrap();
+    let b = node.write(Op::Incr(b"c".to_vec()).bytes()).await.unwrap();
+    assert_eq!((a, b), (b"1".to_vec(), b"2".to_vec()));
+    // After the read barrier the follower's own state has both.
+    node.read_barrier(Duration::from_secs(5)).await.unwrap();
+    assert_eq!(
+        node.state_machine()
+            .applier()
+            .db
+            .get(b"c")
+            .unwrap()
+            .as_deref(),
+        Some(&b"2"[..])
+    );
     let data = g.converged().await;
-    assert_eq!(get(&data, "k"), None, "a refused write changed nothing");
+    assert_eq!(get(&data, "c").as_deref(), Some("2"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -27,9 +27,9 @@
 //! every node deletes them (if still expired at the entry's time), with
 //! the `expired` event.
 //!
-//! Followers answer a write with Redis's `-READONLY` error (what a Redis
-//! replica answers, which Sentinel-aware clients take as "reconnect to the
-//! master"). Reads are linearizable on every node: before the first read of
+//! A follower forwards a write to the leader over the Raft port and relays
+//! the leader's reply (`RaftNode::write`), so any command works on any
+//! node. Reads are linearizable on every node: before the first read of
 //! a batch, the node passes a read barrier (ReadIndex; on a follower, one
 //! request to the leader). A client that sent READONLY skips it and reads
 //! what this node has applied.
@@ -139,8 +139,9 @@ pub(crate) enum Route {
     Refuse(String),
 }
 
-/// Redis's reply when a replica receives a write.
-pub const READONLY: &str = "READONLY You can't write against a read only replica.";
+/// The reply to a write when no leader can take it (an election is under
+/// way, or this node is cut off from the majority).
+pub const NO_LEADER: &str = "CLUSTERDOWN The group has no leader that can take writes now";
 
 impl Repl {
     /// Starts the node: `config` must name `node_id` and `peers`.
@@ -250,7 +251,7 @@ impl Repl {
         let bytes = bincode::serialize(p).map_err(|e| format!("ERR replication: {e}"))?;
         match self.node.write(bytes).await {
             Ok(reply) => Ok(reply),
-            Err(WriteError::ForwardToLeader { .. }) => Err(READONLY.into()),
+            Err(WriteError::ForwardToLeader { .. }) => Err(NO_LEADER.into()),
             Err(WriteError::Failed(e)) => Err(format!("ERR replication: {e}")),
         }
     }
@@ -270,9 +271,6 @@ impl Repl {
         if !cmd.arity_ok(args.len()) || !crate::auth::may_run(shared, &conn.info, cmd.flags) {
             // Answered locally with the same error as anywhere.
             return Route::Local;
-        }
-        if !self.is_leader() {
-            return Route::Refuse(READONLY.into());
         }
         if cmd.name == "spop" {
             return Route::Refuse(
@@ -301,12 +299,6 @@ impl Repl {
         if !crate::tx::queue_writes(conn) {
             return None;
         }
-        if !self.is_leader() {
-            conn.tx.clear(&conn.info);
-            return Some(Route::Refuse(format!(
-                "EXECABORT Transaction discarded because of: {READONLY}"
-            )));
-        }
         let (commands, watched) = crate::tx::take_queue(conn)?;
         Some(Route::Propose(Proposal::Run {
             db: conn.db as u32,
@@ -334,9 +326,22 @@ pub(crate) fn needs_barrier(conn: &Conn, args: &Args<'_>) -> bool {
 
 /// Whether running `cmd` with `args` changes replicated state, so that a
 /// node of a group must go through the log: write commands, scripts that
-/// may write, and the writing subcommands of FUNCTION and XGROUP.
+/// may write, the writing subcommands of FUNCTION and XGROUP, and
+/// PUBLISH/SPUBLISH.
 pub(crate) fn is_replicated_write(cmd: &commands::CommandDef, args: &Args<'_>) -> bool {
-    cmd.is_write() || is_script_write(cmd.name) || writing_subcommand(cmd.name, args)
+    cmd.is_write()
+        || is_script_write(cmd.name)
+        || writing_subcommand(cmd.name, args)
+        || is_broadcast(cmd.name)
+}
+
+/// PUBLISH and SPUBLISH go through the log too, so that every node applies
+/// them and delivers the message to its own subscribers: a message
+/// published on any node reaches subscribers on every node, in one order.
+/// The reply is the number of receivers on the leader (Redis Cluster
+/// also counts one node's receivers).
+fn is_broadcast(name: &str) -> bool {
+    matches!(name, "publish" | "spublish")
 }
 
 /// Subcommands of containers that write replicated state: FUNCTION LOAD,
