@@ -91,6 +91,84 @@ pub struct RaftNode<A: Applier> {
     publisher: JoinHandle<()>,
     /// For read-index requests to the leader.
     http: reqwest::Client,
+    /// Read-index rounds shared by concurrent reads.
+    reads: Arc<ReadRounds>,
+}
+
+/// Read-index rounds shared by concurrent callers: a caller gets the
+/// outcome of the first round that *started* after it called (so the
+/// index covers every write acknowledged before its read arrived), and at
+/// most one round runs at a time. Fifty clients reading at once cost one
+/// heartbeat round (or one request to the leader), not fifty. A round runs
+/// in its own task, so a caller that goes away does not stall the others.
+pub(crate) struct ReadRounds {
+    /// Rounds started so far, and whether one runs now.
+    state: parking_lot::Mutex<(u64, bool)>,
+    /// The last finished round and its outcome.
+    done: tokio::sync::watch::Sender<(u64, Result<u64, String>)>,
+}
+
+impl ReadRounds {
+    pub(crate) fn new() -> Arc<ReadRounds> {
+        Arc::new(ReadRounds {
+            state: parking_lot::Mutex::new((0, false)),
+            done: tokio::sync::watch::channel((0, Err(String::new()))).0,
+        })
+    }
+
+    /// A read index from a round that started after this call; `round`
+    /// makes one (called only if this caller starts the round).
+    pub(crate) async fn index<F, Fut>(
+        self: &Arc<Self>,
+        timeout: Duration,
+        round: F,
+    ) -> Result<u64, String>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<u64, String>> + Send + 'static,
+    {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut rx = self.done.subscribe();
+        let need = self.state.lock().0 + 1;
+        let mut round = Some(round);
+        loop {
+            {
+                let v = rx.borrow_and_update();
+                if v.0 >= need {
+                    return v.1.clone();
+                }
+            }
+            // Start the next round if none runs. Only a caller that still
+            // has its maker can (it has not started one yet).
+            if round.is_some() {
+                let start = {
+                    let mut st = self.state.lock();
+                    if st.1 {
+                        None
+                    } else {
+                        st.0 += 1;
+                        st.1 = true;
+                        Some(st.0)
+                    }
+                };
+                if let Some(n) = start {
+                    let fut = round.take().expect("checked above")();
+                    let me = self.clone();
+                    tokio::spawn(async move {
+                        let r = fut.await;
+                        me.state.lock().1 = false;
+                        let _ = me.done.send_replace((n, r));
+                    });
+                }
+            }
+            if tokio::time::timeout_at(deadline, rx.changed())
+                .await
+                .is_err()
+            {
+                return Err("timed out waiting for a read index".into());
+            }
+        }
+    }
 }
 
 impl<A: Applier> std::fmt::Debug for RaftNode<A> {
@@ -183,6 +261,7 @@ impl<A: Applier> RaftNode<A> {
             server,
             publisher,
             http: reqwest::Client::new(),
+            reads: ReadRounds::new(),
         };
         let initialized = node
             .raft
@@ -247,17 +326,30 @@ impl<A: Applier> RaftNode<A> {
     /// applied that far. An error means the read cannot be made safe now
     /// (no leader known, the leader unreachable or deposed).
     pub async fn read_barrier(&self, timeout: Duration) -> Result<(), String> {
-        let (leader, node) = self.leader().ok_or("no leader is known")?;
-        let index = if leader == self.id {
-            let fut = self.raft.get_read_log_id();
-            let (read, _) = tokio::time::timeout(timeout, fut)
-                .await
-                .map_err(|_| "timed out confirming leadership".to_string())?
-                .map_err(|e| e.to_string())?;
-            read.map_or(0, |l| l.index)
-        } else {
-            network::remote_read_index(&self.http, &node.raft, timeout).await?
-        };
+        let (raft, http, me) = (self.raft.clone(), self.http.clone(), self.id);
+        let index = self
+            .reads
+            .index(timeout, move || async move {
+                let m = raft.metrics().borrow().clone();
+                let leader = m.current_leader.ok_or("no leader is known")?;
+                if leader == me {
+                    let fut = raft.get_read_log_id();
+                    let (read, _) = tokio::time::timeout(timeout, fut)
+                        .await
+                        .map_err(|_| "timed out confirming leadership".to_string())?
+                        .map_err(|e| e.to_string())?;
+                    Ok(read.map_or(0, |l| l.index))
+                } else {
+                    let node = m
+                        .membership_config
+                        .membership()
+                        .get_node(&leader)
+                        .cloned()
+                        .ok_or("the leader is not a member")?;
+                    network::remote_read_index(&http, &node.raft, timeout).await
+                }
+            })
+            .await?;
         self.raft
             .wait(Some(timeout))
             .applied_index_at_least(Some(index), "read barrier")
@@ -343,5 +435,40 @@ async fn publish_client_addrs(raft: Raft, me: NodeId, my_client: String) {
         if let Err(e) = raft.change_membership(change, false).await {
             tracing::debug!("publishing client addresses: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_reads_share_rounds_that_start_after_them() {
+        let reads = ReadRounds::new();
+        let rounds = Arc::new(AtomicU64::new(0));
+        let mut tasks = Vec::new();
+        for i in 0..60u64 {
+            let (reads, rounds) = (reads.clone(), rounds.clone());
+            tasks.push(tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(i % 7)).await;
+                let before = rounds.load(SeqCst);
+                let got = reads
+                    .index(Duration::from_secs(5), move || async move {
+                        let n = rounds.fetch_add(1, SeqCst) + 1;
+                        tokio::time::sleep(Duration::from_millis(3)).await;
+                        Ok(n)
+                    })
+                    .await
+                    .unwrap();
+                assert!(got > before, "round {got} started before the call ({before})");
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let n = rounds.load(SeqCst);
+        assert!((2..40).contains(&n), "{n} rounds for 60 concurrent reads");
     }
 }

@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Replicated writes and reads side by side: a 3-node Basalt Raft group
+against redis-server with two replicas (asynchronous replication), with a
+single Basalt node and a single redis-server as the baselines.
+
+Every server runs on 127.0.0.1 with `appendfsync everysec` (Redis:
+`appendonly yes`); redis-benchmark (-c 50, -r 1000000, -d 100) drives the
+leader / primary. Rounds alternate the systems; each figure is the median
+of the rounds. Prints one table (ops/s and the ratio to the redis-server
+setup of the same shape).
+
+Usage: python3 scripts/bench_group.py --basalt target/release/basalt
+         [--requests 100000] [--rounds 3] [--pipelines 1,16] [--tests set,get]
+"""
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def wait_ping(port, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        r = subprocess.run(["redis-cli", "-p", str(port), "PING"], capture_output=True, text=True)
+        if r.stdout.strip() == "PONG":
+            return
+        time.sleep(0.1)
+    sys.exit(f"server on port {port} did not answer PING")
+
+
+class Setup:
+    def __init__(self, name):
+        self.name = name
+        self.procs = []
+        self.port = None
+
+    def stop(self):
+        for p in self.procs:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+        self.procs = []
+
+
+def start_basalt_single(binary, root):
+    s = Setup("basalt x1")
+    port = free_port()
+    d = os.path.join(root, "basalt-single")
+    s.procs.append(subprocess.Popen([binary, "--port", str(port), "--http-port", "0", "--dir", d],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    wait_ping(port)
+    s.port = port
+    return s
+
+
+def start_basalt_group(binary, root):
+    s = Setup("basalt raft x3")
+    ports = [free_port() for _ in range(3)]
+    rafts = [free_port() for _ in range(3)]
+    peers = ",".join(f"{i + 1}@127.0.0.1:{rafts[i]}" for i in range(3))
+    for i in range(3):
+        d = os.path.join(root, f"basalt-n{i + 1}")
+        s.procs.append(subprocess.Popen(
+            [binary, "--port", str(ports[i]), "--http-port", "0", "--dir", d, "--node-id", str(i + 1),
+             "--raft-port", str(rafts[i]), "--peers", peers],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    for p in ports:
+        wait_ping(p)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        r = subprocess.run(["redis-cli", "-p", str(ports[0]), "SENTINEL", "get-master-addr-by-name", "x"],
+                           capture_output=True, text=True)
+        lines = r.stdout.split()
+        if len(lines) == 2:
+            s.port = int(lines[1])
+            return s
+        time.sleep(0.1)
+    sys.exit("the Basalt group elected no leader")
+
+
+def start_redis(root, replicas):
+    s = Setup("redis x1" if replicas == 0 else f"redis +{replicas} replicas")
+    ports = [free_port() for _ in range(replicas + 1)]
+    for i, port in enumerate(ports):
+        d = os.path.join(root, f"redis-{replicas}-{i}")
+        os.makedirs(d)
+        args = ["redis-server", "--port", str(port), "--dir", d, "--save", "", "--appendonly", "yes",
+                "--appendfsync", "everysec"]
+        if i > 0:
+            args += ["--replicaof", "127.0.0.1", str(ports[0])]
+        s.procs.append(subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        wait_ping(port)
+    s.port = ports[0]
+    if replicas:
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            r = subprocess.run(["redis-cli", "-p", str(ports[0]), "INFO", "replication"],
+                               capture_output=True, text=True)
+            if f"connected_slaves:{replicas}" in r.stdout:
+                break
+            time.sleep(0.1)
+    return s
+
+
+def bench(port, test, requests, pipeline):
+    r = subprocess.run(["redis-benchmark", "-p", str(port), "-t", test, "-n", str(requests), "-c", "50",
+                        "-r", "1000000", "-d", "100", "-P", str(pipeline), "--csv"],
+                       capture_output=True, text=True, timeout=900)
+    last = [l for l in r.stdout.splitlines() if l.strip()][-1]
+    return float(last.split(",")[1].strip('"'))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--basalt", required=True)
+    ap.add_argument("--requests", type=int, default=100000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--pipelines", default="1,16")
+    ap.add_argument("--tests", default="set,get")
+    a = ap.parse_args()
+    for tool in ("redis-server", "redis-benchmark", "redis-cli"):
+        if not shutil.which(tool):
+            sys.exit(f"{tool} is missing: apt-get install -y redis-server redis-tools")
+    root = tempfile.mkdtemp(prefix="basalt-bench-group-")
+    starters = [
+        ("redis x1", lambda: start_redis(root + "/r1-" + str(time.time_ns()), 0)),
+        ("basalt x1", lambda: start_basalt_single(a.basalt, root + "/b1-" + str(time.time_ns()))),
+        ("redis +2 replicas", lambda: start_redis(root + "/r3-" + str(time.time_ns()), 2)),
+        ("basalt raft x3", lambda: start_basalt_group(a.basalt, root + "/b3-" + str(time.time_ns()))),
+    ]
+    results = {}
+    try:
+        for rnd in range(a.rounds):
+            order = starters if rnd % 2 == 0 else list(reversed(starters))
+            for name, start in order:
+                s = start()
+                try:
+                    for test in a.tests.split(","):
+                        for p in [int(x) for x in a.pipelines.split(",")]:
+                            ops = bench(s.port, test, a.requests, p)
+                            results.setdefault((name, test, p), []).append(ops)
+                            print(f"round {rnd + 1} {name:18} {test} P={p}: {ops:.0f} ops/s", flush=True)
+                finally:
+                    s.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print()
+    print("| test | P | redis x1 | basalt x1 | redis +2 replicas | basalt raft x3 | basalt x1 / redis x1 | raft x3 / redis +2 |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for test in a.tests.split(","):
+        for p in [int(x) for x in a.pipelines.split(",")]:
+            m = {n: statistics.median(results[(n, test, p)]) for n, _ in starters}
+            print(f"| {test.upper()} | {p} | {m['redis x1']:.0f} | {m['basalt x1']:.0f} | "
+                  f"{m['redis +2 replicas']:.0f} | {m['basalt raft x3']:.0f} | "
+                  f"{m['basalt x1'] / m['redis x1']:.2f}x | {m['basalt raft x3'] / m['redis +2 replicas']:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
