@@ -83,8 +83,9 @@ async fn forwarded_write(
 }
 
 /// Sends a write to the leader at `raft_addr` (see [`forwarded_write`]).
-/// `Err(None)`: it is not the leader; `Err(Some(why))`: the write failed or
-/// its outcome is unknown (the connection failed after sending).
+/// `Err(None)`: it was not applied (the node is not the leader, or could
+/// not be reached at all); `Err(Some(why))`: the write failed or its
+/// outcome is unknown (the connection failed after sending).
 pub async fn forward_write(
     client: &reqwest::Client,
     raft_addr: &str,
@@ -96,7 +97,14 @@ pub async fn forward_write(
         .body(payload)
         .send()
         .await
-        .map_err(|e| Some(format!("forwarding to the leader: {e}")))?;
+        .map_err(|e| {
+            if e.is_connect() {
+                // Never sent: the write was not applied (as if no leader).
+                None
+            } else {
+                Some(format!("forwarding to the leader: {e}"))
+            }
+        })?;
     let bytes = resp
         .bytes()
         .await

@@ -328,6 +328,8 @@ async fn run(
         // read (crate::repl). If it cannot be passed, the batch's reads are
         // refused rather than served stale.
         let mut barrier: Option<Result<(), String>> = None;
+        // Writes proposed on the leader and not answered yet, in order.
+        let mut pending: Vec<Pending<'_>> = Vec::new();
         let mut gate = shared.gate.lazy();
         // Contention noted on this thread before the batch is not its own.
         let _ = workers::take_contention();
@@ -401,20 +403,39 @@ async fn run(
                             r => Some(r),
                         },
                     };
+                    if !pending.is_empty() && !matches!(routed, Some(Route::Propose(_))) {
+                        // A local command (or an error) answers after the
+                        // pipelined writes before it, and sees them.
+                        gate.release();
+                        resolve(&mut pending, &mut out, conn.protocol).await;
+                        conn.batch_clock = 0;
+                        conn.tick = now_ns();
+                    }
                     if let Some(route) = routed {
                         let cmd = crate::commands::lookup(&args[0]);
                         match route {
                             Route::Propose(p) => {
                                 gate.release();
                                 let repl = shared.repl.get().expect("routed by it");
-                                match repl.propose(&p).await {
-                                    Ok(reply) => out.extend_from_slice(&reply),
-                                    Err(line) => {
-                                        Encoder::new(&mut out, conn.protocol).error(line.as_bytes())
-                                    }
+                                if repl.is_leader()
+                                    && info.pubsub.modes.load(Ordering::Relaxed) == 0
+                                {
+                                    // Pipelined: proposed with the writes
+                                    // around it, answered in order when the
+                                    // next local command or the batch's end
+                                    // needs the replies.
+                                    pending.push(Box::pin(async move { repl.propose(&p).await }));
+                                } else {
+                                    resolve(&mut pending, &mut out, conn.protocol).await;
+                                    let reply = repl.propose(&p).await;
+                                    push_reply(&mut out, conn.protocol, reply);
+                                    // Forwarded: the leader applied it, this
+                                    // node may not have yet; the next read
+                                    // passes a new barrier, which covers it.
+                                    barrier = None;
+                                    conn.batch_clock = 0;
+                                    conn.tick = now_ns();
                                 }
-                                conn.batch_clock = 0;
-                                conn.tick = now_ns();
                                 (cmd, None, 0)
                             }
                             Route::Refuse(line) => {
@@ -591,6 +612,10 @@ async fn run(
                 conn.tick = now_ns();
             }
         }
+        if !pending.is_empty() {
+            gate.release();
+            resolve(&mut pending, &mut out, conn.protocol).await;
+        }
         drop(gate);
         // Read before the first await below lets another connection of this
         // worker run and note its own contention.
@@ -633,6 +658,43 @@ async fn run(
         if buf.is_empty() && buf.capacity() > 1 << 20 {
             *buf = Vec::with_capacity(READ_CHUNK);
         }
+    }
+}
+
+/// A replicated write's reply on its way (`crate::repl`).
+type Pending<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<u8>, String>> + Send + 'a>>;
+
+/// Waits for every pending write (proposed together, so their entries go
+/// to the log in one append) and appends their replies in order.
+async fn resolve(pending: &mut Vec<Pending<'_>>, out: &mut Vec<u8>, protocol: Protocol) {
+    if pending.is_empty() {
+        return;
+    }
+    // Poll each once, in order, so their entries reach the log in the
+    // connection's order (a proposal is sent on its first poll); then take
+    // the replies in order.
+    let mut early: Vec<Option<Result<Vec<u8>, String>>> = Vec::with_capacity(pending.len());
+    for f in pending.iter_mut() {
+        early.push(match futures_util::poll!(f.as_mut()) {
+            std::task::Poll::Ready(r) => Some(r),
+            std::task::Poll::Pending => None,
+        });
+    }
+    for (f, done) in pending.drain(..).zip(early) {
+        let reply = match done {
+            Some(r) => r,
+            None => f.await,
+        };
+        push_reply(out, protocol, reply);
+    }
+}
+
+/// Appends a replicated write's reply, or its error line.
+fn push_reply(out: &mut Vec<u8>, protocol: Protocol, reply: Result<Vec<u8>, String>) {
+    match reply {
+        Ok(bytes) => out.extend_from_slice(&bytes),
+        Err(line) => Encoder::new(out, protocol).error(line.as_bytes()),
     }
 }
 

@@ -477,8 +477,8 @@ mod history {
 
     enum Outcome<T> {
         Ok(T),
-        /// Refused (READONLY, a read that cannot be made consistent):
-        /// it did not take effect.
+        /// Refused (READONLY, CLUSTERDOWN: no leader took it, or a read
+        /// that cannot be made consistent): it did not take effect.
         Refused,
         /// The connection failed: it may or may not have taken effect.
         Lost,
@@ -490,7 +490,9 @@ mod history {
         };
         match cmd.query::<T>(conn) {
             Ok(v) => Outcome::Ok(v),
-            Err(e) if e.kind() == redis::ErrorKind::ReadOnly || e.code().is_some() => {
+            // Only these say the write was not applied; any other error
+            // (a forwarding failure, a lost connection) leaves it unknown.
+            Err(e) if e.kind() == redis::ErrorKind::ReadOnly || e.code() == Some("CLUSTERDOWN") => {
                 Outcome::Refused
             }
             Err(_) => {
@@ -629,7 +631,7 @@ mod history {
     }
 
     pub fn verify(rec: &Recorded) {
-        let opts = Options::default().timeout(Some(Duration::from_secs(60)));
+        let opts = Options::default().timeout(Some(Duration::from_secs(30)));
         let v = check(&Register, &rec.registers, &opts).unwrap();
         assert_eq!(v, Verdict::Linearizable, "registers: {v}");
         let v = check(&Counter, &rec.counters, &opts).unwrap();
@@ -705,4 +707,35 @@ fn a_message_published_on_any_node_reaches_subscribers_on_every_node() {
             assert_eq!(got, want, "subscriber on node {i}");
         }
     }
+}
+
+#[test]
+fn a_pipeline_of_writes_and_reads_answers_in_order_on_leader_and_follower() {
+    let g = Group::start();
+    let l = g.leader();
+    let f = (0..3).find(|&i| i != l).unwrap();
+    for (node, key) in [(l, "on-leader"), (f, "on-follower")] {
+        let mut c = g.conn(node);
+        let mut pipe = redis::pipe();
+        for i in 0..200 {
+            pipe.cmd("INCR").arg(key);
+            if i % 50 == 49 {
+                // A read in the middle sees every write before it.
+                pipe.cmd("GET").arg(key);
+            }
+        }
+        let replies: Vec<i64> = pipe.query(&mut c).unwrap();
+        let mut want = Vec::new();
+        for i in 0..200 {
+            want.push(i + 1);
+            if i % 50 == 49 {
+                want.push(i + 1);
+            }
+        }
+        assert_eq!(replies, want, "{key}");
+    }
+    g.eventually("both counters at 200 everywhere", |c| {
+        get(c, "on-leader").as_deref() == Some("200")
+            && get(c, "on-follower").as_deref() == Some("200")
+    });
 }
