@@ -462,7 +462,10 @@ mod tests {
                     })
                     .await
                     .unwrap();
-                assert!(got > before, "round {got} started before the call ({before})");
+                assert!(
+                    got > before,
+                    "round {got} started before the call ({before})"
+                );
             }));
         }
         for t in tasks {
