@@ -181,6 +181,9 @@ pub struct ServerArgs {
     /// The group's members as id@host:raftport, comma separated, this node included
     #[arg(long, env = "BASALT_PEERS")]
     pub peers: Option<String>,
+    /// The master name SENTINEL MASTERS lists for the group [default: mymaster]
+    #[arg(long, env = "BASALT_MASTER_NAME")]
+    pub master_name: Option<String>,
 }
 
 /// The contents of a `--config` TOML file.
@@ -223,6 +226,8 @@ struct FileConfig {
     #[serde(rename = "raft-port")]
     raft_port: Option<u16>,
     peers: Option<String>,
+    #[serde(rename = "master-name")]
+    master_name: Option<String>,
 }
 
 /// The merged configuration the server runs with.
@@ -290,6 +295,9 @@ pub struct Config {
     pub raft_port: Option<u16>,
     /// `peers`: every member of the group as (id, `host:raftport`).
     pub peers: Vec<(u64, String)>,
+    /// `master-name`: the name SENTINEL MASTERS gives the group (the other
+    /// SENTINEL subcommands answer for any name). Default: `mymaster`.
+    pub master_name: String,
 }
 
 impl Default for Config {
@@ -319,6 +327,7 @@ impl Default for Config {
             node_id: None,
             raft_port: None,
             peers: Vec::new(),
+            master_name: "mymaster".into(),
         }
     }
 }
@@ -470,6 +479,10 @@ impl Config {
             node_id,
             raft_port: args.raft_port.or(file.raft_port),
             peers,
+            master_name: args
+                .master_name
+                .or(file.master_name)
+                .unwrap_or(d.master_name),
             slowlog_log_slower_than,
             slowlog_max_len,
             latency_monitor_threshold,

@@ -129,13 +129,16 @@ fn sentinel(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result<()> {
             None => ctx.null(),
         }
     } else if is(sub, "masters") && args.len() == 2 {
-        let n = usize::from(v.leader_member().is_some());
+        // Listed once its client address is known (the leader publishes
+        // it within a fraction of a second of its election).
+        let n = usize::from(v.leader_member().is_some_and(|m| !m.client.is_empty()));
         ctx.array(n);
         if n == 1 {
-            master_entry(&mut ctx.enc(), &v, b"basalt");
+            let name = ctx.shared.config.master_name.clone();
+            master_entry(&mut ctx.enc(), &v, name.as_bytes());
         }
     } else if is(sub, "master") && args.len() == 3 {
-        if v.leader_member().is_none() {
+        if v.leader_member().is_none_or(|m| m.client.is_empty()) {
             return Err(Error::Msg("ERR No such master with that name".into()));
         }
         master_entry(&mut ctx.enc(), &v, name);
