@@ -120,8 +120,11 @@ def bench(port, test, requests, pipeline):
     r = subprocess.run(["redis-benchmark", "-p", str(port), "-t", test, "-n", str(requests), "-c", "50",
                         "-r", "1000000", "-d", "100", "-P", str(pipeline), "--csv"],
                        capture_output=True, text=True, timeout=900)
-    last = [l for l in r.stdout.splitlines() if l.strip()][-1]
-    return float(last.split(",")[1].strip('"'))
+    rows = [l for l in r.stdout.splitlines() if l.strip() and not l.startswith('"test"')]
+    if not rows:
+        sys.exit(f"redis-benchmark -t {test} -P {pipeline} on port {port} printed no result:\n"
+                 f"{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+    return float(rows[-1].split(",")[1].strip('"'))
 
 
 def main():

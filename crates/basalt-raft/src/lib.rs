@@ -44,7 +44,7 @@ pub type NodeId = u64;
 
 /// What a log entry carries: opaque bytes for the [`Applier`].
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Request(pub Vec<u8>);
+pub struct Request(#[serde(with = "serde_bytes")] pub Vec<u8>);
 
 impl fmt::Debug for Request {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -61,7 +61,7 @@ impl fmt::Display for Request {
 /// What applying an entry answered (the [`Applier`]'s reply bytes; empty
 /// for entries without a payload).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Response(pub Vec<u8>);
+pub struct Response(#[serde(with = "serde_bytes")] pub Vec<u8>);
 
 /// How to reach a node: its Raft RPC address and its client (RESP) address.
 /// The client address may be empty until the node has told the group.

@@ -71,6 +71,7 @@ const APPLIED_KEY: &[u8] = b"applied";
 #[derive(Serialize, Deserialize)]
 struct StoredSnapshot {
     meta: SnapshotMeta<NodeId, NodeAddr>,
+    #[serde(with = "serde_bytes")]
     data: Vec<u8>,
 }
 

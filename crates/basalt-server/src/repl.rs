@@ -64,6 +64,7 @@ pub enum Proposal {
         /// The leader's clock (unix ms) when it proposed.
         time_ms: u64,
         /// The commands.
+        #[serde(with = "serde_bytes")]
         commands: Vec<u8>,
         /// `Some(watched keys: (db, key, version))` for EXEC.
         exec: Option<Vec<(u32, Vec<u8>, u64)>>,
@@ -586,6 +587,7 @@ impl Applier for ReplApplier {
 /// every key as (database, key, DUMP payload, absolute expiry ms or 0).
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Snapshot {
+    #[serde(with = "serde_bytes")]
     functions: Vec<u8>,
     keys: Vec<(u32, Vec<u8>, Vec<u8>, u64)>,
 }

@@ -42,10 +42,19 @@ struct Group {
     dir: tempfile::TempDir,
     nodes: Vec<Node>,
     peers: String,
+    /// One group at a time in this test binary: nine debug processes of
+    /// three groups on two cores delay heartbeats past the election
+    /// timeout, and the timing assertions would measure the machine.
+    _serial: std::sync::MutexGuard<'static, ()>,
 }
+
+static SERIAL: Mutex<()> = Mutex::new(());
 
 impl Group {
     fn start() -> Group {
+        let serial = SERIAL
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let dir = tempfile::tempdir().unwrap();
         let nodes: Vec<Node> = (1..=3)
             .map(|id| Node {
@@ -60,7 +69,12 @@ impl Group {
             .map(|n| format!("{}@127.0.0.1:{}", n.id, n.raft_port))
             .collect::<Vec<_>>()
             .join(",");
-        let mut g = Group { dir, nodes, peers };
+        let mut g = Group {
+            dir,
+            nodes,
+            peers,
+            _serial: serial,
+        };
         for i in 0..3 {
             g.spawn(i);
         }
