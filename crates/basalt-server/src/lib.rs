@@ -199,6 +199,7 @@ fn start_inner(
         );
         let _ = shared.repl.set(repl);
         runtime.spawn(repl::expiry_sweeper(shared.clone()));
+        runtime.spawn(repl::switch_master_announcer(shared.clone()));
     }
     let keys: u64 = (0..shared.keyspace.len())
         .map(|n| shared.keyspace.figures(n).keys)

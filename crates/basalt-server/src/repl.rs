@@ -682,3 +682,44 @@ pub(crate) async fn expiry_sweeper(shared: Arc<Shared>) {
         }
     }
 }
+
+/// Sentinel's `+switch-master` event: whenever the leader's client address
+/// changes (a failover), every node publishes, to its own subscribers of
+/// the `+switch-master` channel, `<master-name> <old ip> <old port> <new
+/// ip> <new port>`, as each Sentinel does. Clients that follow failovers
+/// by subscription (Jedis's sentinel pool, Lettuce) switch at once.
+pub(crate) async fn switch_master_announcer(shared: Arc<Shared>) {
+    let Some(repl) = shared.repl.get() else {
+        return;
+    };
+    let mut metrics = repl.node.raft().metrics();
+    let mut shutdown = shared.shutdown_rx();
+    let mut last = String::new();
+    loop {
+        let current = repl
+            .view()
+            .leader_member()
+            .map(|m| m.client.clone())
+            .unwrap_or_default();
+        if !current.is_empty() && current != last {
+            if !last.is_empty() {
+                let split = |a: &str| {
+                    let (h, p) = a.rsplit_once(':').unwrap_or((a, "0"));
+                    format!("{h} {p}")
+                };
+                let msg = format!(
+                    "{} {} {}",
+                    shared.config.master_name,
+                    split(&last),
+                    split(&current)
+                );
+                shared.pubsub.publish(b"+switch-master", msg.as_bytes());
+            }
+            last = current;
+        }
+        tokio::select! {
+            r = metrics.changed() => if r.is_err() { return },
+            _ = Shared::wait_shutdown(&mut shutdown) => return,
+        }
+    }
+}

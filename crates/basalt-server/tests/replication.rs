@@ -753,3 +753,23 @@ fn a_pipeline_of_writes_and_reads_answers_in_order_on_leader_and_follower() {
             && get(c, "on-follower").as_deref() == Some("200")
     });
 }
+
+#[test]
+fn every_node_announces_a_failover_on_switch_master() {
+    let mut g = Group::start();
+    let l = g.leader();
+    let f = (0..3).find(|&i| i != l).unwrap();
+    let mut sub = g.conn(f);
+    let mut ps = sub.as_pubsub();
+    ps.subscribe("+switch-master").unwrap();
+    ps.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let old = g.nodes[l].port;
+    g.kill(l);
+    let msg: String = ps.get_message().unwrap().get_payload().unwrap();
+    let new = g.nodes[g.leader()].port;
+    assert_eq!(
+        msg,
+        format!("mymaster 127.0.0.1 {old} 127.0.0.1 {new}"),
+        "Sentinel's +switch-master format"
+    );
+}
