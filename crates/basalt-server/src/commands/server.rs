@@ -168,6 +168,9 @@ const CATEGORIES_AS_REDIS: &[(&str, &[&str])] = &[
     ("module", &["@slow"]),
     ("object", &["@slow"]),
     ("pubsub", &["@slow"]),
+    ("readonly", &["@fast", "@connection"]),
+    ("readwrite", &["@fast", "@connection"]),
+    ("role", &["@admin", "@fast", "@dangerous"]),
     ("script", &["@slow"]),
     ("slowlog", &["@slow"]),
     (
