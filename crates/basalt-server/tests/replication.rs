@@ -26,6 +26,7 @@ struct Node {
     id: u64,
     port: u16,
     raft_port: u16,
+    http_port: u16,
     child: Option<Child>,
 }
 
@@ -61,6 +62,7 @@ impl Group {
                 id,
                 port: free_port(),
                 raft_port: free_port(),
+                http_port: free_port(),
                 child: None,
             })
             .collect();
@@ -85,7 +87,8 @@ impl Group {
     fn spawn(&mut self, i: usize) {
         let n = &self.nodes[i];
         let mut child = Command::new(env!("CARGO_BIN_EXE_basalt"))
-            .args(["--port", &n.port.to_string(), "--http-port", "0"])
+            .args(["--port", &n.port.to_string()])
+            .args(["--http-port", &n.http_port.to_string()])
             .args([
                 "--node-id",
                 &n.id.to_string(),
@@ -772,4 +775,35 @@ fn every_node_announces_a_failover_on_switch_master() {
         format!("mymaster 127.0.0.1 {old} 127.0.0.1 {new}"),
         "Sentinel's +switch-master format"
     );
+}
+
+/// A raw HTTP/1.1 GET: the status code and the body.
+fn http_get(port: u16, path: &str) -> (u16, Vec<u8>) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut resp = Vec::new();
+    s.read_to_end(&mut resp).unwrap();
+    let head_end = resp.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let status = std::str::from_utf8(&resp[9..12]).unwrap().parse().unwrap();
+    (status, resp[head_end + 4..].to_vec())
+}
+
+#[test]
+fn an_http_read_on_a_follower_sees_every_write_acknowledged_before_it() {
+    let g = Group::start();
+    let l = g.leader();
+    let f = (0..3).find(|&i| i != l).unwrap();
+    let mut lc = g.conn(l);
+    for i in 0..30 {
+        let _: () = redis::cmd("SET").arg("hk").arg(i).query(&mut lc).unwrap();
+        let (status, body) = http_get(g.nodes[f].http_port, "/v1/keys/hk");
+        assert_eq!(status, 200);
+        assert_eq!(body, i.to_string().into_bytes(), "write {i}");
+    }
 }

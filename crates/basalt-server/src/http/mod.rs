@@ -215,6 +215,10 @@ fn router(state: Arc<State>, max_body: usize) -> Router {
     }
     r.fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            read_barrier_layer,
+        ))
         .layer(middleware::from_fn_with_state(state.clone(), auth_layer))
         .layer(middleware::from_fn_with_state(
             state.clone(),
@@ -268,6 +272,29 @@ async fn auth_layer(
              not on the loopback interface. Set --requirepass, or --protected-mode no.",
         )
         .into_response();
+    }
+    next.run(req).await
+}
+
+/// On a node of a replicated group, a GET or HEAD passes the read barrier
+/// first (`crate::repl`, as a RESP batch's first read does), so HTTP reads
+/// are linearizable on every node; 503 `CLUSTERDOWN` when it cannot be
+/// passed. `/health`, `/ready` and `/metrics` describe the node itself and
+/// skip it.
+async fn read_barrier_layer(
+    axum::extract::State(state): axum::extract::State<Arc<State>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let path = req.uri().path();
+    let reads = req.method() == axum::http::Method::GET || req.method() == axum::http::Method::HEAD;
+    if reads && !matches!(path, "/health" | "/ready" | "/metrics") {
+        if let Some(repl) = state.shared.get().and_then(|s| s.repl.get()) {
+            if let Err(line) = repl.read_barrier().await {
+                return ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "CLUSTERDOWN", line)
+                    .into_response();
+            }
+        }
     }
     next.run(req).await
 }
