@@ -18,8 +18,9 @@
 //! its arguments and its time, and the time is the entry's. Versions (the
 //! engine's sequence numbers, seen by WATCH, VERSION, CAS and HTTP ETags)
 //! are made equal on every node by raising the shared sequence counter to
-//! `index << 20` before each entry. Commands whose outcome is a random
-//! choice are refused for now (SPOP; see `docs/replication.md`).
+//! `index << 20` before each entry. A command that picks at random (SPOP)
+//! draws from [`entry_random`], seeded by the log index, over an order
+//! every node shares, so every node removes the same members.
 //!
 //! Expiry: no engine sweeps keys on its own in a group. Reads hide expired
 //! keys (the engine compares with the command's time); the leader's
@@ -49,6 +50,45 @@ use crate::state::{ClientInfo, Shared};
 
 /// Sequence numbers one entry may use before the next entry's floor.
 const SEQ_SHIFT: u32 = 20;
+
+thread_local! {
+    /// While an entry applies on this thread: the state of the generator
+    /// its random choices draw from (seeded by the log index, so every
+    /// node draws the same numbers).
+    static ENTRY_RNG: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
+/// Sets the entry's generator for as long as it lives.
+struct EntrySeed;
+
+impl EntrySeed {
+    fn set(index: u64) -> EntrySeed {
+        ENTRY_RNG.with(|c| c.set(Some(index ^ 0x5851_F42D_4C95_7F2D)));
+        EntrySeed
+    }
+}
+
+impl Drop for EntrySeed {
+    fn drop(&mut self) {
+        ENTRY_RNG.with(|c| c.set(None));
+    }
+}
+
+/// A random number for a command applying a replicated entry, the same on
+/// every node (SplitMix64 over the entry's seed); `None` outside an apply.
+/// A command that picks at random (SPOP) must, when this is `Some`, also
+/// pick from an order every node shares (the members sorted), not from the
+/// engine's index order, which differs between nodes.
+pub(crate) fn entry_random() -> Option<u64> {
+    ENTRY_RNG.with(|c| {
+        let state = c.get()?.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        c.set(Some(state));
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        Some(z ^ (z >> 31))
+    })
+}
 
 /// What a log entry carries (bincode).
 #[derive(Debug, Serialize, Deserialize)]
@@ -273,11 +313,6 @@ impl Repl {
             // Answered locally with the same error as anywhere.
             return Route::Local;
         }
-        if cmd.name == "spop" {
-            return Route::Refuse(
-                "ERR SPOP is not supported in a replicated group yet (its random choice would differ between nodes)".into(),
-            );
-        }
         let mut wire = Vec::new();
         match rewrite_evalsha(shared, args) {
             Ok(Some(eval)) => basalt_resp::write_command(&mut wire, eval.iter().map(|a| &a[..])),
@@ -429,6 +464,7 @@ impl Applier for ReplApplier {
         let p: Proposal = bincode::deserialize(payload)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         shared.keyspace.raise_seq(index << SEQ_SHIFT);
+        let _seed = EntrySeed::set(index);
         let reply = match p {
             Proposal::Run {
                 db,

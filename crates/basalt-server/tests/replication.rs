@@ -807,3 +807,41 @@ fn an_http_read_on_a_follower_sees_every_write_acknowledged_before_it() {
         assert_eq!(body, i.to_string().into_bytes(), "write {i}");
     }
 }
+
+#[test]
+fn spop_removes_the_same_members_on_every_node() {
+    let g = Group::start();
+    let l = g.leader();
+    let f = (0..3).find(|&i| i != l).unwrap();
+    let mut c = g.conn(l);
+    let members: Vec<String> = (0..200).map(|i| format!("m{i}")).collect();
+    let _: i64 = redis::cmd("SADD")
+        .arg("s")
+        .arg(&members)
+        .query(&mut c)
+        .unwrap();
+    let mut popped: Vec<String> = redis::cmd("SPOP").arg("s").arg(15).query(&mut c).unwrap();
+    let one: String = redis::cmd("SPOP").arg("s").query(&mut g.conn(f)).unwrap();
+    popped.push(one);
+    // Inside a script too (its writes replicate as one entry).
+    let from_script: String = redis::cmd("EVAL")
+        .arg("return redis.call('SPOP', KEYS[1])")
+        .arg(1)
+        .arg("s")
+        .query(&mut c)
+        .unwrap();
+    popped.push(from_script);
+    popped.sort();
+    popped.dedup();
+    assert_eq!(popped.len(), 17, "distinct members popped");
+    let mut want: Vec<String> = members
+        .into_iter()
+        .filter(|m| !popped.contains(m))
+        .collect();
+    want.sort();
+    g.eventually("the same 183 members on every node", |c| {
+        let mut have: Vec<String> = redis::cmd("SMEMBERS").arg("s").query(c).unwrap();
+        have.sort();
+        have == want
+    });
+}

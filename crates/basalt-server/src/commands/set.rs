@@ -180,8 +180,27 @@ fn spop(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                 popped = db.field_names(key)?;
                 db.delete(key)?;
             } else if want > 0 {
-                let seed = Rng::from_time().next_u64();
-                popped = db.random_fields(key, want, true, seed)?;
+                popped = match crate::repl::entry_random() {
+                    // A replicated entry: the same members on every node,
+                    // drawn from the sorted members with the entry's seed
+                    // (O(n log n), where a single node draws in O(want)).
+                    Some(seed) => {
+                        let mut all = db.field_names(key)?;
+                        all.sort_unstable();
+                        let mut rng = Rng::new(seed);
+                        let n = all.len();
+                        for i in 0..want {
+                            let j = i + (rng.next_u64() % (n - i) as u64) as usize;
+                            all.swap(i, j);
+                        }
+                        all.truncate(want);
+                        all
+                    }
+                    None => {
+                        let seed = Rng::from_time().next_u64();
+                        db.random_fields(key, want, true, seed)?
+                    }
+                };
                 for m in &popped {
                     db.delete_field(key, m)?;
                 }
