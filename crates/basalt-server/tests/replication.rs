@@ -845,3 +845,36 @@ fn spop_removes_the_same_members_on_every_node() {
         have == want
     });
 }
+
+#[test]
+fn a_script_that_writes_what_srandmember_picked_writes_the_same_on_every_node() {
+    let g = Group::start();
+    let l = g.leader();
+    let mut c = g.conn(l);
+    let members: Vec<String> = (0..100).map(|i| format!("m{i}")).collect();
+    let _: i64 = redis::cmd("SADD")
+        .arg("src")
+        .arg(&members)
+        .query(&mut c)
+        .unwrap();
+    let script = "local m = redis.call('SRANDMEMBER', KEYS[1]) \
+                  local few = redis.call('SRANDMEMBER', KEYS[1], -3) \
+                  redis.call('SADD', KEYS[2], m, unpack(few)) return m";
+    for _ in 0..10 {
+        let _: String = redis::cmd("EVAL")
+            .arg(script)
+            .arg(2)
+            .arg("src")
+            .arg("dst")
+            .query(&mut c)
+            .unwrap();
+    }
+    let mut want: Vec<String> = redis::cmd("SMEMBERS").arg("dst").query(&mut c).unwrap();
+    want.sort();
+    assert!(want.len() > 10, "the picks vary: {want:?}");
+    g.eventually("the same picks written on every node", |c| {
+        let mut have: Vec<String> = redis::cmd("SMEMBERS").arg("dst").query(c).unwrap();
+        have.sort();
+        have == want
+    });
+}

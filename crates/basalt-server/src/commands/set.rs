@@ -180,27 +180,7 @@ fn spop(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                 popped = db.field_names(key)?;
                 db.delete(key)?;
             } else if want > 0 {
-                popped = match crate::repl::entry_random() {
-                    // A replicated entry: the same members on every node,
-                    // drawn from the sorted members with the entry's seed
-                    // (O(n log n), where a single node draws in O(want)).
-                    Some(seed) => {
-                        let mut all = db.field_names(key)?;
-                        all.sort_unstable();
-                        let mut rng = Rng::new(seed);
-                        let n = all.len();
-                        for i in 0..want {
-                            let j = i + (rng.next_u64() % (n - i) as u64) as usize;
-                            all.swap(i, j);
-                        }
-                        all.truncate(want);
-                        all
-                    }
-                    None => {
-                        let seed = Rng::from_time().next_u64();
-                        db.random_fields(key, want, true, seed)?
-                    }
-                };
+                popped = pick_members(db, key, want, true)?;
                 for m in &popped {
                     db.delete_field(key, m)?;
                 }
@@ -227,6 +207,44 @@ fn spop(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     Ok(())
 }
 
+/// `count` members of the set at `key` picked at random (`distinct`: no
+/// member twice, at most the set's size). While a replicated entry applies
+/// (`crate::repl::entry_random`), the picks come from the entry's seed over
+/// the members in sorted order, so every node picks the same members
+/// (O(n log n) for n members); otherwise from the engine's index with a
+/// fresh seed (O(count)).
+fn pick_members(
+    db: &basalt_engine::Db,
+    key: &[u8],
+    count: usize,
+    distinct: bool,
+) -> Result<Vec<Vec<u8>>> {
+    let Some(seed) = crate::repl::entry_random() else {
+        let seed = Rng::from_time().next_u64();
+        return Ok(db.random_fields(key, count, distinct, seed)?);
+    };
+    let mut all = db.field_names(key)?;
+    all.sort_unstable();
+    let n = all.len();
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let mut rng = Rng::new(seed);
+    if distinct {
+        let want = count.min(n);
+        for i in 0..want {
+            let j = i + (rng.next_u64() % (n - i) as u64) as usize;
+            all.swap(i, j);
+        }
+        all.truncate(want);
+        Ok(all)
+    } else {
+        Ok((0..count)
+            .map(|_| all[(rng.next_u64() % n as u64) as usize].clone())
+            .collect())
+    }
+}
+
 fn srandmember(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let key = &args[1];
     if args.len() > 3 {
@@ -237,13 +255,10 @@ fn srandmember(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let mut picks = Vec::new();
     if let Some(len) = read_set_len(ctx, slot.db(), key)? {
         let db = slot.db().expect("exists");
-        let seed = Rng::from_time().next_u64();
         picks = match count {
-            None => db.random_fields(key, 1, true, seed)?,
-            Some(n) if n >= 0 => {
-                db.random_fields(key, (n as u64).min(len as u64) as usize, true, seed)?
-            }
-            Some(n) => db.random_fields(key, n.unsigned_abs() as usize, false, seed)?,
+            None => pick_members(db, key, 1, true)?,
+            Some(n) if n >= 0 => pick_members(db, key, (n as u64).min(len as u64) as usize, true)?,
+            Some(n) => pick_members(db, key, n.unsigned_abs() as usize, false)?,
         };
     }
     drop(slot);
