@@ -301,8 +301,8 @@ impl<A: Applier> RaftNode<A> {
     /// [`RaftNode::read_barrier`] first, so it sees it).
     /// `ForwardToLeader` means no leader could take it.
     pub async fn write(&self, payload: Vec<u8>) -> Result<Vec<u8>, WriteError> {
-        if let Some((id, node)) = self.leader() {
-            if id != self.id {
+        if self.leader_id().is_some_and(|id| id != self.id) {
+            if let Some((_, node)) = self.leader() {
                 return match network::forward_write(&self.http, &node.raft, payload).await {
                     Ok(reply) => Ok(reply),
                     Err(None) => Err(WriteError::ForwardToLeader { leader: None }),
@@ -361,9 +361,16 @@ impl<A: Applier> RaftNode<A> {
             .map_err(|e| format!("not caught up with the leader: {e}"))
     }
 
+    /// The leader this node knows of.
+    pub fn leader_id(&self) -> Option<NodeId> {
+        self.raft.metrics().borrow().current_leader
+    }
+
     /// The leader this node knows of, with its addresses.
     pub fn leader(&self) -> Option<(NodeId, NodeAddr)> {
-        let m = self.raft.metrics().borrow().clone();
+        // Borrowed, not cloned: this runs for every write.
+        let rx = self.raft.metrics();
+        let m = rx.borrow();
         let id = m.current_leader?;
         let node = m.membership_config.membership().get_node(&id)?.clone();
         Some((id, node))

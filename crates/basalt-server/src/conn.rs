@@ -375,20 +375,16 @@ async fn run(
                     // A node of a replicated group proposes writes to the
                     // Raft log and answers with what applying them returned
                     // (crate::repl); a follower refuses them.
-                    if let Some(repl) = shared.repl.get() {
-                        if barrier.is_none() && repl::needs_barrier(conn, &args) {
-                            gate.release();
-                            barrier = Some(repl.read_barrier().await);
-                            conn.batch_clock = 0;
-                            conn.tick = now_ns();
-                        }
+                    let reads = shared.repl.get().is_some() && repl::needs_barrier(conn, &args);
+                    if let Some(repl) = shared.repl.get().filter(|_| reads && barrier.is_none()) {
+                        gate.release();
+                        barrier = Some(repl.read_barrier().await);
+                        conn.batch_clock = 0;
+                        conn.tick = now_ns();
                     }
                     let routed = match shared.repl.get() {
                         None => None,
-                        Some(_)
-                            if matches!(barrier, Some(Err(_)))
-                                && repl::needs_barrier(conn, &args) =>
-                        {
+                        Some(_) if reads && matches!(barrier, Some(Err(_))) => {
                             barrier.clone().and_then(Result::err).map(Route::Refuse)
                         }
                         Some(repl)

@@ -162,6 +162,19 @@ pub struct View {
     pub election_ms: u64,
 }
 
+impl Member {
+    /// The client address as (host, port), both as text; ("", "0") when
+    /// not published yet.
+    pub fn client_host_port(&self) -> (&str, &str) {
+        split_addr(&self.client)
+    }
+}
+
+/// `host:port` as its two parts (the port after the last colon).
+pub fn split_addr(addr: &str) -> (&str, &str) {
+    addr.rsplit_once(':').unwrap_or((addr, "0"))
+}
+
 impl View {
     /// The leader's entry in `members`.
     pub fn leader_member(&self) -> Option<&Member> {
@@ -196,12 +209,8 @@ impl Repl {
                 format!("--peers does not name this node's id {id}"),
             )
         })?;
-        let host = own.rsplit_once(':').map_or(own.as_str(), |(h, _)| h);
-        let raft_port = c.raft_port.unwrap_or_else(|| {
-            own.rsplit_once(':')
-                .and_then(|(_, p)| p.parse().ok())
-                .unwrap_or(0)
-        });
+        let (host, port) = split_addr(own);
+        let raft_port = c.raft_port.unwrap_or_else(|| port.parse().unwrap_or(0));
         let mut cfg = NodeConfig::new(
             id,
             std::net::SocketAddr::new(c.bind, raft_port),
@@ -276,9 +285,7 @@ impl Repl {
 
     /// Whether this node is the leader now.
     pub fn is_leader(&self) -> bool {
-        self.node
-            .leader()
-            .is_some_and(|(id, _)| id == self.node.id())
+        self.node.leader_id() == Some(self.node.id())
     }
 
     /// The leader, if known: its id and addresses.
@@ -519,21 +526,7 @@ impl Applier for ReplApplier {
         let _gate = GateHold::new(shared.clone());
         let mut snap = Snapshot::default();
         let mut conn = self.stand_in(0, crate::state::now_ms());
-        let call = |conn: &mut Conn, args: &[&[u8]]| -> io::Result<Frame> {
-            let mut wire = Vec::new();
-            basalt_resp::write_command(&mut wire, args.iter().copied());
-            let mut parser = RequestParser::new(Limits::default());
-            let Ok(Parsed::Command { args, .. }) = parser.parse(&wire) else {
-                return Err(io::Error::other("snapshot: a command did not encode"));
-            };
-            let mut out = Vec::new();
-            commands::execute(&shared, conn, &mut out, args);
-            match Frame::parse(&out) {
-                Ok(Some((f, _))) => Ok(f),
-                _ => Err(io::Error::other("snapshot: an unreadable reply")),
-            }
-        };
-        if let Frame::Bulk(b) = call(&mut conn, &[b"FUNCTION", b"DUMP"])? {
+        if let Frame::Bulk(b) = call(&shared, &mut conn, &[b"FUNCTION", b"DUMP"])? {
             snap.functions = b;
         }
         for db in 0..shared.keyspace.len() {
@@ -554,10 +547,10 @@ impl Applier for ReplApplier {
             };
             conn.db = db;
             for key in keys {
-                let Frame::Bulk(payload) = call(&mut conn, &[b"DUMP", &key])? else {
+                let Frame::Bulk(payload) = call(&shared, &mut conn, &[b"DUMP", &key])? else {
                     continue; // gone meanwhile (expired)
                 };
-                let at = match call(&mut conn, &[b"PEXPIRETIME", &key])? {
+                let at = match call(&shared, &mut conn, &[b"PEXPIRETIME", &key])? {
                     Frame::Integer(t) if t > 0 => t as u64,
                     _ => 0,
                 };
@@ -573,23 +566,14 @@ impl Applier for ReplApplier {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         // `enter` holds the gate; the state machine's batch is open.
         let mut conn = self.stand_in(0, crate::state::now_ms());
-        let mut wire = Vec::new();
-        let mut run = |conn: &mut Conn, args: &[&[u8]]| -> io::Result<()> {
-            wire.clear();
-            basalt_resp::write_command(&mut wire, args.iter().copied());
-            let mut parser = RequestParser::new(Limits::default());
-            let Ok(Parsed::Command { args, .. }) = parser.parse(&wire) else {
-                return Err(io::Error::other("restore: a command did not encode"));
-            };
-            let mut out = Vec::new();
-            commands::execute(&shared, conn, &mut out, args);
-            if out.first() == Some(&b'-') {
-                return Err(io::Error::other(format!(
+        let run = |conn: &mut Conn, args: &[&[u8]]| -> io::Result<()> {
+            match call(&shared, conn, args)? {
+                Frame::Error(line) | Frame::BlobError(line) => Err(io::Error::other(format!(
                     "restoring a snapshot: {}",
-                    String::from_utf8_lossy(&out).trim_end()
-                )));
+                    String::from_utf8_lossy(&line)
+                ))),
+                _ => Ok(()),
             }
-            Ok(())
         };
         run(&mut conn, &[b"FLUSHALL"])?;
         if snap.functions.is_empty() {
@@ -616,6 +600,22 @@ impl Applier for ReplApplier {
             )?;
         }
         Ok(())
+    }
+}
+
+/// Runs one command (`args`) with `conn` and returns its reply.
+fn call(shared: &Shared, conn: &mut Conn, args: &[&[u8]]) -> io::Result<Frame> {
+    let mut wire = Vec::new();
+    basalt_resp::write_command(&mut wire, args.iter().copied());
+    let mut parser = RequestParser::new(Limits::default());
+    let Ok(Parsed::Command { args, .. }) = parser.parse(&wire) else {
+        return Err(io::Error::other("a snapshot command did not encode"));
+    };
+    let mut out = Vec::new();
+    commands::execute(shared, conn, &mut out, args);
+    match Frame::parse(&out) {
+        Ok(Some((f, _))) => Ok(f),
+        _ => Err(io::Error::other("a snapshot command's reply did not parse")),
     }
 }
 
@@ -739,16 +739,8 @@ pub(crate) async fn switch_master_announcer(shared: Arc<Shared>) {
             .unwrap_or_default();
         if !current.is_empty() && current != last {
             if !last.is_empty() {
-                let split = |a: &str| {
-                    let (h, p) = a.rsplit_once(':').unwrap_or((a, "0"));
-                    format!("{h} {p}")
-                };
-                let msg = format!(
-                    "{} {} {}",
-                    shared.config.master_name,
-                    split(&last),
-                    split(&current)
-                );
+                let ((oh, op), (nh, np)) = (split_addr(&last), split_addr(&current));
+                let msg = format!("{} {oh} {op} {nh} {np}", shared.config.master_name);
                 shared.pubsub.publish(b"+switch-master", msg.as_bytes());
             }
             last = current;

@@ -15,7 +15,7 @@ use basalt_resp::{Args, Encoder};
 
 use super::flags::*;
 use super::{def, is, CommandDef, Ctx, Error, Group, Result};
-use crate::repl::View;
+use crate::repl::{Member, View};
 
 /// ROLE and SENTINEL.
 #[rustfmt::skip]
@@ -53,10 +53,6 @@ fn set_stale_reads(ctx: &mut Ctx<'_>, on: bool) -> Result<()> {
     Ok(())
 }
 
-fn split(addr: &str) -> (&str, &str) {
-    addr.rsplit_once(':').unwrap_or((addr, "0"))
-}
-
 fn role(ctx: &mut Ctx<'_>, _args: Args<'_>) -> Result<()> {
     let Some(repl) = ctx.shared.repl.get() else {
         let mut e = ctx.enc();
@@ -75,7 +71,7 @@ fn role(ctx: &mut Ctx<'_>, _args: Args<'_>) -> Result<()> {
         e.integer(v.applied as i64);
         e.array(followers.len());
         for m in followers {
-            let (ip, port) = split(&m.client);
+            let (ip, port) = m.client_host_port();
             e.array(3);
             e.bulk(ip.as_bytes());
             e.bulk(port.as_bytes());
@@ -83,7 +79,7 @@ fn role(ctx: &mut Ctx<'_>, _args: Args<'_>) -> Result<()> {
         }
     } else {
         let leader = v.leader_member();
-        let (ip, port) = leader.map_or(("", "0"), |m| split(&m.client));
+        let (ip, port) = leader.map_or(("", "0"), |m| m.client_host_port());
         let port: i64 = port.parse().unwrap_or(0);
         let mut e = ctx.enc();
         e.array(5);
@@ -120,7 +116,7 @@ fn sentinel(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result<()> {
     if is(sub, "get-master-addr-by-name") && args.len() == 3 {
         match v.leader_member().filter(|m| !m.client.is_empty()) {
             Some(m) => {
-                let (ip, port) = split(&m.client);
+                let (ip, port) = m.client_host_port();
                 let mut e = ctx.enc();
                 e.array(2);
                 e.bulk(ip.as_bytes());
@@ -145,23 +141,14 @@ fn sentinel(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result<()> {
     } else if (is(sub, "replicas") || is(sub, "slaves")) && args.len() == 3 {
         let leader = v.leader;
         let followers: Vec<_> = v.members.iter().filter(|m| Some(m.id) != leader).collect();
-        let (mhost, mport) = v.leader_member().map_or(("", "0"), |m| split(&m.client));
+        let (mhost, mport) = v
+            .leader_member()
+            .map_or(("", "0"), |m| m.client_host_port());
         let mut e = ctx.enc();
         e.array(followers.len());
         for m in followers {
-            let (ip, port) = split(&m.client);
-            let fields: Vec<(&str, String)> = vec![
-                ("name", m.client.clone()),
-                ("ip", ip.into()),
-                ("port", port.into()),
-                ("runid", format!("basalt-node-{}", m.id)),
-                ("flags", "slave".into()),
-                ("link-pending-commands", "0".into()),
-                ("link-refcount", "1".into()),
-                ("last-ping-sent", "0".into()),
-                ("last-ok-ping-reply", "0".into()),
-                ("last-ping-reply", "0".into()),
-                ("down-after-milliseconds", v.election_ms.to_string()),
+            let mut fields = instance_fields(m.client.clone(), m, "slave", &v);
+            fields.extend([
                 ("info-refresh", "0".into()),
                 ("role-reported", "slave".into()),
                 ("role-reported-time", "0".into()),
@@ -172,7 +159,7 @@ fn sentinel(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result<()> {
                 ("slave-priority", "100".into()),
                 ("slave-repl-offset", m.matched.unwrap_or(0).to_string()),
                 ("replica-announced", "1".into()),
-            ];
+            ]);
             fields_map(&mut e, &fields);
         }
     } else if is(sub, "sentinels") && args.len() == 3 {
@@ -180,23 +167,12 @@ fn sentinel(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result<()> {
         let mut e = ctx.enc();
         e.array(others.len());
         for m in others {
-            let (ip, port) = split(&m.client);
-            let fields: Vec<(&str, String)> = vec![
-                ("name", format!("basalt-node-{}", m.id)),
-                ("ip", ip.into()),
-                ("port", port.into()),
-                ("runid", format!("basalt-node-{}", m.id)),
-                ("flags", "sentinel".into()),
-                ("link-pending-commands", "0".into()),
-                ("link-refcount", "1".into()),
-                ("last-ping-sent", "0".into()),
-                ("last-ok-ping-reply", "0".into()),
-                ("last-ping-reply", "0".into()),
-                ("down-after-milliseconds", v.election_ms.to_string()),
+            let mut fields = instance_fields(format!("basalt-node-{}", m.id), m, "sentinel", &v);
+            fields.extend([
                 ("last-hello-message", "0".into()),
                 ("voted-leader", "?".into()),
                 ("voted-leader-epoch", "0".into()),
-            ];
+            ]);
             fields_map(&mut e, &fields);
         }
     } else if is(sub, "myid") && args.len() == 2 {
@@ -217,20 +193,10 @@ fn sentinel(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result<()> {
 /// map in RESP3).
 fn master_entry(e: &mut Encoder<'_>, v: &View, name: &[u8]) {
     let leader = v.leader_member().expect("checked by the caller");
-    let (ip, port) = split(&leader.client);
     let others = v.members.len().saturating_sub(1);
-    let fields: Vec<(&str, String)> = vec![
-        ("name", String::from_utf8_lossy(name).into_owned()),
-        ("ip", ip.into()),
-        ("port", port.into()),
-        ("runid", format!("basalt-node-{}", leader.id)),
-        ("flags", "master".into()),
-        ("link-pending-commands", "0".into()),
-        ("link-refcount", "1".into()),
-        ("last-ping-sent", "0".into()),
-        ("last-ok-ping-reply", "0".into()),
-        ("last-ping-reply", "0".into()),
-        ("down-after-milliseconds", v.election_ms.to_string()),
+    let name = String::from_utf8_lossy(name).into_owned();
+    let mut fields = instance_fields(name, leader, "master", v);
+    fields.extend([
         ("info-refresh", "0".into()),
         ("role-reported", "master".into()),
         ("role-reported-time", "0".into()),
@@ -240,8 +206,27 @@ fn master_entry(e: &mut Encoder<'_>, v: &View, name: &[u8]) {
         ("quorum", (v.members.len() / 2 + 1).to_string()),
         ("failover-timeout", v.election_ms.to_string()),
         ("parallel-syncs", "1".into()),
-    ];
+    ]);
     fields_map(e, &fields);
+}
+
+/// The fields Sentinel lists first for every instance (master, replica or
+/// sentinel): its name, address, run id, flags and link state.
+fn instance_fields(name: String, m: &Member, flags: &str, v: &View) -> Vec<(&'static str, String)> {
+    let (ip, port) = m.client_host_port();
+    vec![
+        ("name", name),
+        ("ip", ip.into()),
+        ("port", port.into()),
+        ("runid", format!("basalt-node-{}", m.id)),
+        ("flags", flags.into()),
+        ("link-pending-commands", "0".into()),
+        ("link-refcount", "1".into()),
+        ("last-ping-sent", "0".into()),
+        ("last-ok-ping-reply", "0".into()),
+        ("last-ping-reply", "0".into()),
+        ("down-after-milliseconds", v.election_ms.to_string()),
+    ]
 }
 
 fn fields_map(e: &mut Encoder<'_>, fields: &[(&str, String)]) {

@@ -1111,16 +1111,12 @@ fn replication_info(out: &mut String, sh: &crate::Shared) {
     let mut kv = |k: &str, val: String| {
         let _ = write!(out, "{k}:{val}\r\n");
     };
-    let split = |a: &str| {
-        let (h, p) = a.rsplit_once(':').unwrap_or((a, "0"));
-        (h.to_string(), p.to_string())
-    };
     if v.leader == Some(v.me) {
         let followers: Vec<_> = v.members.iter().filter(|m| m.id != v.me).collect();
         kv("role", "master".into());
         kv("connected_slaves", followers.len().to_string());
         for (i, m) in followers.iter().enumerate() {
-            let (ip, port) = split(&m.client);
+            let (ip, port) = m.client_host_port();
             let offset = m.matched.unwrap_or(0);
             let state = if m.matched.is_some() {
                 "online"
@@ -1135,10 +1131,10 @@ fn replication_info(out: &mut String, sh: &crate::Shared) {
         }
     } else {
         let leader = v.leader_member();
-        let (host, port) = leader.map_or((String::new(), "0".into()), |m| split(&m.client));
+        let (host, port) = leader.map_or(("", "0"), |m| m.client_host_port());
         kv("role", "slave".into());
-        kv("master_host", host);
-        kv("master_port", port);
+        kv("master_host", host.into());
+        kv("master_port", port.into());
         kv(
             "master_link_status",
             if leader.is_some() { "up" } else { "down" }.into(),
