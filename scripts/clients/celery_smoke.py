@@ -7,20 +7,24 @@ is what issue 19 found failing (0 of 100 tasks before scripting).
 Setup (a virtual environment; Celery is not needed by `cargo test`):
   python3 -m venv /tmp/celenv
   /tmp/celenv/bin/pip install celery redis packaging
-  /tmp/celenv/bin/python scripts/clients/celery_smoke.py --binary target/release/basalt
+  /tmp/celenv/bin/python scripts/clients/celery_smoke.py --binary target/release/basalt [--group]
 
 Starts the binary on an ephemeral port in a temporary directory, a Celery
 worker (2 processes) against it, sends 100 `add` tasks and waits (60 s at
 most) for their results. Exit status 0 when all 100 come back right.
+
+--group: the same against a 3-node Raft group, through a follower (the
+worker waits for tasks in BRPOP there; the results go through the log).
 """
 import argparse
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+
+from servers import start
 
 TASKS = '''
 import os
@@ -35,27 +39,18 @@ def add(x, y):
 '''
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--binary", default="target/release/basalt")
+    ap.add_argument("--group", action="store_true", help="a 3-node group, through a follower")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="basalt-celery-")
-    port = free_port()
+    port, stop = start(args.binary, os.path.join(tmp, "data"), group=args.group)
     env = dict(os.environ, BASALT_PORT=str(port), PYTHONPATH=tmp)
     with open(os.path.join(tmp, "tasks.py"), "w") as f:
         f.write(TASKS)
-    server = subprocess.Popen(
-        [args.binary, "--port", str(port), "--http-port", "0", "--dir", os.path.join(tmp, "data")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     worker = None
     try:
-        time.sleep(1)
         worker = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "tasks", "worker", "--loglevel=warning", "-c", "2"],
             cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -74,13 +69,13 @@ def main():
         print(f"{ok}/100 tasks")
         return 0 if ok == 100 else 1
     finally:
-        for p in (worker, server):
-            if p:
-                p.terminate()
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+        if worker:
+            worker.terminate()
+            try:
+                worker.wait(10)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+        stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

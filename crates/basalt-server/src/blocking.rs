@@ -62,6 +62,19 @@
 //! Wakeups are therefore "at least once": a woken client that finds the
 //! key empty (another client took the element first) simply blocks again.
 //!
+//! # In a replicated group (`crate::repl`)
+//! A blocking command is a write, so its runs are log entries that every
+//! node applies; an apply must never wait and must decide the same on
+//! every node, whatever clients happen to be blocked there. While an entry
+//! applies ([`Replay`]), [`block_on`] registers nobody and only records
+//! the keys and the timeout (the entry answers "would block" with them),
+//! [`Blocking::may_take`] always allows (the registry differs between
+//! nodes), [`Blocking::pass_on`] records the key for the proposer, and
+//! [`Blocking::is_blocked`] says whether the entry is a re-run. The client
+//! itself waits on the node it is connected to: that node registers its
+//! waiter (above, unchanged) and is woken by the entries it applies, then
+//! proposes the command again (`crate::conn`).
+//!
 //! # Why keys are served in the order they became ready
 //! Redis serves blocked clients after each command (or EXEC), key by key in
 //! the order the keys became ready, and a served BLMOVE that pushes onto
@@ -79,6 +92,7 @@
 //! not read, say) is stepped over, so one slow client cannot hold up
 //! everyone else's blocked commands; it re-runs whenever it gets to it.
 
+use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -105,6 +119,63 @@ pub enum Unblock {
     Timeout,
     /// CLIENT UNBLOCK id ERROR: reply `-UNBLOCKED ...`.
     Error,
+}
+
+thread_local! {
+    /// Set while a replicated entry applies on this thread.
+    static REPLAY: RefCell<Option<ReplayState>> = const { RefCell::new(None) };
+}
+
+#[derive(Default)]
+struct ReplayState {
+    rerun: bool,
+    blocked: Option<(Vec<Vec<u8>>, Option<Duration>)>,
+    passed: Vec<Vec<u8>>,
+}
+
+/// The blocking side of one replicated entry applying on this thread (see
+/// the module docs); ends when dropped.
+#[derive(Debug)]
+pub struct Replay(());
+
+impl Replay {
+    /// Starts it; `rerun`: the entry re-runs a blocked client's command.
+    pub fn start(rerun: bool) -> Replay {
+        REPLAY.with(|r| {
+            *r.borrow_mut() = Some(ReplayState {
+                rerun,
+                ..Default::default()
+            })
+        });
+        Replay(())
+    }
+
+    /// What the last command that would have blocked waited for: its keys
+    /// and timeout (`None`: forever). Clears it.
+    pub fn take_blocked(&self) -> Option<(Vec<Vec<u8>>, Option<Duration>)> {
+        REPLAY.with(|r| r.borrow_mut().as_mut()?.blocked.take())
+    }
+
+    /// The keys a re-run skipped for holding another type. Clears them.
+    pub fn take_passed(&self) -> Vec<Vec<u8>> {
+        REPLAY.with(|r| {
+            r.borrow_mut()
+                .as_mut()
+                .map(|s| std::mem::take(&mut s.passed))
+                .unwrap_or_default()
+        })
+    }
+}
+
+impl Drop for Replay {
+    fn drop(&mut self) {
+        REPLAY.with(|r| *r.borrow_mut() = None);
+    }
+}
+
+/// `Some(whether the entry is a re-run)` while an entry applies here.
+fn replaying() -> Option<bool> {
+    REPLAY.with(|r| r.borrow().as_ref().map(|s| s.rerun))
 }
 
 /// One blocked client.
@@ -312,11 +383,44 @@ impl Blocking {
         w
     }
 
+    /// A blocked `client` is about to run its command again off the
+    /// connection loop (a proposal in a replicated group): a signal from
+    /// now on wakes it again, and the next in line gets the turn, as when
+    /// a re-run blocks again. Returns whether it was blocked.
+    pub fn rearm(&self, client: u64) -> bool {
+        if self.count.load(Ordering::SeqCst) == 0 {
+            return false;
+        }
+        let mut inner = self.inner.lock();
+        let Some(w) = inner.by_client.get(&client).cloned() else {
+            return false;
+        };
+        w.woken.store(false, Ordering::SeqCst);
+        Self::leave_line(&mut inner, &w);
+        Self::grant(&mut inner);
+        true
+    }
+
+    /// Wakes the blocked `client` as a signal of one of its keys would (at
+    /// the back of the line): a wakeup it may have missed while it was not
+    /// registered yet.
+    pub fn wake(&self, client: u64) {
+        let mut inner = self.inner.lock();
+        let Some(w) = inner.by_client.get(&client).cloned() else {
+            return;
+        };
+        Self::wake_first(&mut inner.line, std::iter::once(&w), &mut None);
+        Self::grant(&mut inner);
+    }
+
     /// Whether `client` is blocked, i.e. the command running for it now is
     /// a re-run after a wakeup. A re-run skips keys of another type instead
     /// of failing: Redis keeps such a client blocked (a ZADD does not serve
     /// BLPOP), while the first run replies WRONGTYPE.
     pub fn is_blocked(&self, client: u64) -> bool {
+        if let Some(rerun) = replaying() {
+            return rerun;
+        }
         self.count.load(Ordering::SeqCst) != 0 && self.inner.lock().by_client.contains_key(&client)
     }
 
@@ -342,7 +446,7 @@ impl Blocking {
     /// that is not waiting for the key counts as behind every waiter. A
     /// handler that may not take treats the key as empty (and blocks).
     pub fn may_take(&self, client: u64, db: usize, key: &[u8]) -> bool {
-        if self.count.load(Ordering::SeqCst) == 0 {
+        if self.count.load(Ordering::SeqCst) == 0 || replaying().is_some() {
             return true;
         }
         let inner = self.inner.lock();
@@ -364,6 +468,14 @@ impl Blocking {
     /// wakes the first waiter behind `client` in the key's queue not woken
     /// yet, which may want that type. Call it under the key's stripe lock.
     pub fn pass_on(&self, client: u64, db: usize, key: &[u8]) {
+        if replaying().is_some() {
+            REPLAY.with(|r| {
+                if let Some(s) = r.borrow_mut().as_mut() {
+                    s.passed.push(key.to_vec());
+                }
+            });
+            return;
+        }
         if self.count.load(Ordering::SeqCst) == 0 {
             return;
         }
@@ -562,11 +674,21 @@ impl Blocking {
 /// the connection loop to park. Call it while holding the keys' stripe
 /// locks and write no reply.
 pub fn block_on(ctx: &mut Ctx<'_>, keys: &[&[u8]], timeout: Option<Duration>) {
+    ctx.after = Some(After::Block);
+    let recorded = REPLAY.with(|r| match r.borrow_mut().as_mut() {
+        Some(s) => {
+            s.blocked = Some((keys.iter().map(|k| k.to_vec()).collect(), timeout));
+            true
+        }
+        None => false,
+    });
+    if recorded {
+        return;
+    }
     let deadline = timeout.map(|t| Instant::now() + t);
     ctx.shared
         .blocking
         .register(ctx.conn.info.id, ctx.conn.db, keys, deadline);
-    ctx.after = Some(After::Block);
 }
 
 /// CLIENT UNBLOCK <id> [TIMEOUT|ERROR]: `:1` if the client was blocked.

@@ -37,7 +37,7 @@ use crate::blocking::Unblock;
 use crate::commands::{flags::BLOCKING, After, Conn};
 use crate::config::Appendfsync;
 use crate::pubsub;
-use crate::repl::{self, Route};
+use crate::repl::{self, Route, WouldBlock};
 use crate::state::{now_ms, now_ns, ClientInfo, Shared};
 use crate::tx;
 use crate::workers::{self, Here, MOVE_AFTER};
@@ -413,7 +413,12 @@ async fn run(
                             Route::Propose(p) => {
                                 gate.release();
                                 let repl = shared.repl.get().expect("routed by it");
-                                if repl.is_leader()
+                                let blocking = cmd.is_some_and(|c| {
+                                    c.flags & crate::commands::flags::BLOCKING != 0
+                                });
+                                let mut after = None;
+                                if !blocking
+                                    && repl.is_leader()
                                     && info.pubsub.modes.load(Ordering::Relaxed) == 0
                                 {
                                     // Pipelined: proposed with the writes
@@ -423,8 +428,28 @@ async fn run(
                                     pending.push(Box::pin(async move { repl.propose(&p).await }));
                                 } else {
                                     resolve(&mut pending, &mut out, conn.protocol).await;
+                                    // A blocked client's re-run: signals
+                                    // from now on wake it again.
+                                    let p = if blocking && shared.blocking.rearm(info.id) {
+                                        p.into_retry()
+                                    } else {
+                                        p
+                                    };
                                     let reply = repl.propose(&p).await;
-                                    push_reply(&mut out, conn.protocol, reply);
+                                    let would_block = match &reply {
+                                        Ok(r) if blocking => WouldBlock::from_reply(r),
+                                        _ => None,
+                                    };
+                                    match would_block {
+                                        // Nothing to serve: the client waits
+                                        // here, and its command is proposed
+                                        // again when a key is signalled.
+                                        Some(b) => {
+                                            repl.block_here(shared, info.id, conn.db, &b);
+                                            after = Some(After::Block);
+                                        }
+                                        None => push_reply(&mut out, conn.protocol, reply),
+                                    }
                                     // Forwarded: the leader applied it, this
                                     // node may not have yet; the next read
                                     // passes a new barrier, which covers it.
@@ -432,7 +457,7 @@ async fn run(
                                     conn.batch_clock = 0;
                                     conn.tick = now_ns();
                                 }
-                                (cmd, None, 0)
+                                (cmd, after, 0)
                             }
                             Route::Refuse(line) => {
                                 Encoder::new(&mut out, conn.protocol).error(line.as_bytes());

@@ -37,7 +37,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -109,6 +109,21 @@ pub enum Proposal {
         /// `Some(watched keys: (db, key, version))` for EXEC.
         exec: Option<Vec<(u32, Vec<u8>, u64)>>,
     },
+    /// A blocked client's command run again after one of its keys was
+    /// signalled on its node: as [`Proposal::Run`] of one command, except
+    /// that a key of another type is skipped rather than failing, as for
+    /// a blocked client in Redis (`crate::blocking`).
+    Retry {
+        /// The database selected when the command was sent.
+        db: u32,
+        /// Encode the reply in RESP3.
+        resp3: bool,
+        /// The leader's clock (unix ms) when it proposed.
+        time_ms: u64,
+        /// The command.
+        #[serde(with = "serde_bytes")]
+        commands: Vec<u8>,
+    },
     /// Delete these keys of `db` if they have expired at `time_ms`.
     Expire {
         /// The database.
@@ -120,6 +135,60 @@ pub enum Proposal {
     },
 }
 
+impl Proposal {
+    /// The same command as a blocked client's re-run ([`Proposal::Retry`]).
+    pub(crate) fn into_retry(self) -> Proposal {
+        match self {
+            Proposal::Run {
+                db,
+                resp3,
+                time_ms,
+                commands,
+                exec: None,
+            } => Proposal::Retry {
+                db,
+                resp3,
+                time_ms,
+                commands,
+            },
+            other => other,
+        }
+    }
+}
+
+/// What an entry whose command would have blocked answers instead of a
+/// reply (after a 0 byte, which starts no RESP reply): the proposer's
+/// node blocks the client there, on these keys, and proposes the command
+/// again when one is signalled.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct WouldBlock {
+    /// The entry's log index.
+    pub index: u64,
+    /// The keys it waits for.
+    pub keys: Vec<Vec<u8>>,
+    /// Its timeout in ms (`None`: forever).
+    pub timeout_ms: Option<u64>,
+    /// Keys a re-run skipped for holding another type: their wakeups go
+    /// on to the next waiter.
+    pub passed: Vec<Vec<u8>>,
+}
+
+impl WouldBlock {
+    /// Reads it from a reply, if the reply is one.
+    pub(crate) fn from_reply(reply: &[u8]) -> Option<WouldBlock> {
+        match reply.split_first() {
+            Some((0, rest)) => bincode::deserialize(rest).ok(),
+            _ => None,
+        }
+    }
+
+    fn to_reply(&self) -> Vec<u8> {
+        let mut out = vec![0];
+        out.extend(bincode::serialize(self).expect("plain data"));
+        out
+    }
+}
+
 /// A running replicated node.
 #[derive(Debug)]
 pub struct Repl {
@@ -127,6 +196,8 @@ pub struct Repl {
     pub node: RaftNode<ReplApplier>,
     /// Every member's Raft address (`--peers`).
     pub peers: BTreeMap<NodeId, String>,
+    /// The log index of the entry applying now (or last applied) here.
+    applying: Arc<AtomicU64>,
 }
 
 /// A member of the group as this node sees it.
@@ -230,12 +301,41 @@ impl Repl {
             .clone();
         let client = shared.clients.detached(shared.addr, shared.addr, -1);
         client.authenticated.store(true, Ordering::Relaxed);
+        let applying = Arc::new(AtomicU64::new(0));
         let applier = ReplApplier {
             shared: Arc::downgrade(shared),
             client,
+            applying: applying.clone(),
         };
         let node = RaftNode::start_with_db(cfg, db, applier).await?;
-        Ok(Repl { node, peers })
+        Ok(Repl {
+            node,
+            peers,
+            applying,
+        })
+    }
+
+    /// Blocks client `id` (database `db`) on this node after its command's
+    /// entry answered `b` ([`WouldBlock`]): registers its waiter unless it
+    /// is blocked already (a re-run, re-armed before it was proposed), and
+    /// wakes it at once if an entry after `b`'s may have signalled one of
+    /// its keys before the waiter was there.
+    pub(crate) fn block_here(&self, shared: &Shared, id: u64, db: usize, b: &WouldBlock) {
+        if shared.blocking.waiter(id).is_none() {
+            let keys: Vec<&[u8]> = b.keys.iter().map(|k| &k[..]).collect();
+            let deadline = b
+                .timeout_ms
+                .map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms));
+            shared.blocking.register(id, db, &keys, deadline);
+            // Entries store their index before they run: one that started
+            // after this load signals the waiter registered above.
+            if self.applying.load(Ordering::SeqCst) > b.index {
+                shared.blocking.wake(id);
+            }
+        }
+        for k in &b.passed {
+            shared.blocking.pass_on(id, db, k);
+        }
     }
 
     /// This node's id.
@@ -427,6 +527,8 @@ pub struct ReplApplier {
     shared: Weak<Shared>,
     /// The stand-in client every entry runs as.
     client: Arc<ClientInfo>,
+    /// The index of the entry applying now (see [`Repl::block_here`]).
+    applying: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for ReplApplier {
@@ -470,16 +572,28 @@ impl Applier for ReplApplier {
         let shared = self.shared.upgrade().ok_or_else(gone)?;
         let p: Proposal = bincode::deserialize(payload)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        self.applying.store(index, Ordering::SeqCst);
         shared.keyspace.raise_seq(index << SEQ_SHIFT);
         let _seed = EntrySeed::set(index);
-        let reply = match p {
+        let replay = crate::blocking::Replay::start(matches!(p, Proposal::Retry { .. }));
+        let run = match p {
             Proposal::Run {
                 db,
                 resp3,
                 time_ms,
                 commands,
                 exec,
-            } => {
+            } => Ok((db, resp3, time_ms, commands, exec)),
+            Proposal::Retry {
+                db,
+                resp3,
+                time_ms,
+                commands,
+            } => Ok((db, resp3, time_ms, commands, None)),
+            expire => Err(expire),
+        };
+        let reply = match run {
+            Ok((db, resp3, time_ms, commands, exec)) => {
                 let protocol = if resp3 {
                     Protocol::Resp3
                 } else {
@@ -489,7 +603,18 @@ impl Applier for ReplApplier {
                 conn.protocol = protocol;
                 let mut out = Vec::new();
                 match exec {
-                    None => run_commands(&shared, &mut conn, &mut out, &commands, false),
+                    None => {
+                        run_commands(&shared, &mut conn, &mut out, &commands, false);
+                        if let Some((keys, timeout)) = replay.take_blocked() {
+                            out = WouldBlock {
+                                index,
+                                keys,
+                                timeout_ms: timeout.map(|t| t.as_millis() as u64),
+                                passed: replay.take_passed(),
+                            }
+                            .to_reply();
+                        }
+                    }
                     Some(watched) => {
                         let changed = watched.iter().any(|(db, key, version)| {
                             let slot = shared.keyspace.read(*db as usize);
@@ -504,7 +629,7 @@ impl Applier for ReplApplier {
                 }
                 out
             }
-            Proposal::Expire { db, time_ms, keys } => {
+            Err(Proposal::Expire { db, time_ms, keys }) => {
                 let _pinned = crate::clock::pin(time_ms);
                 let slot = shared.keyspace.read(db as usize);
                 if let Some(d) = slot.db() {
@@ -516,6 +641,7 @@ impl Applier for ReplApplier {
                 }
                 Vec::new()
             }
+            Err(Proposal::Run { .. } | Proposal::Retry { .. }) => unreachable!("taken above"),
         };
         Ok(reply)
     }
@@ -663,19 +789,14 @@ fn run_commands(shared: &Shared, conn: &mut Conn, out: &mut Vec<u8>, commands: &
         };
         pos += consumed;
         let (found, after) = commands::execute(shared, conn, out, args);
-        if after == Some(After::Block) {
-            // A blocking command that would wait: inside EXEC it answers
-            // a null at once, as in Redis; alone it is refused for now
-            // (waiting clients are not yet part of the replicated state).
-            shared.blocking.finish(conn.info.id);
+        if after == Some(After::Block) && exec {
+            // A blocking command that would wait inside EXEC answers a
+            // null at once, as in Redis. Alone, it wrote nothing and the
+            // caller answers `WouldBlock`.
             let mut e = Encoder::new(out, conn.protocol);
-            if exec {
-                match found.map(|c| c.name) {
-                    Some("blmove" | "brpoplpush") => e.null(),
-                    _ => e.null_array(),
-                }
-            } else {
-                e.error(b"ERR a blocking command cannot wait in a replicated group yet");
+            match found.map(|c| c.name) {
+                Some("blmove" | "brpoplpush") => e.null(),
+                _ => e.null_array(),
             }
         }
     }

@@ -878,3 +878,177 @@ fn a_script_that_writes_what_srandmember_picked_writes_the_same_on_every_node() 
         have == want
     });
 }
+
+/// Consumers blocked in BLPOP on every node, a producer pushing slowly on
+/// a follower: every element is popped exactly once, and the consumers'
+/// clients block where they are connected (not only on the leader).
+#[test]
+fn consumers_blocked_on_every_node_pop_each_element_once() {
+    let g = Group::start();
+    let l = g.leader();
+    let f = (0..3).find(|&i| i != l).unwrap();
+    const N: usize = 60;
+    let done = Arc::new(AtomicBool::new(false));
+    let consumers: Vec<_> = (0..6)
+        .map(|k| {
+            let mut c = g.conn(k % 3);
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while !done.load(Ordering::SeqCst) && Instant::now() < deadline {
+                    let r: Option<(String, String)> =
+                        redis::cmd("BLPOP").arg("q").arg(1).query(&mut c).unwrap();
+                    if let Some((_, v)) = r {
+                        got.push(v);
+                    }
+                }
+                got
+            })
+        })
+        .collect();
+    // Give every consumer time to block on the empty list.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut p = g.conn(f);
+    for i in 0..N {
+        let _: i64 = redis::cmd("RPUSH").arg("q").arg(i).query(&mut p).unwrap();
+        if i % 10 == 0 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    g.eventually("the list drained", |c| {
+        redis::cmd("LLEN").arg("q").query::<i64>(c).unwrap() == 0
+    });
+    done.store(true, Ordering::SeqCst);
+    let per_consumer: Vec<Vec<String>> = consumers.into_iter().map(|t| t.join().unwrap()).collect();
+    let mut all: Vec<usize> = per_consumer
+        .iter()
+        .flatten()
+        .map(|v| v.parse().unwrap())
+        .collect();
+    all.sort();
+    assert_eq!(all, (0..N).collect::<Vec<_>>(), "each element popped once");
+    let nodes_served = (0..3)
+        .filter(|&node| (0..6).any(|k| k % 3 == node && !per_consumer[k].is_empty()))
+        .count();
+    assert!(nodes_served >= 2, "consumers on followers are served too");
+}
+
+/// BLPOP's timeout, BLMOVE and XREADGROUP BLOCK waiting on a follower, and
+/// a client blocked on a follower that outlives a failover.
+#[test]
+fn blocking_commands_wait_on_a_follower_and_survive_a_failover() {
+    let mut g = Group::start();
+    let l = g.leader();
+    let f = (0..3).find(|&i| i != l).unwrap();
+    let mut fc = g.conn(f);
+    // Nothing comes: the timeout's null, after about the timeout.
+    let t = Instant::now();
+    let r: Option<(String, String)> = redis::cmd("BLPOP")
+        .arg("empty")
+        .arg(0.3)
+        .query(&mut fc)
+        .unwrap();
+    assert_eq!(r, None);
+    let waited = t.elapsed();
+    assert!(waited >= Duration::from_millis(300) && waited < Duration::from_secs(5));
+
+    // BLMOVE on a follower, served by a push on the leader: the move is
+    // on every node.
+    let mover = {
+        let mut c = g.conn(f);
+        std::thread::spawn(move || -> Option<String> {
+            redis::cmd("BLMOVE")
+                .arg("src")
+                .arg("dst")
+                .arg("LEFT")
+                .arg("RIGHT")
+                .arg(10)
+                .query(&mut c)
+                .unwrap()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    let mut lc = g.conn(l);
+    let _: i64 = redis::cmd("RPUSH")
+        .arg("src")
+        .arg("x")
+        .query(&mut lc)
+        .unwrap();
+    assert_eq!(mover.join().unwrap().as_deref(), Some("x"));
+    g.eventually("the moved element on every node", |c| {
+        redis::cmd("LRANGE")
+            .arg("dst")
+            .arg(0)
+            .arg(-1)
+            .query::<Vec<String>>(c)
+            .unwrap()
+            == ["x"]
+    });
+
+    // XREADGROUP BLOCK on a follower, served by XADD on the leader.
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg("st")
+        .arg("g")
+        .arg("$")
+        .arg("MKSTREAM")
+        .query(&mut lc)
+        .unwrap();
+    let reader = {
+        let mut c = g.conn(f);
+        std::thread::spawn(move || -> Value {
+            redis::cmd("XREADGROUP")
+                .arg("GROUP")
+                .arg("g")
+                .arg("c1")
+                .arg("BLOCK")
+                .arg(10_000)
+                .arg("STREAMS")
+                .arg("st")
+                .arg(">")
+                .query(&mut c)
+                .unwrap()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    let id: String = redis::cmd("XADD")
+        .arg("st")
+        .arg("*")
+        .arg("f")
+        .arg("v")
+        .query(&mut lc)
+        .unwrap();
+    let got = format!("{:?}", reader.join().unwrap());
+    assert!(got.contains(&id), "the entry read: {got}");
+    g.eventually("the entry pending for c1 on every node", |c| {
+        let v: Value = redis::cmd("XPENDING").arg("st").arg("g").query(c).unwrap();
+        matches!(&v, Value::Array(a) if a.first() == Some(&Value::Int(1)))
+    });
+
+    // A client blocked on a follower outlives the leader: killed, a new
+    // leader elected, a push served to the waiting client.
+    let waiter = {
+        let mut c = g.conn(f);
+        std::thread::spawn(move || -> Option<(String, String)> {
+            redis::cmd("BLPOP")
+                .arg("later")
+                .arg(30)
+                .query(&mut c)
+                .unwrap()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    g.kill(l);
+    let nl = g.leader();
+    let mut c = g.conn(nl);
+    let _: i64 = redis::cmd("RPUSH")
+        .arg("later")
+        .arg("y")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(
+        waiter.join().unwrap(),
+        Some(("later".to_string(), "y".to_string()))
+    );
+}
