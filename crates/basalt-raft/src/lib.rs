@@ -25,6 +25,7 @@
 // the helpers that build it follow suit.
 #![allow(clippy::result_large_err)]
 
+mod lease;
 pub mod log_store;
 pub mod network;
 pub mod node;

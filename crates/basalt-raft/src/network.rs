@@ -6,6 +6,7 @@
 //! `Unreachable` (the replication stream backs off and retries).
 
 use std::future::Future;
+use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -23,11 +24,19 @@ use openraft::raft::{
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::lease::Lease;
 use crate::{NodeAddr, NodeId, Raft, TypeConfig};
+
+/// What the RPC handlers share: the node and its lease.
+#[derive(Clone)]
+struct Rpc {
+    raft: Raft,
+    lease: Arc<Lease>,
+}
 
 /// The axum routes that serve a node's Raft RPC, and `/raft/hello`, which
 /// answers this node's id and client address (bincode of `(u64, String)`).
-pub fn router(raft: Raft, id: NodeId, client_addr: String) -> Router {
+pub(crate) fn router(raft: Raft, lease: Arc<Lease>, id: NodeId, client_addr: String) -> Router {
     let hello_body = bincode::serialize(&(id, client_addr)).expect("encodes");
     Router::new()
         .route("/raft/append", post(append))
@@ -35,20 +44,31 @@ pub fn router(raft: Raft, id: NodeId, client_addr: String) -> Router {
         .route("/raft/snapshot", post(snapshot))
         .route("/raft/read_index", post(read_index))
         .route("/raft/write", post(forwarded_write))
-        .with_state(raft)
+        .with_state(Rpc { raft, lease })
         .route(
             "/raft/hello",
             get(move || async move { hello_body.clone() }),
         )
+        // axum's 2 MB default refused snapshot chunks (openraft sends up
+        // to 3 MiB) and appends of large values: a follower that needed a
+        // snapshot never caught up. The Raft port is the group's own
+        // (trusted, like Redis Cluster's bus): bodies are bounded by what
+        // openraft sends, one chunk or one batch of entries.
+        .layer(axum::extract::DefaultBodyLimit::disable())
 }
 
-/// ReadIndex for a follower: the leader confirms with a heartbeat round
-/// that it still leads and answers the log index a read must wait for
-/// (bincode of `Result<u64, String>`).
-async fn read_index(State(raft): State<Raft>) -> Result<Vec<u8>, (StatusCode, String)> {
-    let r: Result<u64, String> = match raft.get_read_log_id().await {
-        Ok((read, _applied)) => Ok(read.map_or(0, |l| l.index)),
-        Err(e) => Err(e.to_string()),
+/// ReadIndex for a follower (bincode of `Result<u64, String>`): the log
+/// index a read must wait for. While the leader's lease holds
+/// ([`Lease::read_index`]), its applied index at once; otherwise it
+/// confirms with a heartbeat round that it still leads and answers its
+/// commit index.
+async fn read_index(State(rpc): State<Rpc>) -> Result<Vec<u8>, (StatusCode, String)> {
+    let r: Result<u64, String> = match rpc.lease.read_index(&rpc.raft) {
+        Some(index) => Ok(index),
+        None => match rpc.raft.get_read_log_id().await {
+            Ok((read, _applied)) => Ok(read.map_or(0, |l| l.index)),
+            Err(e) => Err(e.to_string()),
+        },
     };
     encode(&r)
 }
@@ -67,12 +87,12 @@ pub enum ForwardFailure {
 /// ForwardFailure>` once it is committed and applied. A follower forwards
 /// at most once: a node that is not the leader answers `NotLeader`.
 async fn forwarded_write(
-    State(raft): State<Raft>,
+    State(rpc): State<Rpc>,
     body: Bytes,
 ) -> Result<Vec<u8>, (StatusCode, String)> {
     use openraft::error::ClientWriteError;
     let r: Result<Vec<u8>, ForwardFailure> =
-        match raft.client_write(crate::Request(body.to_vec())).await {
+        match rpc.raft.client_write(crate::Request(body.to_vec())).await {
             Ok(resp) => Ok(resp.data.0),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
                 Err(ForwardFailure::NotLeader)
@@ -158,26 +178,38 @@ fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, (StatusCode, String)> {
     bincode::serialize(v).map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
 }
 
-async fn append(State(raft): State<Raft>, body: Bytes) -> Result<Vec<u8>, (StatusCode, String)> {
+async fn append(State(rpc): State<Rpc>, body: Bytes) -> Result<Vec<u8>, (StatusCode, String)> {
     let req: AppendEntriesRequest<TypeConfig> = decode(&body)?;
-    encode(&raft.append_entries(req).await)
+    encode(&rpc.raft.append_entries(req).await)
 }
 
-async fn vote(State(raft): State<Raft>, body: Bytes) -> Result<Vec<u8>, (StatusCode, String)> {
+async fn vote(State(rpc): State<Rpc>, body: Bytes) -> Result<Vec<u8>, (StatusCode, String)> {
     let req: VoteRequest<NodeId> = decode(&body)?;
-    encode(&raft.vote(req).await)
+    // Before openraft may grant it: a lease this node holds as leader ends.
+    rpc.lease.vote_requested(req.vote.leader_id().get_term());
+    encode(&rpc.raft.vote(req).await)
 }
 
-async fn snapshot(State(raft): State<Raft>, body: Bytes) -> Result<Vec<u8>, (StatusCode, String)> {
+async fn snapshot(State(rpc): State<Rpc>, body: Bytes) -> Result<Vec<u8>, (StatusCode, String)> {
     let req: InstallSnapshotRequest<TypeConfig> = decode(&body)?;
-    encode(&raft.install_snapshot(req).await)
+    encode(&rpc.raft.install_snapshot(req).await)
 }
 
 /// Makes [`Connection`]s to the group's nodes; one HTTP client (and its
 /// connection pool) for all of them.
-#[derive(Clone, Debug, Default)]
-pub struct Network {
+#[derive(Clone, Debug)]
+pub(crate) struct Network {
     client: reqwest::Client,
+    lease: Arc<Lease>,
+}
+
+impl Network {
+    pub(crate) fn new(lease: Arc<Lease>) -> Network {
+        Network {
+            client: reqwest::Client::new(),
+            lease,
+        }
+    }
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -186,6 +218,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     async fn new_client(&mut self, target: NodeId, node: &NodeAddr) -> Connection {
         Connection {
             client: self.client.clone(),
+            lease: self.lease.clone(),
             target,
             base: format!("http://{}", node.raft),
         }
@@ -194,8 +227,9 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 
 /// RPC to one node.
 #[derive(Debug)]
-pub struct Connection {
+pub(crate) struct Connection {
     client: reqwest::Client,
+    lease: Arc<Lease>,
     target: NodeId,
     base: String,
 }
@@ -220,16 +254,9 @@ impl Connection {
         let target = self.target;
         async move {
             let body = body.map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-            let resp = request
-                .body(body)
-                .send()
-                .await
-                .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
+            let resp = request.body(body).send().await.map_err(transport_error)?;
             let status = resp.status();
-            let bytes = resp
-                .bytes()
-                .await
-                .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
+            let bytes = resp.bytes().await.map_err(transport_error)?;
             if !status.is_success() {
                 let msg = String::from_utf8_lossy(&bytes).into_owned();
                 return Err(RPCError::Network(NetworkError::new(
@@ -243,6 +270,24 @@ impl Connection {
     }
 }
 
+/// A transport failure as openraft should treat it. Only a node that
+/// cannot be connected to is `Unreachable`, which makes openraft back off
+/// (500 ms without sending anything to it). A request that timed out or
+/// broke off is a `Network` error, retried at once: an append times out
+/// after one heartbeat interval, and backing off from a node that is only
+/// slow for a moment (a loaded machine) stopped the heartbeats long enough
+/// for it to start an election (seen under SET load at P=16).
+fn transport_error<E>(e: reqwest::Error) -> RPCError<NodeId, NodeAddr, E>
+where
+    E: std::error::Error,
+{
+    if e.is_connect() {
+        RPCError::Unreachable(Unreachable::new(&e))
+    } else {
+        RPCError::Network(NetworkError::new(&e))
+    }
+}
+
 type RpcResult<T, E = RaftError<NodeId>> = Result<T, RPCError<NodeId, NodeAddr, E>>;
 
 impl RaftNetwork<TypeConfig> for Connection {
@@ -251,7 +296,19 @@ impl RaftNetwork<TypeConfig> for Connection {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<AppendEntriesResponse<NodeId>> {
-        self.call("/raft/append", &rpc, &option).await
+        if let Some(c) = &rpc.leader_commit {
+            self.lease.sending_commit(c.index);
+        }
+        let sent = std::time::Instant::now();
+        let r = self.call("/raft/append", &rpc, &option).await;
+        if let Ok(resp) = &r {
+            // Accepted this leader's vote (a log conflict too): the
+            // follower's lease runs from when it got this append.
+            if !matches!(resp, AppendEntriesResponse::HigherVote(_)) {
+                self.lease.acked(self.target, &rpc.vote, sent);
+            }
+        }
+        r
     }
 
     async fn install_snapshot(

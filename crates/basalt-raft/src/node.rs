@@ -13,6 +13,7 @@ use openraft::error::{ClientWriteError, InitializeError, RaftError};
 use openraft::{Config, SnapshotPolicy};
 use tokio::task::JoinHandle;
 
+use crate::lease::Lease;
 use crate::network::{self, Network};
 use crate::{Applier, LogStore, NodeAddr, NodeId, Raft, Request, StateMachine};
 
@@ -58,7 +59,7 @@ impl NodeConfig {
             peers: BTreeMap::new(),
             dir,
             sync: SyncPolicy::EveryMs(1000),
-            heartbeat: Duration::from_millis(50),
+            heartbeat: Duration::from_millis(100),
             election_timeout: (Duration::from_millis(300), Duration::from_millis(600)),
             // A snapshot is a full dump for now: rare enough that its cost
             // spreads thin, while the unpurged log (kept in memory) stays
@@ -96,6 +97,8 @@ pub struct RaftNode<A: Applier> {
     http: reqwest::Client,
     /// Read-index rounds shared by concurrent reads.
     reads: Arc<ReadRounds>,
+    /// The leader's lease: reads on the leader without a round trip.
+    lease: Arc<Lease>,
 }
 
 /// Read-index rounds shared by concurrent callers: a caller gets the
@@ -229,22 +232,38 @@ impl<A: Applier> RaftNode<A> {
             election_timeout_min: cfg.election_timeout.0.as_millis() as u64,
             election_timeout_max: cfg.election_timeout.1.as_millis() as u64,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(cfg.snapshot_every),
-            max_in_snapshot_log_to_keep: 1000,
+            // A follower that lags by less than this after a snapshot
+            // catches up from the log, not by a whole snapshot (entries
+            // are ~150 bytes in memory: ~7.5 MB).
+            max_in_snapshot_log_to_keep: 50_000,
+            // Per chunk, and the last chunk's answer waits for the install
+            // (restoring every key): openraft's 200 ms default timed out
+            // installs of a few hundred MB, and every retry restored the
+            // whole snapshot again.
+            install_snapshot_timeout: 60_000,
             ..Config::default()
         }
         .validate()
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
         let raft_addr = listener.local_addr()?;
+        // Half of the followers' lease (openraft's is the longest election
+        // timeout), counted from send times: see `crate::lease`.
+        let applied_sm = sm.clone();
+        let lease = Arc::new(Lease::new(
+            cfg.id,
+            cfg.election_timeout.1 / 2,
+            Box::new(move || applied_sm.applied()),
+        ));
         let raft = Raft::new(
             cfg.id,
             Arc::new(config),
-            Network::default(),
+            Network::new(lease.clone()),
             log.clone(),
             sm.clone(),
         )
         .await
         .map_err(|e| io::Error::other(e.to_string()))?;
-        let app = network::router(raft.clone(), cfg.id, cfg.client_addr.clone());
+        let app = network::router(raft.clone(), lease.clone(), cfg.id, cfg.client_addr.clone());
         let server = tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app).await {
                 tracing::error!("raft RPC listener stopped: {e}");
@@ -265,6 +284,7 @@ impl<A: Applier> RaftNode<A> {
             publisher,
             http: reqwest::Client::new(),
             reads: ReadRounds::new(),
+            lease,
         };
         let initialized = node
             .raft
@@ -329,9 +349,28 @@ impl<A: Applier> RaftNode<A> {
     /// applied that far. An error means the read cannot be made safe now
     /// (no leader known, the leader unreachable or deposed).
     pub async fn read_barrier(&self, timeout: Duration) -> Result<(), String> {
+        let index = match self.lease.read_index(&self.raft) {
+            // The leader under its lease (`crate::lease`): no round trip.
+            Some(index) => index,
+            None => self.read_index_round(timeout).await?,
+        };
+        if self.sm.applied().is_some_and(|a| a.index >= index) {
+            return Ok(());
+        }
+        self.raft
+            .wait(Some(timeout))
+            .applied_index_at_least(Some(index), "read barrier")
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("not caught up with the leader: {e}"))
+    }
+
+    /// A read index from a ReadIndex round (shared with concurrent
+    /// callers): a heartbeat round on the leader, one request to the
+    /// leader on a follower.
+    async fn read_index_round(&self, timeout: Duration) -> Result<u64, String> {
         let (raft, http, me) = (self.raft.clone(), self.http.clone(), self.id);
-        let index = self
-            .reads
+        self.reads
             .index(timeout, move || async move {
                 let m = raft.metrics().borrow().clone();
                 let leader = m.current_leader.ok_or("no leader is known")?;
@@ -352,13 +391,7 @@ impl<A: Applier> RaftNode<A> {
                     network::remote_read_index(&http, &node.raft, timeout).await
                 }
             })
-            .await?;
-        self.raft
-            .wait(Some(timeout))
-            .applied_index_at_least(Some(index), "read barrier")
             .await
-            .map(|_| ())
-            .map_err(|e| format!("not caught up with the leader: {e}"))
     }
 
     /// The leader this node knows of.

@@ -87,6 +87,9 @@ struct Shared<A> {
     dir: PathBuf,
     applier: A,
     state: Mutex<State>,
+    /// `State::applied` as of the last committed batch, readable while a
+    /// batch applies (which holds `state` throughout).
+    applied_now: Mutex<Option<LogId>>,
 }
 
 /// The state machine. Clones share it (openraft owns one; the embedder may
@@ -147,6 +150,7 @@ impl<A: Applier> StateMachine<A> {
                 db,
                 dir: dir.to_path_buf(),
                 applier,
+                applied_now: Mutex::new(applied),
                 state: Mutex::new(State {
                     applied,
                     membership,
@@ -157,9 +161,10 @@ impl<A: Applier> StateMachine<A> {
         })
     }
 
-    /// The log id of the last applied entry.
+    /// The log id of the last applied entry (of the last batch that
+    /// committed). Never waits for a batch that is applying.
     pub fn applied(&self) -> Option<LogId> {
-        self.shared.state.lock().applied
+        *self.shared.applied_now.lock()
     }
 
     /// The applier.
@@ -178,25 +183,28 @@ impl<A: Applier> StateMachine<A> {
     }
 }
 
-impl<A: Applier> RaftStateMachine<TypeConfig> for StateMachine<A> {
-    type SnapshotBuilder = SnapshotBuilder<A>;
+/// Runs `f` on tokio's blocking pool. Applying entries, building and
+/// installing snapshots are synchronous and may take long (a snapshot
+/// dumps or restores every key): on the runtime's few worker threads they
+/// held up openraft's core and the RPC handlers, so appends timed out and
+/// followers started elections under load.
+async fn off_runtime<T: Send + 'static>(
+    verb: ErrorVerb,
+    f: impl FnOnce() -> Result<T, StorageError> + Send + 'static,
+) -> Result<T, StorageError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| sm_err(verb, io::Error::other(e)))?
+}
 
-    async fn applied_state(
-        &mut self,
-    ) -> Result<(Option<LogId>, StoredMembership<NodeId, NodeAddr>), StorageError> {
-        let st = self.shared.state.lock();
-        Ok((st.applied, st.membership.clone()))
-    }
-
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Response>, StorageError>
-    where
-        I: IntoIterator<Item = Entry> + Send,
-        I::IntoIter: Send,
-    {
+impl<A: Applier> StateMachine<A> {
+    /// Applies `entries` in one write batch with the marker (see the
+    /// module docs).
+    fn apply_now(&self, entries: Vec<Entry>) -> Result<Vec<Response>, StorageError> {
         let mut st = self.shared.state.lock();
         let held = self.shared.applier.enter();
         let batch = self.shared.db.batch();
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(entries.len());
         for entry in entries {
             if st.applied.is_some_and(|a| entry.log_id.index <= a.index) {
                 // Already applied (its marker committed with it).
@@ -222,27 +230,14 @@ impl<A: Applier> RaftStateMachine<TypeConfig> for StateMachine<A> {
         self.write_marker(&st)?;
         batch.commit().map_err(|e| sm_err(ErrorVerb::Write, e))?;
         drop(held);
+        *self.shared.applied_now.lock() = st.applied;
         Ok(out)
     }
 
-    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        SnapshotBuilder { sm: self.clone() }
-    }
-
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
-        Ok(Box::new(Cursor::new(Vec::new())))
-    }
-
-    async fn install_snapshot(
-        &mut self,
-        meta: &SnapshotMeta<NodeId, NodeAddr>,
-        snapshot: Box<Cursor<Vec<u8>>>,
-    ) -> Result<(), StorageError> {
-        let data = snapshot.into_inner();
-        let stored = StoredSnapshot {
-            meta: meta.clone(),
-            data,
-        };
+    /// Replaces the state with `stored`'s, in one write batch with the
+    /// marker, and keeps it as the current snapshot.
+    fn install_now(&self, stored: StoredSnapshot) -> Result<(), StorageError> {
+        let meta = &stored.meta;
         let snap_err = |e| {
             io_error(
                 ErrorSubject::Snapshot(Some(meta.signature())),
@@ -262,34 +257,15 @@ impl<A: Applier> RaftStateMachine<TypeConfig> for StateMachine<A> {
         self.write_marker(&st)?;
         batch.commit().map_err(|e| sm_err(ErrorVerb::Write, e))?;
         drop(held);
+        *self.shared.applied_now.lock() = st.applied;
         write_small_file(&self.shared.dir, "snapshot", &stored).map_err(snap_err)?;
         st.snapshot = Some(Arc::new(stored));
         Ok(())
     }
 
-    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        let st = self.shared.state.lock();
-        Ok(st.snapshot.as_ref().map(|s| Snapshot {
-            meta: s.meta.clone(),
-            snapshot: Box::new(Cursor::new(s.data.clone())),
-        }))
-    }
-}
-
-/// Builds a snapshot of a [`StateMachine`].
-pub struct SnapshotBuilder<A: Applier> {
-    sm: StateMachine<A>,
-}
-
-impl<A: Applier> Debug for SnapshotBuilder<A> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SnapshotBuilder").finish_non_exhaustive()
-    }
-}
-
-impl<A: Applier> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<A> {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
-        let shared = &self.sm.shared;
+    /// Builds a snapshot of the state as of the last applied entry.
+    fn build_now(&self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let shared = &self.shared;
         let mut st = shared.state.lock();
         let data = shared
             .applier
@@ -316,5 +292,73 @@ impl<A: Applier> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<A> {
         };
         st.snapshot = Some(Arc::new(stored));
         Ok(snap)
+    }
+}
+
+impl<A: Applier> RaftStateMachine<TypeConfig> for StateMachine<A> {
+    type SnapshotBuilder = SnapshotBuilder<A>;
+
+    async fn applied_state(
+        &mut self,
+    ) -> Result<(Option<LogId>, StoredMembership<NodeId, NodeAddr>), StorageError> {
+        let st = self.shared.state.lock();
+        Ok((st.applied, st.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Response>, StorageError>
+    where
+        I: IntoIterator<Item = Entry> + Send,
+        I::IntoIter: Send,
+    {
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let sm = self.clone();
+        off_runtime(ErrorVerb::Write, move || sm.apply_now(entries)).await
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        SnapshotBuilder { sm: self.clone() }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<NodeId, NodeAddr>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
+        let stored = StoredSnapshot {
+            meta: meta.clone(),
+            data: snapshot.into_inner(),
+        };
+        let sm = self.clone();
+        off_runtime(ErrorVerb::Write, move || sm.install_now(stored)).await
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        let st = self.shared.state.lock();
+        Ok(st.snapshot.as_ref().map(|s| Snapshot {
+            meta: s.meta.clone(),
+            snapshot: Box::new(Cursor::new(s.data.clone())),
+        }))
+    }
+}
+
+/// Builds a snapshot of a [`StateMachine`].
+pub struct SnapshotBuilder<A: Applier> {
+    sm: StateMachine<A>,
+}
+
+impl<A: Applier> Debug for SnapshotBuilder<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotBuilder").finish_non_exhaustive()
+    }
+}
+
+impl<A: Applier> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<A> {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let sm = self.sm.clone();
+        off_runtime(ErrorVerb::Read, move || sm.build_now()).await
     }
 }

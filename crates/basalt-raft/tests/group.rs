@@ -21,21 +21,34 @@ struct Group {
     dirs: BTreeMap<NodeId, PathBuf>,
     addrs: BTreeMap<NodeId, String>,
     nodes: BTreeMap<NodeId, Node>,
-    snapshot_every: u64,
+    tuning: Tuning,
 }
 
-fn config(
-    id: NodeId,
-    dir: &Path,
-    addrs: &BTreeMap<NodeId, String>,
+/// What the tests vary: entries between snapshots, and the election
+/// timeout's range in ms (the heartbeat is a sixth of its lower end).
+#[derive(Clone, Copy)]
+struct Tuning {
     snapshot_every: u64,
-) -> NodeConfig {
+    election_ms: (u64, u64),
+}
+
+impl Tuning {
+    fn snapshot_every(snapshot_every: u64) -> Tuning {
+        Tuning {
+            snapshot_every,
+            election_ms: (300, 600),
+        }
+    }
+}
+
+fn config(id: NodeId, dir: &Path, addrs: &BTreeMap<NodeId, String>, t: Tuning) -> NodeConfig {
     let mut cfg = NodeConfig::new(id, addrs[&id].parse().unwrap(), dir.to_path_buf());
     cfg.peers = addrs.clone();
     cfg.client_addr = format!("client-of-{id}:7000");
-    cfg.heartbeat = Duration::from_millis(50);
-    cfg.election_timeout = (Duration::from_millis(300), Duration::from_millis(600));
-    cfg.snapshot_every = snapshot_every;
+    let (lo, hi) = t.election_ms;
+    cfg.heartbeat = Duration::from_millis(lo / 6);
+    cfg.election_timeout = (Duration::from_millis(lo), Duration::from_millis(hi));
+    cfg.snapshot_every = t.snapshot_every;
     cfg
 }
 
@@ -43,17 +56,21 @@ async fn start_node(
     id: NodeId,
     dir: &Path,
     addrs: &BTreeMap<NodeId, String>,
-    snap: u64,
+    t: Tuning,
     listener: TcpListener,
 ) -> Node {
     let (applier, opts) = common::open_kv(&dir.join("data"));
-    RaftNode::start_on(config(id, dir, addrs, snap), listener, opts, applier)
+    RaftNode::start_on(config(id, dir, addrs, t), listener, opts, applier)
         .await
         .unwrap()
 }
 
 impl Group {
     async fn start(snapshot_every: u64) -> Group {
+        Group::start_tuned(Tuning::snapshot_every(snapshot_every)).await
+    }
+
+    async fn start_tuned(tuning: Tuning) -> Group {
         let tmp = TempDir::new().unwrap();
         let mut listeners = BTreeMap::new();
         let mut addrs = BTreeMap::new();
@@ -66,17 +83,14 @@ impl Group {
         }
         let mut nodes = BTreeMap::new();
         for (id, l) in listeners {
-            nodes.insert(
-                id,
-                start_node(id, &dirs[&id], &addrs, snapshot_every, l).await,
-            );
+            nodes.insert(id, start_node(id, &dirs[&id], &addrs, tuning, l).await);
         }
         Group {
             _tmp: tmp,
             dirs,
             addrs,
             nodes,
-            snapshot_every,
+            tuning,
         }
     }
 
@@ -120,7 +134,7 @@ impl Group {
                 }
             }
         };
-        let node = start_node(id, &self.dirs[&id], &self.addrs, self.snapshot_every, l).await;
+        let node = start_node(id, &self.dirs[&id], &self.addrs, self.tuning, l).await;
         self.nodes.insert(id, node);
     }
 
@@ -247,23 +261,31 @@ async fn a_node_that_missed_purged_entries_catches_up_from_a_snapshot() {
         .write(Op::Del(b"k0".to_vec()).bytes())
         .await
         .unwrap();
+    // A snapshot larger than one 3 MiB chunk, and appends larger than
+    // axum's 2 MB default body (both were refused with 413 once).
+    let big = vec![b'v'; 100_000];
+    for j in 0..40u32 {
+        let op = Op::Set(format!("big{j}").into_bytes(), big.clone());
+        g.nodes[&leader].write(op.bytes()).await.unwrap();
+    }
     // Well past `snapshot_every`: the leader has snapshotted and purged
     // (it keeps at most 1000 entries after a snapshot, so force it).
     g.nodes[&leader].raft().trigger().snapshot().await.unwrap();
     g.nodes[&leader]
         .raft()
         .trigger()
-        .purge_log(290)
+        .purge_log(330)
         .await
         .unwrap();
     g.restart(lagging).await;
     let data = g.converged().await;
-    assert_eq!(data.len(), 36);
+    assert_eq!(data.len(), 36 + 40);
+    assert_eq!(get(&data, "big39").map(|v| v.len()), Some(100_000));
     assert_eq!(get(&data, "k0"), None);
     assert_eq!(get(&data, "k1").as_deref(), Some("297"));
     let m = g.nodes[&lagging].raft().metrics().borrow().clone();
     assert!(
-        m.snapshot.is_some_and(|s| s.index >= 290),
+        m.snapshot.is_some_and(|s| s.index >= 330),
         "the lagging node installed a snapshot: {:?}",
         m.snapshot
     );
@@ -290,4 +312,42 @@ async fn every_node_learns_the_leaders_client_address() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// The leader's lease: with both followers gone, the leader still passes
+/// the read barrier at once (no heartbeat round could succeed now), for
+/// at most half the followers' lease after their last acknowledgement;
+/// then the barrier fails, as ReadIndex without a majority must.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_leader_reads_under_its_lease_until_it_expires() {
+    // Elections after 3-6 s of silence: the leader's lease is 3 s.
+    let mut g = Group::start_tuned(Tuning {
+        snapshot_every: 1000,
+        election_ms: (3000, 6000),
+    })
+    .await;
+    let leader = g.leader().await;
+    // An entry of the leader's own term is applied (its first, blank one
+    // is; a write makes sure).
+    g.nodes[&leader]
+        .write(Op::Set(b"k".to_vec(), b"v".to_vec()).bytes())
+        .await
+        .unwrap();
+    let followers: Vec<NodeId> = g.nodes.keys().copied().filter(|&id| id != leader).collect();
+    let cut = Instant::now();
+    for f in followers {
+        g.stop(f).await;
+    }
+    let r = g.nodes[&leader]
+        .read_barrier(Duration::from_millis(200))
+        .await;
+    assert!(
+        cut.elapsed() > Duration::from_millis(2500) || r.is_ok(),
+        "within the lease: {r:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(3200).saturating_sub(cut.elapsed())).await;
+    let r = g.nodes[&leader]
+        .read_barrier(Duration::from_millis(300))
+        .await;
+    assert!(r.is_err(), "past the lease, without a majority: {r:?}");
 }

@@ -328,8 +328,8 @@ async fn run(
         // read (crate::repl). If it cannot be passed, the batch's reads are
         // refused rather than served stale.
         let mut barrier: Option<Result<(), String>> = None;
-        // Writes proposed on the leader and not answered yet, in order.
-        let mut pending: Vec<Pending<'_>> = Vec::new();
+        // Writes for the leader's log not answered yet, in order.
+        let mut pending = repl::Pipelined::default();
         let mut gate = shared.gate.lazy();
         // Contention noted on this thread before the batch is not its own.
         let _ = workers::take_contention();
@@ -403,7 +403,8 @@ async fn run(
                         // A local command (or an error) answers after the
                         // pipelined writes before it, and sees them.
                         gate.release();
-                        resolve(&mut pending, &mut out, conn.protocol).await;
+                        let repl = shared.repl.get().expect("pending writes");
+                        pending.resolve(repl, &mut out, conn.protocol).await;
                         conn.batch_clock = 0;
                         conn.tick = now_ns();
                     }
@@ -425,9 +426,9 @@ async fn run(
                                     // around it, answered in order when the
                                     // next local command or the batch's end
                                     // needs the replies.
-                                    pending.push(Box::pin(async move { repl.propose(&p).await }));
+                                    pending.push(p);
                                 } else {
-                                    resolve(&mut pending, &mut out, conn.protocol).await;
+                                    pending.resolve(repl, &mut out, conn.protocol).await;
                                     // A blocked client's re-run: signals
                                     // from now on wake it again.
                                     let p = if blocking && shared.blocking.rearm(info.id) {
@@ -635,7 +636,8 @@ async fn run(
         }
         if !pending.is_empty() {
             gate.release();
-            resolve(&mut pending, &mut out, conn.protocol).await;
+            let repl = shared.repl.get().expect("pending writes");
+            pending.resolve(repl, &mut out, conn.protocol).await;
         }
         drop(gate);
         // Read before the first await below lets another connection of this
@@ -679,35 +681,6 @@ async fn run(
         if buf.is_empty() && buf.capacity() > 1 << 20 {
             *buf = Vec::with_capacity(READ_CHUNK);
         }
-    }
-}
-
-/// A replicated write's reply on its way (`crate::repl`).
-type Pending<'a> =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<u8>, String>> + Send + 'a>>;
-
-/// Waits for every pending write (proposed together, so their entries go
-/// to the log in one append) and appends their replies in order.
-async fn resolve(pending: &mut Vec<Pending<'_>>, out: &mut Vec<u8>, protocol: Protocol) {
-    if pending.is_empty() {
-        return;
-    }
-    // Poll each once, in order, so their entries reach the log in the
-    // connection's order (a proposal is sent on its first poll); then take
-    // the replies in order.
-    let mut early: Vec<Option<Result<Vec<u8>, String>>> = Vec::with_capacity(pending.len());
-    for f in pending.iter_mut() {
-        early.push(match futures_util::poll!(f.as_mut()) {
-            std::task::Poll::Ready(r) => Some(r),
-            std::task::Poll::Pending => None,
-        });
-    }
-    for (f, done) in pending.drain(..).zip(early) {
-        let reply = match done {
-            Some(r) => r,
-            None => f.await,
-        };
-        push_reply(out, protocol, reply);
     }
 }
 

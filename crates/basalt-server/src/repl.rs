@@ -156,6 +156,107 @@ impl Proposal {
     }
 }
 
+/// Most commands one entry of a pipeline carries, and most bytes.
+const MERGED_COMMANDS: usize = 128;
+const MERGED_BYTES: usize = 1 << 20;
+
+/// The replicated writes of one batch of a connection on the leader, not
+/// proposed yet (`crate::conn`). Consecutive writes (same database and
+/// protocol, no EXEC) merge into one entry that runs them in order and
+/// answers their replies back to back: a pipeline of 16 SETs is one log
+/// entry, one apply and one commit round, not sixteen. Nothing is proposed
+/// before [`Pipelined::resolve`], where the entries go to the log in the
+/// connection's order.
+#[derive(Default)]
+pub(crate) struct Pipelined {
+    /// Each entry with the number of commands it carries.
+    entries: Vec<(Proposal, usize)>,
+}
+
+impl Pipelined {
+    /// Whether nothing waits.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Adds a write, merged into the last entry when it can be.
+    pub(crate) fn push(&mut self, p: Proposal) {
+        if let (
+            Some((
+                Proposal::Run {
+                    db,
+                    resp3,
+                    commands,
+                    exec: None,
+                    ..
+                },
+                n,
+            )),
+            Proposal::Run {
+                db: db2,
+                resp3: resp3_2,
+                commands: more,
+                exec: None,
+                ..
+            },
+        ) = (self.entries.last_mut(), &p)
+        {
+            if *db == *db2
+                && *resp3 == *resp3_2
+                && *n < MERGED_COMMANDS
+                && commands.len() + more.len() <= MERGED_BYTES
+            {
+                commands.extend_from_slice(more);
+                *n += 1;
+                return;
+            }
+        }
+        self.entries.push((p, 1));
+    }
+
+    /// Proposes every entry (each sent on its first poll, so they reach the
+    /// log in order, in one append when they can), waits for them and
+    /// appends their replies in order: an entry that failed answers its
+    /// error line once per command it carried.
+    pub(crate) async fn resolve(&mut self, repl: &Repl, out: &mut Vec<u8>, protocol: Protocol) {
+        if self.entries.is_empty() {
+            return;
+        }
+        type Reply<'r> = std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<Vec<u8>, String>> + Send + 'r>,
+        >;
+        let mut futures: Vec<(Reply<'_>, usize)> = self
+            .entries
+            .drain(..)
+            .map(|(p, n)| {
+                let f: Reply<'_> = Box::pin(async move { repl.propose(&p).await });
+                (f, n)
+            })
+            .collect();
+        let mut early = Vec::with_capacity(futures.len());
+        for (f, _) in futures.iter_mut() {
+            early.push(match futures_util::poll!(f.as_mut()) {
+                std::task::Poll::Ready(r) => Some(r),
+                std::task::Poll::Pending => None,
+            });
+        }
+        for ((f, n), done) in futures.into_iter().zip(early) {
+            let reply = match done {
+                Some(r) => r,
+                None => f.await,
+            };
+            match reply {
+                Ok(bytes) => out.extend_from_slice(&bytes),
+                Err(line) => {
+                    for _ in 0..n {
+                        Encoder::new(out, protocol).error(line.as_bytes());
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// What an entry whose command would have blocked answers instead of a
 /// reply (after a 0 byte, which starts no RESP reply): the proposer's
 /// node blocks the client there, on these keys, and proposes the command
@@ -372,9 +473,10 @@ impl Repl {
         }
     }
 
-    /// Waits until a read on this node is linearizable (Raft's ReadIndex:
-    /// on the leader a heartbeat round, on a follower one request to the
-    /// leader and a wait until this node has applied as far; at most 2 s).
+    /// Waits until a read on this node is linearizable (on the leader
+    /// under its lease at once, else a heartbeat round; on a follower one
+    /// request to the leader and a wait until this node has applied as
+    /// far; at most 2 s).
     /// `Err` is the error line to answer the read with instead.
     pub(crate) async fn read_barrier(&self) -> Result<(), String> {
         self.node

@@ -755,6 +755,23 @@ fn a_pipeline_of_writes_and_reads_answers_in_order_on_leader_and_follower() {
         get(c, "on-leader").as_deref() == Some("200")
             && get(c, "on-follower").as_deref() == Some("200")
     });
+    // Consecutive writes share one entry on the leader: an error in the
+    // middle answers for its command alone, in its place.
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", g.nodes[l].port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"SET s a\r\nINCR s\r\nSET s b\r\nRPUSH s x\r\nGET s\r\n")
+        .unwrap();
+    let want: &[u8] = b"+OK\r\n-ERR value is not an integer or out of range\r\n+OK\r\n\
+        -WRONGTYPE Operation against a key holding the wrong kind of value\r\n$1\r\nb\r\n";
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while got.len() < want.len() {
+        let n = s.read(&mut chunk).unwrap();
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&chunk[..n]);
+    }
+    assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(want));
 }
 
 #[test]
