@@ -125,7 +125,13 @@ impl Lease {
             if m.current_leader != Some(self.me) || !m.vote.is_committed() {
                 return None;
             }
-            let voters: Vec<NodeId> = m.membership_config.membership().voter_ids().collect();
+            let membership = m.membership_config.membership();
+            if membership.get_joint_config().len() > 1 {
+                // A membership change in flight: two majorities to hold;
+                // ReadIndex handles it.
+                return None;
+            }
+            let voters: Vec<NodeId> = membership.voter_ids().collect();
             (m.vote.leader_id().get_term(), voters)
         };
         if seen > term {

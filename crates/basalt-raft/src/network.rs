@@ -44,6 +44,7 @@ pub(crate) fn router(raft: Raft, lease: Arc<Lease>, id: NodeId, client_addr: Str
         .route("/raft/snapshot", post(snapshot))
         .route("/raft/read_index", post(read_index))
         .route("/raft/write", post(forwarded_write))
+        .route("/raft/admin", post(admin))
         .with_state(Rpc { raft, lease })
         .route(
             "/raft/hello",
@@ -71,6 +72,213 @@ async fn read_index(State(rpc): State<Rpc>) -> Result<Vec<u8>, (StatusCode, Stri
         },
     };
     encode(&r)
+}
+
+/// A membership request (`basalt cluster ...`), sent to any member's
+/// Raft port; a member that does not lead passes it on to the leader once.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub enum AdminRequest {
+    /// Add node `id` at Raft address `raft`: as a learner until it has
+    /// caught up (by snapshot if the log it needs is purged), then as a
+    /// voter.
+    Add {
+        /// Its node id.
+        id: NodeId,
+        /// Its Raft address (`host:port`).
+        raft: String,
+    },
+    /// Remove node `id` from the group.
+    Remove {
+        /// Its node id.
+        id: NodeId,
+    },
+    /// Describe the members.
+    Members,
+    /// Passed on by a member that does not lead: the leader answers it
+    /// without passing it on again.
+    Forwarded(Box<AdminRequest>),
+}
+
+/// Serves [`AdminRequest`]s (bincode of `Result<String, String>`: a
+/// report to print, or why it failed).
+async fn admin(State(rpc): State<Rpc>, body: Bytes) -> Result<Vec<u8>, (StatusCode, String)> {
+    let req: AdminRequest = decode(&body)?;
+    encode(&serve_admin(&rpc.raft, req).await)
+}
+
+async fn serve_admin(raft: &Raft, req: AdminRequest) -> Result<String, String> {
+    use openraft::ChangeMembers;
+    let (forwarded, req) = match req {
+        AdminRequest::Forwarded(r) => (true, *r),
+        r => (false, r),
+    };
+    if let AdminRequest::Members = req {
+        return Ok(describe(raft));
+    }
+    let (me, leader) = {
+        let m = raft.metrics().borrow().clone();
+        let addr = m
+            .current_leader
+            .and_then(|l| m.membership_config.membership().get_node(&l).cloned());
+        (m.id, m.current_leader.zip(addr))
+    };
+    match leader {
+        Some((l, _)) if l == me => {}
+        Some((_, node)) if !forwarded => {
+            return admin_request(&node.raft, AdminRequest::Forwarded(Box::new(req))).await;
+        }
+        _ => return Err("no leader is known now; try again".into()),
+    }
+    // One membership change at a time: the leader's own publishing of
+    // client addresses may be in flight, so a conflict is retried.
+    let mut tries = 0;
+    loop {
+        let r = match &req {
+            AdminRequest::Add { id, raft: addr } => {
+                if tries == 0 {
+                    check_new_member(raft, *id, addr).await?;
+                }
+                let node = NodeAddr {
+                    raft: addr.clone(),
+                    client: String::new(),
+                };
+                match raft.add_learner(*id, node, false).await {
+                    Ok(added) => {
+                        caught_up(raft, *id, added.log_id.index).await?;
+                        raft.change_membership(
+                            ChangeMembers::AddVoterIds([*id].into_iter().collect()),
+                            false,
+                        )
+                        .await
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            AdminRequest::Remove { id } => {
+                raft.change_membership(
+                    ChangeMembers::RemoveVoters([*id].into_iter().collect()),
+                    false,
+                )
+                .await
+            }
+            AdminRequest::Members | AdminRequest::Forwarded(_) => unreachable!("handled above"),
+        };
+        match r {
+            Ok(_) => return Ok(describe(raft)),
+            Err(e) => {
+                let text = e.to_string();
+                tries += 1;
+                if tries >= 20 || !text.contains("in progress") {
+                    return Err(text);
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// Before adding node `id` at `addr`: it is not a member yet, and a
+/// Basalt node with that id answers there (a typo would otherwise make an
+/// unreachable voter, which costs the group its tolerance of a failure).
+async fn check_new_member(raft: &Raft, id: NodeId, addr: &str) -> Result<(), String> {
+    let known = raft
+        .metrics()
+        .borrow()
+        .membership_config
+        .membership()
+        .get_node(&id)
+        .is_some();
+    if known {
+        return Err(format!("node {id} is a member already"));
+    }
+    match hello(&reqwest::Client::new(), addr).await {
+        Some((answered, _)) if answered == id => Ok(()),
+        Some((answered, _)) => Err(format!(
+            "the node at {addr} is node {answered}, not node {id}"
+        )),
+        None => Err(format!(
+            "no Basalt node answers at {addr} (start it with --node-id {id} and its --raft-port, without --peers)"
+        )),
+    }
+}
+
+/// How long a new member may take to catch up before it votes.
+const CATCH_UP: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// Waits until the learner `id` has replicated the log up to `index`
+/// (the entry that added it); if it does not within [`CATCH_UP`], takes
+/// it out again and fails.
+async fn caught_up(raft: &Raft, id: NodeId, index: u64) -> Result<(), String> {
+    let done = raft
+        .wait(Some(CATCH_UP))
+        .metrics(
+            |m| {
+                m.replication
+                    .as_ref()
+                    .and_then(|r| r.get(&id).cloned().flatten())
+                    .is_some_and(|l| l.index >= index)
+            },
+            "new member caught up",
+        )
+        .await;
+    if done.is_ok() {
+        return Ok(());
+    }
+    let _ = raft
+        .change_membership(
+            openraft::ChangeMembers::RemoveNodes([id].into_iter().collect()),
+            false,
+        )
+        .await;
+    Err(format!(
+        "node {id} did not catch up within {} s; it was not added",
+        CATCH_UP.as_secs()
+    ))
+}
+
+/// The members as this node sees them: one line each, `id raft-address
+/// client-address role`, the leader marked.
+fn describe(raft: &Raft) -> String {
+    let m = raft.metrics().borrow().clone();
+    let membership = m.membership_config.membership();
+    let voters: std::collections::BTreeSet<NodeId> = membership.voter_ids().collect();
+    let mut out = String::new();
+    for (id, node) in membership.nodes() {
+        let role = if Some(*id) == m.current_leader {
+            "leader"
+        } else if voters.contains(id) {
+            "voter"
+        } else {
+            "learner"
+        };
+        let client = if node.client.is_empty() {
+            "-"
+        } else {
+            &node.client
+        };
+        out.push_str(&format!("{id} {} {client} {role}\n", node.raft));
+    }
+    out
+}
+
+/// Sends `req` to the member at `raft_addr` (see [`AdminRequest`]) and
+/// returns its report. Adding a node waits until it has caught up: up to
+/// ten minutes.
+pub async fn admin_request(raft_addr: &str, req: AdminRequest) -> Result<String, String> {
+    let body = bincode::serialize(&req).map_err(|e| e.to_string())?;
+    let resp = reqwest::Client::new()
+        .post(format!("http://{raft_addr}/raft/admin"))
+        .timeout(std::time::Duration::from_secs(600))
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| format!("{raft_addr} did not answer: {e}"))?;
+    let bytes = resp
+        .bytes()
+        .await
+        .map_err(|e| format!("{raft_addr}'s answer: {e}"))?;
+    bincode::deserialize::<Result<String, String>>(&bytes)
+        .map_err(|e| format!("{raft_addr}'s answer: {e}"))?
 }
 
 /// Why a forwarded write was not applied (see [`forwarded_write`]).

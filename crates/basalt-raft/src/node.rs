@@ -461,7 +461,7 @@ async fn publish_client_addrs(raft: Raft, me: NodeId, my_client: String) {
                 my_client.clone()
             } else {
                 match network::hello(&http, &node.raft).await {
-                    Some((nid, client)) if nid == id => client,
+                    Some((nid, client)) if nid == id => with_reachable_host(client, &node.raft),
                     _ => continue,
                 }
             };
@@ -481,9 +481,36 @@ async fn publish_client_addrs(raft: Raft, me: NodeId, my_client: String) {
     }
 }
 
+/// A client address whose host is a wildcard (`0.0.0.0`, `::`: a node
+/// that listens on every interface) takes the host of the node's Raft
+/// address, which the group reaches it at.
+fn with_reachable_host(client: String, raft: &str) -> String {
+    let Some((host, port)) = client.rsplit_once(':') else {
+        return client;
+    };
+    if !matches!(host, "0.0.0.0" | "::" | "[::]") {
+        return client;
+    }
+    match raft.rsplit_once(':') {
+        Some((raft_host, _)) => format!("{raft_host}:{port}"),
+        None => client,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+
+    #[test]
+    fn a_wildcard_client_host_takes_the_raft_host() {
+        use super::with_reachable_host as h;
+        assert_eq!(h("0.0.0.0:7004".into(), "10.0.0.4:17004"), "10.0.0.4:7004");
+        assert_eq!(h("[::]:7004".into(), "db4:17004"), "db4:7004");
+        assert_eq!(
+            h("127.0.0.1:7004".into(), "10.0.0.4:17004"),
+            "127.0.0.1:7004"
+        );
+    }
 
     use super::*;
 

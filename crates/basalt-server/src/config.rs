@@ -74,6 +74,37 @@ pub enum Command {
     /// Verify every record and hint file of a data directory offline (the
     /// server must not be running on it); exit 0 clean, 1 damaged, 2 error
     Check(CheckArgs),
+    /// Change or show the members of a replicated group, online
+    Cluster(ClusterArgs),
+}
+
+/// Flags of `basalt cluster`.
+#[derive(Debug, Clone, Args)]
+pub struct ClusterArgs {
+    /// The Raft address (host:raftport) of any member of the group
+    #[arg(long)]
+    pub via: String,
+    /// What to do
+    #[command(subcommand)]
+    pub action: ClusterAction,
+}
+
+/// What `basalt cluster` does.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum ClusterAction {
+    /// Add a node started with --node-id and --raft-port and no --peers:
+    /// it catches up as a learner, then votes. Takes id@host:raftport
+    Add {
+        /// The new node as id@host:raftport
+        node: String,
+    },
+    /// Remove a node from the group (stop its process afterwards)
+    Remove {
+        /// The node's id
+        id: u64,
+    },
+    /// List the members: id, Raft address, client address, role
+    Members,
 }
 
 /// Flags of `basalt check`.
@@ -172,7 +203,8 @@ pub struct ServerArgs {
     )]
     pub latency_monitor_threshold: Option<i64>,
     // --- Replication (crate::repl).
-    /// This node's id in a replicated group; needs --peers
+    /// This node's id in a replicated group: with --peers to form the group,
+    /// or with --raft-port alone to wait for `basalt cluster add`
     #[arg(long, env = "BASALT_NODE_ID")]
     pub node_id: Option<u64>,
     /// Port of this node's Raft RPC listener [default: its port in --peers]
@@ -465,19 +497,22 @@ impl Config {
             Some(list) => parse_peers(&list)?,
             None => Vec::new(),
         };
-        if node_id.is_some() == peers.is_empty() {
-            anyhow::bail!(
-                "--node-id and --peers go together (a node of a replicated group needs both)"
-            );
-        }
-        if let Some(id) = node_id {
-            if !peers.iter().any(|(p, _)| *p == id) {
-                anyhow::bail!("--peers does not list this node's id {id}");
+        let raft_port = args.raft_port.or(file.raft_port);
+        match node_id {
+            None if !peers.is_empty() => {
+                anyhow::bail!("--peers needs --node-id (this node's id among them)")
             }
+            Some(_) if peers.is_empty() && raft_port.is_none() => anyhow::bail!(
+                "--node-id needs --peers (to form a group) or --raft-port (to wait for `basalt cluster add`)"
+            ),
+            Some(id) if !peers.is_empty() && !peers.iter().any(|(p, _)| *p == id) => {
+                anyhow::bail!("--peers does not list this node's id {id}")
+            }
+            _ => {}
         }
         Ok(Config {
             node_id,
-            raft_port: args.raft_port.or(file.raft_port),
+            raft_port,
             peers,
             master_name: args
                 .master_name
@@ -516,7 +551,7 @@ impl Config {
 }
 
 /// Parses `--peers`: `id@host:port` items, comma separated.
-fn parse_peers(list: &str) -> anyhow::Result<Vec<(u64, String)>> {
+pub fn parse_peers(list: &str) -> anyhow::Result<Vec<(u64, String)>> {
     let mut out: Vec<(u64, String)> = Vec::new();
     for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let bad = || anyhow::anyhow!("--peers item {item:?}: expected id@host:port");
@@ -773,5 +808,24 @@ mod tests {
             ..ServerArgs::default()
         };
         assert!(Config::from_args(args).is_err());
+    }
+
+    #[test]
+    fn a_node_id_needs_peers_or_a_raft_port_to_wait_for_cluster_add() {
+        let with = |node_id: Option<u64>, peers: Option<&str>, raft_port: Option<u16>| {
+            Config::from_args(ServerArgs {
+                node_id,
+                peers: peers.map(str::to_string),
+                raft_port,
+                ..ServerArgs::default()
+            })
+        };
+        let err = |r: anyhow::Result<Config>| r.unwrap_err().to_string();
+        assert!(err(with(None, Some("1@h:1"), None)).contains("--peers needs --node-id"));
+        assert!(err(with(Some(4), None, None)).contains("or --raft-port"));
+        assert!(err(with(Some(4), Some("1@h:1"), None)).contains("does not list this node's id 4"));
+        let joining = with(Some(4), None, Some(17004)).unwrap();
+        assert!(joining.peers.is_empty() && joining.raft_port == Some(17004));
+        assert_eq!(with(Some(1), Some("1@h:1"), None).unwrap().peers.len(), 1);
     }
 }

@@ -1,14 +1,17 @@
 //! The `basalt` binary: a bare `basalt [flags]` runs the server;
-//! `basalt check` checks a data directory offline.
+//! `basalt check` checks a data directory offline; `basalt cluster`
+//! changes or lists the members of a replicated group.
 
 use clap::Parser;
 
-use basalt_server::config::{Cli, Command, Config};
+use basalt_server::config::{Cli, ClusterAction, ClusterArgs, Command, Config};
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    if let Some(Command::Check(args)) = &cli.command {
-        return basalt_server::check::run(args);
+    match &cli.command {
+        Some(Command::Check(args)) => return basalt_server::check::run(args),
+        Some(Command::Cluster(args)) => return cluster(args),
+        None => {}
     }
     let config = match Config::from_args(cli.server) {
         Ok(c) => c,
@@ -51,6 +54,47 @@ fn main() -> std::process::ExitCode {
         Err(e) => {
             tracing::error!("{e:#}");
             eprintln!("basalt: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// `basalt cluster add|remove|members --via host:raftport`: one request to
+/// that member's Raft port (passed on to the leader); prints the members
+/// afterwards. Exit 0 done, 1 refused or failed, 2 bad arguments.
+fn cluster(args: &ClusterArgs) -> std::process::ExitCode {
+    use basalt_raft::network::{admin_request, AdminRequest};
+    let req = match &args.action {
+        ClusterAction::Add { node } => match basalt_server::config::parse_peers(node) {
+            Ok(list) if list.len() == 1 => {
+                let (id, raft) = list.into_iter().next().expect("one");
+                AdminRequest::Add { id, raft }
+            }
+            _ => {
+                eprintln!("basalt cluster add: expected id@host:raftport, got {node:?}");
+                return std::process::ExitCode::from(2);
+            }
+        },
+        ClusterAction::Remove { id } => AdminRequest::Remove { id: *id },
+        ClusterAction::Members => AdminRequest::Members,
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("basalt cluster: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(admin_request(&args.via, req)) {
+        Ok(report) => {
+            print!("{report}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("basalt cluster: {e}");
             std::process::ExitCode::FAILURE
         }
     }

@@ -375,13 +375,20 @@ impl Repl {
         let c = &shared.config;
         let id = c.node_id.expect("a replicated configuration");
         let peers: BTreeMap<NodeId, String> = c.peers.iter().cloned().collect();
-        let own = peers.get(&id).ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("--peers does not name this node's id {id}"),
-            )
-        })?;
-        let (host, port) = split_addr(own);
+        // Without --peers the node waits to be added (`basalt cluster add`):
+        // its client host is the bound address (a wildcard is replaced by
+        // the leader with the host of its Raft address).
+        let bind = c.bind.to_string();
+        let (host, port) = match peers.get(&id) {
+            Some(own) => split_addr(own),
+            None if peers.is_empty() => (bind.as_str(), "0"),
+            None => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("--peers does not name this node's id {id}"),
+                ))
+            }
+        };
         let raft_port = c.raft_port.unwrap_or_else(|| port.parse().unwrap_or(0));
         let mut cfg = NodeConfig::new(
             id,

@@ -84,9 +84,15 @@ impl Group {
     }
 
     /// Starts node `i` (again) with its flags and waits for its banner.
+    /// Nodes past the first three were not in `--peers`: they start
+    /// without it and wait to be added.
     fn spawn(&mut self, i: usize) {
         let n = &self.nodes[i];
-        let mut child = Command::new(env!("CARGO_BIN_EXE_basalt"))
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_basalt"));
+        if i < 3 {
+            cmd.args(["--peers", &self.peers]);
+        }
+        let mut child = cmd
             .args(["--port", &n.port.to_string()])
             .args(["--http-port", &n.http_port.to_string()])
             .args([
@@ -95,7 +101,7 @@ impl Group {
                 "--raft-port",
                 &n.raft_port.to_string(),
             ])
-            .args(["--peers", &self.peers, "--loglevel", "info"])
+            .args(["--loglevel", "info"])
             .env("BASALT_DIR", self.dir.path().join(format!("n{}", n.id)))
             .env("NO_COLOR", "1")
             .stdout(Stdio::piped())
@@ -134,7 +140,26 @@ impl Group {
     }
 
     fn alive(&self) -> Vec<usize> {
-        (0..3).filter(|&i| self.nodes[i].child.is_some()).collect()
+        (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].child.is_some())
+            .collect()
+    }
+
+    /// `basalt cluster --via <node i's Raft address> <args>`: exit code
+    /// and output.
+    fn cluster(&self, i: usize, args: &[&str]) -> (i32, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_basalt"))
+            .args([
+                "cluster",
+                "--via",
+                &format!("127.0.0.1:{}", self.nodes[i].raft_port),
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code().unwrap_or(-1), text)
     }
 
     /// Waits (at most 15 s) until the live nodes agree on a leader among
@@ -1068,4 +1093,81 @@ fn blocking_commands_wait_on_a_follower_and_survive_a_failover() {
         waiter.join().unwrap(),
         Some(("later".to_string(), "y".to_string()))
     );
+}
+
+/// Membership changes online: a fourth node started without `--peers` is
+/// added through a follower, catches up and votes (after a member is
+/// removed and the old leader killed, the remaining two, one of them the
+/// new node, elect a leader and keep every write); adding a node nobody
+/// answers for is refused and changes nothing.
+#[test]
+fn a_node_added_online_catches_up_and_votes_and_a_removed_node_leaves() {
+    let mut g = Group::start();
+    let l = g.leader();
+    let f = (0..3).find(|&i| i != l).unwrap();
+    let other = (0..3).find(|&i| i != l && i != f).unwrap();
+    let mut lc = g.conn(l);
+    for i in 0..100 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("k{i}"))
+            .arg(i)
+            .query(&mut lc)
+            .unwrap();
+    }
+    g.nodes.push(Node {
+        id: 4,
+        port: free_port(),
+        raft_port: free_port(),
+        http_port: free_port(),
+        child: None,
+    });
+    g.spawn(3);
+    let new = format!("4@127.0.0.1:{}", g.nodes[3].raft_port);
+    let (code, out) = g.cluster(f, &["add", &new]);
+    assert_eq!(code, 0, "cluster add: {out}");
+    assert!(
+        out.contains("\n4 127.0.0.1:") && out.contains(" voter"),
+        "{out}"
+    );
+    let mut c4 = g.conn(3);
+    assert_eq!(get(&mut c4, "k99").as_deref(), Some("99"), "caught up");
+    let role: Vec<Value> = redis::cmd("ROLE").query(&mut c4).unwrap();
+    assert_eq!(role[0], Value::BulkString(b"slave".to_vec()));
+
+    // A node nobody answers for is not added.
+    let (code, out) = g.cluster(l, &["add", &format!("9@127.0.0.1:{}", free_port())]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("no Basalt node answers"), "{out}");
+    let (_, members) = g.cluster(l, &["members"]);
+    assert_eq!(members.lines().count(), 4, "{members}");
+
+    // Remove a follower; then the old leader dies: node 4 and the
+    // remaining original node are a majority of three and carry on.
+    let (code, out) = g.cluster(l, &["remove", &g.nodes[f].id.to_string()]);
+    assert_eq!(code, 0, "cluster remove: {out}");
+    assert_eq!(out.lines().count(), 3, "{out}");
+    g.kill(f);
+    let _: () = redis::cmd("SET")
+        .arg("before")
+        .arg("kill")
+        .query(&mut lc)
+        .unwrap();
+    g.kill(l);
+    let nl = g.leader();
+    assert!(
+        nl == other || nl == 3,
+        "the new leader is a remaining member"
+    );
+    let mut c = g.conn(nl);
+    let _: () = redis::cmd("SET")
+        .arg("after")
+        .arg("kill")
+        .query(&mut c)
+        .unwrap();
+    for i in [other, 3] {
+        let mut c = g.conn(i);
+        assert_eq!(get(&mut c, "before").as_deref(), Some("kill"));
+        assert_eq!(get(&mut c, "after").as_deref(), Some("kill"));
+        assert_eq!(get(&mut c, "k0").as_deref(), Some("0"));
+    }
 }
