@@ -92,7 +92,7 @@ pub(crate) fn entry_random() -> Option<u64> {
 
 /// What a log entry carries (bincode).
 #[derive(Debug, Serialize, Deserialize)]
-pub enum Proposal {
+pub(crate) enum Proposal {
     /// Commands run on database `db` at `time_ms`, RESP-encoded back to
     /// back. `exec`: run them as a transaction (the reply is the array of
     /// their replies, or a null array if a watched key's version differs).
@@ -123,6 +123,14 @@ pub enum Proposal {
         /// The command.
         #[serde(with = "serde_bytes")]
         commands: Vec<u8>,
+    },
+    /// A write of the HTTP API's `/v1/keys` (PUT, DELETE, with their
+    /// preconditions), run at `time_ms`; the reply is its answer (bincode).
+    Key {
+        /// The proposer's clock (unix ms).
+        time_ms: u64,
+        /// The write.
+        write: crate::http::keys::KeyWrite,
     },
     /// Delete these keys of `db` if they have expired at `time_ms`.
     Expire {
@@ -749,6 +757,10 @@ impl Applier for ReplApplier {
                     }
                 }
                 Vec::new()
+            }
+            Err(Proposal::Key { time_ms, write }) => {
+                let _pinned = crate::clock::pin(time_ms);
+                bincode::serialize(&write.apply(&shared)).map_err(io::Error::other)?
             }
             Err(Proposal::Run { .. } | Proposal::Retry { .. }) => unreachable!("taken above"),
         };

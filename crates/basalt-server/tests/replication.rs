@@ -1171,3 +1171,79 @@ fn a_node_added_online_catches_up_and_votes_and_a_removed_node_leaves() {
         assert_eq!(get(&mut c, "k0").as_deref(), Some("0"));
     }
 }
+
+/// A raw HTTP/1.1 request: the status, the ETag (if any) and the body.
+fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &str,
+    body: &[u8],
+) -> (u16, Option<String>, Vec<u8>) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{headers}Content-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    s.write_all(body).unwrap();
+    let mut resp = Vec::new();
+    s.read_to_end(&mut resp).unwrap();
+    let head_end = resp.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&resp[..head_end]).into_owned();
+    let status = head[9..12].parse().unwrap();
+    let etag = head.lines().find_map(|l| {
+        l.to_ascii_lowercase()
+            .strip_prefix("etag: ")
+            .map(|v| v.trim_matches('"').to_string())
+    });
+    (status, etag, resp[head_end + 4..].to_vec())
+}
+
+/// The HTTP API's writes work on every node: `/v1/keys` PUT and DELETE
+/// (with their preconditions) and the command-backed collection routes
+/// are log entries, so every node answers the same ETag and data.
+#[test]
+fn http_writes_on_any_node_reach_every_node_with_the_same_etag() {
+    let g = Group::start();
+    let l = g.leader();
+    let f = (0..3).find(|&i| i != l).unwrap();
+    let hp = |i: usize| g.nodes[i].http_port;
+    let (status, etag, _) = http(hp(f), "PUT", "/v1/keys/doc?ttl=100", "", b"v1");
+    assert_eq!(status, 201);
+    let etag = etag.unwrap();
+    let ttl: i64 = redis::cmd("TTL").arg("doc").query(&mut g.conn(f)).unwrap();
+    assert!(ttl > 90 && ttl <= 100, "the PUT's ttl: {ttl}");
+    for i in 0..3 {
+        let (status, tag, body) = http(hp(i), "GET", "/v1/keys/doc", "", b"");
+        assert_eq!(
+            (status, tag.as_deref(), &body[..]),
+            (200, Some(&etag[..]), &b"v1"[..]),
+            "node {i}"
+        );
+    }
+    // A stale If-Match fails alike on any node; the current one succeeds.
+    let stale = "If-Match: \"1\"\r\n";
+    let (status, tag, _) = http(hp(l), "PUT", "/v1/keys/doc", stale, b"v2");
+    assert_eq!((status, tag.as_deref()), (412, Some(&etag[..])));
+    let current = format!("If-Match: \"{etag}\"\r\n");
+    let (status, tag2, _) = http(hp(f), "PUT", "/v1/keys/doc", &current, b"v2");
+    assert_eq!(status, 200);
+    assert_ne!(tag2.as_deref(), Some(&etag[..]));
+    let mut c = g.conn(l);
+    assert_eq!(get(&mut c, "doc").as_deref(), Some("v2"));
+    let ttl: i64 = redis::cmd("TTL").arg("doc").query(&mut c).unwrap();
+    assert_eq!(ttl, -1, "a PUT without ?ttl clears it, as SET does");
+    // A collection route (HSET underneath), then DELETE on another node.
+    let (status, _, _) = http(hp(f), "PUT", "/v1/hashes/h/f", "", b"1");
+    assert!(status == 200 || status == 201, "{status}");
+    let (status, _, _) = http(hp(l), "DELETE", "/v1/keys/doc", "", b"");
+    assert_eq!(status, 204);
+    g.eventually("the hash and the delete on every node", |c| {
+        let h: Option<String> = redis::cmd("HGET").arg("h").arg("f").query(c).unwrap();
+        h.as_deref() == Some("1") && get(c, "doc").is_none()
+    });
+}

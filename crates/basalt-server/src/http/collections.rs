@@ -153,14 +153,16 @@ pub(crate) async fn scan(req: Req) -> ApiResult {
     }
     pattern.push(b'*');
     let count = count.to_string();
-    let reply = req.command(&[
-        b"scan",
-        &cursor,
-        b"match",
-        &pattern,
-        b"count",
-        count.as_bytes(),
-    ])?;
+    let reply = req
+        .command(&[
+            b"scan",
+            &cursor,
+            b"match",
+            &pattern,
+            b"count",
+            count.as_bytes(),
+        ])
+        .await?;
     let (next, keys) = match &reply {
         Frame::Array(parts) if parts.len() == 2 => {
             (bytes(&parts[0]).unwrap_or_default(), strings(&parts[1]))
@@ -181,13 +183,13 @@ pub(crate) async fn scan(req: Req) -> ApiResult {
 pub(crate) async fn hash_all(req: Req) -> ApiResult {
     let key = req.path(0);
     if req.param("keys").is_some() {
-        let names = strings(&req.command(&[b"hkeys", key])?);
+        let names = strings(&req.command(&[b"hkeys", key]).await?);
         let t = Texts::for_all(names.iter().map(|k| k.as_slice()));
         return Ok(json_ok(
             t.mark(json!({ "fields": strings_json(&t, &names) })),
         ));
     }
-    let pairs: Vec<(Vec<u8>, Vec<u8>)> = match req.command(&[b"hgetall", key])? {
+    let pairs: Vec<(Vec<u8>, Vec<u8>)> = match req.command(&[b"hgetall", key]).await? {
         Frame::Map(m) => m
             .iter()
             .filter_map(|(f, v)| Some((bytes(f)?, bytes(v)?)))
@@ -208,7 +210,7 @@ pub(crate) async fn hash_all(req: Req) -> ApiResult {
 /// `GET /v1/hashes/{key}/{field}`: the field's bytes (HGET), or
 /// `{"value": ...}` with `?format=json`; 404 when absent.
 pub(crate) async fn hash_get(req: Req) -> ApiResult {
-    let reply = req.command(&[b"hget", req.path(0), req.path(1)])?;
+    let reply = req.command(&[b"hget", req.path(0), req.path(1)]).await?;
     match bytes(&reply) {
         Some(v) => Ok(raw_or_json(&req, "value", &v)),
         None => Err(ApiError::not_found("field")),
@@ -218,7 +220,9 @@ pub(crate) async fn hash_get(req: Req) -> ApiResult {
 /// `PUT /v1/hashes/{key}/{field}`: sets the field to the body (HSET); 201
 /// `{"created": true}` for a new field, 200 `{"created": false}` otherwise.
 pub(crate) async fn hash_put(req: Req) -> ApiResult {
-    let n = int(&req.command(&[b"hset", req.path(0), req.path(1), &req.body])?);
+    let n = int(&req
+        .command(&[b"hset", req.path(0), req.path(1), &req.body])
+        .await?);
     let status = if n > 0 {
         StatusCode::CREATED
     } else {
@@ -230,7 +234,7 @@ pub(crate) async fn hash_put(req: Req) -> ApiResult {
 /// `DELETE /v1/hashes/{key}/{field}` (HDEL): 204, or 404.
 pub(crate) async fn hash_delete(req: Req) -> ApiResult {
     removed(
-        int(&req.command(&[b"hdel", req.path(0), req.path(1)])?),
+        int(&req.command(&[b"hdel", req.path(0), req.path(1)]).await?),
         "field",
     )
 }
@@ -239,7 +243,7 @@ pub(crate) async fn hash_delete(req: Req) -> ApiResult {
 
 /// `GET /v1/sets/{key}`: `{"members": [...]}` (SMEMBERS).
 pub(crate) async fn set_members(req: Req) -> ApiResult {
-    let members = strings(&req.command(&[b"smembers", req.path(0)])?);
+    let members = strings(&req.command(&[b"smembers", req.path(0)]).await?);
     let t = Texts::for_all(members.iter().map(|m| m.as_slice()));
     Ok(json_ok(
         t.mark(json!({ "members": strings_json(&t, &members) })),
@@ -251,14 +255,18 @@ pub(crate) async fn set_add(req: Req) -> ApiResult {
     let items = elements(&req)?;
     let mut args: Vec<&[u8]> = vec![b"sadd", req.path(0)];
     args.extend(items.iter().map(|i| i.as_slice()));
-    let n = int(&req.command(&args)?);
+    let n = int(&req.command(&args).await?);
     Ok(json_ok(json!({ "added": n })))
 }
 
 /// `GET /v1/sets/{key}/{member}` (SISMEMBER): 200 `{"member": true}`, or
 /// 404 when it is not a member.
 pub(crate) async fn set_is_member(req: Req) -> ApiResult {
-    if int(&req.command(&[b"sismember", req.path(0), req.path(1)])?) == 1 {
+    if int(&req
+        .command(&[b"sismember", req.path(0), req.path(1)])
+        .await?)
+        == 1
+    {
         Ok(json_ok(json!({ "member": true })))
     } else {
         Err(ApiError::not_found("member"))
@@ -268,7 +276,7 @@ pub(crate) async fn set_is_member(req: Req) -> ApiResult {
 /// `DELETE /v1/sets/{key}/{member}` (SREM): 204, or 404.
 pub(crate) async fn set_remove(req: Req) -> ApiResult {
     removed(
-        int(&req.command(&[b"srem", req.path(0), req.path(1)])?),
+        int(&req.command(&[b"srem", req.path(0), req.path(1)]).await?),
         "member",
     )
 }
@@ -303,7 +311,7 @@ pub(crate) async fn zset_range(req: Req) -> ApiResult {
     if withscores {
         args.push(b"withscores");
     }
-    let reply = req.command(&args)?;
+    let reply = req.command(&args).await?;
     let Frame::Array(items) = &reply else {
         return Ok(json_ok(json!({ "members": [] })));
     };
@@ -362,13 +370,13 @@ pub(crate) async fn zset_add(req: Req) -> ApiResult {
     }
     let mut args: Vec<&[u8]> = vec![b"zadd", req.path(0)];
     args.extend(owned.iter().map(|a| a.as_slice()));
-    let n = int(&req.command(&args)?);
+    let n = int(&req.command(&args).await?);
     Ok(json_ok(json!({ "added": n })))
 }
 
 /// `GET /v1/zsets/{key}/{member}` (ZSCORE): `{"score": 1.5}`, or 404.
 pub(crate) async fn zset_score(req: Req) -> ApiResult {
-    let reply = req.command(&[b"zscore", req.path(0), req.path(1)])?;
+    let reply = req.command(&[b"zscore", req.path(0), req.path(1)]).await?;
     match reply {
         Frame::Null | Frame::NullBulk => Err(ApiError::not_found("member")),
         f => Ok(json_ok(json!({ "score": score(&f) }))),
@@ -378,7 +386,7 @@ pub(crate) async fn zset_score(req: Req) -> ApiResult {
 /// `DELETE /v1/zsets/{key}/{member}` (ZREM): 204, or 404.
 pub(crate) async fn zset_remove(req: Req) -> ApiResult {
     removed(
-        int(&req.command(&[b"zrem", req.path(0), req.path(1)])?),
+        int(&req.command(&[b"zrem", req.path(0), req.path(1)]).await?),
         "member",
     )
 }
@@ -399,8 +407,10 @@ fn side(req: &Req, default: &'static str) -> ApiResult<&'static str> {
 pub(crate) async fn list_range(req: Req) -> ApiResult {
     let start = req.int_param("start", 0)?.to_string();
     let stop = req.int_param("stop", -1)?.to_string();
-    let values =
-        strings(&req.command(&[b"lrange", req.path(0), start.as_bytes(), stop.as_bytes()])?);
+    let values = strings(
+        &req.command(&[b"lrange", req.path(0), start.as_bytes(), stop.as_bytes()])
+            .await?,
+    );
     let t = Texts::for_all(values.iter().map(|v| v.as_slice()));
     Ok(json_ok(
         t.mark(json!({ "values": strings_json(&t, &values) })),
@@ -409,7 +419,7 @@ pub(crate) async fn list_range(req: Req) -> ApiResult {
 
 /// `GET /v1/lists/{key}/length` (LLEN): `{"length": n}`.
 pub(crate) async fn list_length(req: Req) -> ApiResult {
-    let n = int(&req.command(&[b"llen", req.path(0)])?);
+    let n = int(&req.command(&[b"llen", req.path(0)]).await?);
     Ok(json_ok(json!({ "length": n })))
 }
 
@@ -424,7 +434,7 @@ pub(crate) async fn list_push(req: Req) -> ApiResult {
     let items = elements(&req)?;
     let mut args: Vec<&[u8]> = vec![cmd, req.path(0)];
     args.extend(items.iter().map(|i| i.as_slice()));
-    let n = int(&req.command(&args)?);
+    let n = int(&req.command(&args).await?);
     Ok(json_ok(json!({ "length": n })))
 }
 
@@ -436,8 +446,8 @@ pub(crate) async fn list_pop(req: Req) -> ApiResult {
         _ => b"rpop",
     };
     let reply = match req.param("count") {
-        Some(c) => req.command(&[cmd, req.path(0), c])?,
-        None => req.command(&[cmd, req.path(0)])?,
+        Some(c) => req.command(&[cmd, req.path(0), c]).await?,
+        None => req.command(&[cmd, req.path(0)]).await?,
     };
     let values = strings(&reply);
     let t = Texts::for_all(values.iter().map(|v| v.as_slice()));
@@ -451,6 +461,6 @@ pub(crate) async fn list_pop(req: Req) -> ApiResult {
 /// `POST /v1/publish/{channel}` with the message as body (PUBLISH):
 /// `{"receivers": n}` (RESP and HTTP subscribers alike).
 pub(crate) async fn publish(req: Req) -> ApiResult {
-    let n = int(&req.command(&[b"publish", req.path(0), &req.body])?);
+    let n = int(&req.command(&[b"publish", req.path(0), &req.body]).await?);
     Ok(json_ok(json!({ "receivers": n })))
 }

@@ -10,9 +10,11 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::IntoResponse;
 use serde_json::json;
 
-use super::{etag, parse_etags, ApiError, ApiResult, Req, Texts};
+use serde::{Deserialize, Serialize};
+
+use super::{etag, parse_etags, Answer, ApiError, ApiResult, Req, Texts};
 use crate::notify::{GENERIC, KEY_MISS, NEW, STRING};
-use crate::state::now_ms;
+use crate::state::{now_ms, Shared};
 
 /// `GET` and `HEAD /v1/keys/{key}`: the value's bytes with its ETag, or
 /// with `?format=json` `{"key", "value", "version", "ttl_ms"}` (`ttl_ms`
@@ -81,78 +83,182 @@ fn expiry(req: &Req) -> ApiResult<Option<u64>> {
     Ok(Some(at as u64))
 }
 
-/// Checks `If-Match` / `If-None-Match` against the key's current version
-/// (0 = absent): 412 with that version when they do not hold.
-fn preconditions(req: &Req, current: u64) -> ApiResult<()> {
-    if let Some(h) = req.headers.get(header::IF_MATCH) {
-        let ok = current != 0 && parse_etags(h).is_none_or(|tags| tags.contains(&current));
-        if !ok {
-            return Err(ApiError::precondition(current));
+/// The precondition headers of a write: absent, `*` (`Some(None)`), or
+/// the listed versions.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct Conditions {
+    if_match: Option<Option<Vec<u64>>>,
+    if_none_match: Option<Option<Vec<u64>>>,
+}
+
+impl Conditions {
+    fn of(req: &Req) -> Conditions {
+        Conditions {
+            if_match: req.headers.get(header::IF_MATCH).map(parse_etags),
+            if_none_match: req.headers.get(header::IF_NONE_MATCH).map(parse_etags),
         }
     }
-    if let Some(h) = req.headers.get(header::IF_NONE_MATCH) {
-        let exists_matches =
-            current != 0 && parse_etags(h).is_none_or(|tags| tags.contains(&current));
-        if exists_matches {
+
+    /// Checks them against the key's current version (0 = absent): 412
+    /// with that version when they do not hold.
+    fn check(&self, current: u64) -> ApiResult<()> {
+        let matches = |tags: &Option<Vec<u64>>| {
+            current != 0 && tags.as_ref().is_none_or(|t| t.contains(&current))
+        };
+        if self.if_match.as_ref().is_some_and(|t| !matches(t)) {
             return Err(ApiError::precondition(current));
         }
+        if self.if_none_match.as_ref().is_some_and(matches) {
+            return Err(ApiError::precondition(current));
+        }
+        Ok(())
     }
+}
+
+/// A `/v1/keys` write as a log entry of a replicated group carries it
+/// (`crate::repl::Proposal::Key`): every node runs the same checks and the
+/// same write at the entry's time, so versions (ETags) are equal on every
+/// node; the TTL is absolute, computed where the request arrived.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct KeyWrite {
+    db: u32,
+    #[serde(with = "serde_bytes")]
+    key: Vec<u8>,
+    op: KeyOp,
+    conditions: Conditions,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+enum KeyOp {
+    Put {
+        #[serde(with = "serde_bytes")]
+        value: Vec<u8>,
+        at: Option<u64>,
+    },
+    Delete,
+}
+
+impl KeyWrite {
+    /// Runs it (on the applying node, the exec gate held) and returns the
+    /// answer for the client.
+    pub(crate) fn apply(&self, sh: &Shared) -> Answer {
+        let db = self.db as usize;
+        let r = match &self.op {
+            KeyOp::Put { value, at } => put_now(sh, db, &self.key, value, *at, &self.conditions)
+                .map(|(version, created)| put_answer(version, created)),
+            KeyOp::Delete => {
+                delete_now(sh, db, &self.key, &self.conditions).map(|()| Answer::no_content())
+            }
+        };
+        r.unwrap_or_else(|e| Answer::from_error(&e))
+    }
+}
+
+/// Stores `value` at `key` if `cond` holds (the caller holds the exec
+/// gate): the new version, and whether the key was created.
+fn put_now(
+    sh: &Shared,
+    db_index: usize,
+    key: &[u8],
+    value: &[u8],
+    at: Option<u64>,
+    cond: &Conditions,
+) -> ApiResult<(u64, bool)> {
+    let db = sh.keyspace.write(db_index)?;
+    let _g = sh.keyspace.lock(db_index, key);
+    let current = db.version(key);
+    cond.check(current)?;
+    let version = db.put_with_expiry(key, value, at)?;
+    if current == 0 {
+        sh.absent_watches.created(db_index, key);
+        sh.pubsub.notify(NEW, "new", key, db_index);
+    }
+    sh.pubsub.notify(STRING, "set", key, db_index);
+    if at.is_some() {
+        sh.pubsub.notify(GENERIC, "expire", key, db_index);
+    }
+    Ok((version, current == 0))
+}
+
+/// Deletes `key` if `cond` holds (the caller holds the exec gate); 404
+/// when there is no such key.
+fn delete_now(sh: &Shared, db_index: usize, key: &[u8], cond: &Conditions) -> ApiResult<()> {
+    let slot = sh.keyspace.read(db_index);
+    let Some(db) = slot.db() else {
+        cond.check(0)?;
+        return Err(ApiError::not_found("key"));
+    };
+    let _g = sh.keyspace.lock(db_index, key);
+    let current = db.version(key);
+    cond.check(current)?;
+    if current == 0 || !db.delete(key)? {
+        return Err(ApiError::not_found("key"));
+    }
+    sh.pubsub.notify(GENERIC, "del", key, db_index);
     Ok(())
 }
 
-/// `PUT /v1/keys/{key}[?ttl=seconds]`: stores the body as the key's string
-/// value (replacing a value of any type, as SET does). 201 when it created
-/// the key, 200 otherwise, with the new version as ETag and
-/// `{"version": n}`.
-pub(crate) async fn put(req: Req) -> ApiResult {
-    let key = req.path(0);
-    let at = expiry(&req)?;
-    let (version, created) = req.locked(|sh| -> ApiResult<_> {
-        let db = sh.keyspace.write(req.db)?;
-        let _g = sh.keyspace.lock(req.db, key);
-        let current = db.version(key);
-        preconditions(&req, current)?;
-        let version = db.put_with_expiry(key, &req.body, at)?;
-        if current == 0 {
-            sh.absent_watches.created(req.db, key);
-            sh.pubsub.notify(NEW, "new", key, req.db);
-        }
-        sh.pubsub.notify(STRING, "set", key, req.db);
-        if at.is_some() {
-            sh.pubsub.notify(GENERIC, "expire", key, req.db);
-        }
-        Ok((version, current == 0))
-    })?;
-    req.wrote()?;
+fn put_answer(version: u64, created: bool) -> Answer {
     let status = if created {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
-    let mut resp = (status, super::json_ok(json!({ "version": version }))).into_response();
-    resp.headers_mut().insert(header::ETAG, etag(version));
-    Ok(resp)
+    Answer::json(status, json!({ "version": version }), Some(version))
+}
+
+/// Proposes `op` on `key` to the group's log (forwarded to the leader by
+/// a follower) and answers what applying it produced.
+async fn replicated(req: &Req, repl: &crate::repl::Repl, op: KeyOp) -> ApiResult {
+    let w = KeyWrite {
+        db: req.db as u32,
+        key: req.path(0).to_vec(),
+        op,
+        conditions: Conditions::of(req),
+    };
+    let reply = repl
+        .propose(&crate::repl::Proposal::Key {
+            time_ms: now_ms(),
+            write: w,
+        })
+        .await
+        .map_err(|line| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "CLUSTERDOWN", line))?;
+    let answer: Answer = bincode::deserialize(&reply).map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "INTERNAL",
+            format!("unreadable replicated answer: {e}"),
+        )
+    })?;
+    Ok(answer.into_response())
+}
+
+/// `PUT /v1/keys/{key}[?ttl=seconds]`: stores the body as the key's string
+/// value (replacing a value of any type, as SET does). 201 when it created
+/// the key, 200 otherwise, with the new version as ETag and
+/// `{"version": n}`. On a node of a replicated group it is a log entry.
+pub(crate) async fn put(req: Req) -> ApiResult {
+    let at = expiry(&req)?;
+    if let Some(repl) = req.shared.repl.get() {
+        let value = req.body.to_vec();
+        return replicated(&req, repl, KeyOp::Put { value, at }).await;
+    }
+    let cond = Conditions::of(&req);
+    let (version, created) =
+        req.locked(|sh| put_now(sh, req.db, req.path(0), &req.body, at, &cond))?;
+    req.wrote()?;
+    Ok(put_answer(version, created).into_response())
 }
 
 /// `DELETE /v1/keys/{key}`: removes the key, whatever its type (DEL).
 /// 204, or 404 when there is no such key; `If-Match` makes it conditional.
+/// On a node of a replicated group it is a log entry.
 pub(crate) async fn delete(req: Req) -> ApiResult {
-    let key = req.path(0);
-    req.locked(|sh| -> ApiResult<()> {
-        let slot = sh.keyspace.read(req.db);
-        let Some(db) = slot.db() else {
-            preconditions(&req, 0)?;
-            return Err(ApiError::not_found("key"));
-        };
-        let _g = sh.keyspace.lock(req.db, key);
-        let current = db.version(key);
-        preconditions(&req, current)?;
-        if current == 0 || !db.delete(key)? {
-            return Err(ApiError::not_found("key"));
-        }
-        sh.pubsub.notify(GENERIC, "del", key, req.db);
-        Ok(())
-    })?;
+    if let Some(repl) = req.shared.repl.get() {
+        return replicated(&req, repl, KeyOp::Delete).await;
+    }
+    let cond = Conditions::of(&req);
+    req.locked(|sh| delete_now(sh, req.db, req.path(0), &cond))?;
     req.wrote()?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -28,7 +28,7 @@
 //! `LOADING`, `/health` 200 and `/ready` 503.
 
 mod collections;
-mod keys;
+pub(crate) mod keys;
 mod metrics;
 mod queues;
 mod sse;
@@ -363,14 +363,14 @@ pub(crate) struct ApiError {
 }
 
 impl ApiError {
-    /// 503 on a node of a replicated group: HTTP writes do not go through
-    /// the Raft log yet (`crate::repl`), so they are refused rather than
-    /// applied to one node only.
+    /// 503 on a node of a replicated group for the writes that are not
+    /// log entries yet (the work queues' atomic programs, `crate::repl`):
+    /// refused rather than applied to one node only.
     pub(crate) fn replicated() -> ApiError {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "REPLICATED",
-            "writes over HTTP are not supported on a node of a replicated group yet; write through the Redis protocol",
+            "the work queues do not run on a node of a replicated group yet; /v1/keys and the collection routes do",
         )
     }
 
@@ -455,8 +455,9 @@ impl From<basalt_engine::Error> for ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+impl ApiError {
+    /// The answer's status, JSON body and ETag version.
+    fn parts(&self) -> (StatusCode, serde_json::Value, Option<u64>) {
         let mut body = json!({"error": self.message, "code": self.code});
         if let Some(v) = self.version {
             body["version"] = json!(v);
@@ -464,8 +465,66 @@ impl IntoResponse for ApiError {
         if let Some((name, v)) = self.extra {
             body[name] = json!(v);
         }
-        let mut resp = (self.status, Json(body)).into_response();
-        if let Some(v) = self.version {
+        (self.status, body, self.version)
+    }
+}
+
+/// An answer in plain parts: what a replicated HTTP write's entry returns
+/// to the node that proposed it (`keys::KeyWrite`).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Answer {
+    status: u16,
+    /// The JSON body; `None` for no body.
+    body: Option<Vec<u8>>,
+    etag: Option<u64>,
+}
+
+impl Answer {
+    fn json(status: StatusCode, body: Value, etag: Option<u64>) -> Answer {
+        Answer {
+            status: status.as_u16(),
+            body: Some(body.to_string().into_bytes()),
+            etag,
+        }
+    }
+
+    fn no_content() -> Answer {
+        Answer {
+            status: StatusCode::NO_CONTENT.as_u16(),
+            body: None,
+            etag: None,
+        }
+    }
+
+    fn from_error(e: &ApiError) -> Answer {
+        let (status, body, etag) = e.parts();
+        Answer {
+            status: status.as_u16(),
+            body: Some(body.to_string().into_bytes()),
+            etag,
+        }
+    }
+}
+
+impl IntoResponse for Answer {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut resp = match self.body {
+            Some(b) => (status, [(header::CONTENT_TYPE, "application/json")], b).into_response(),
+            None => status.into_response(),
+        };
+        if let Some(v) = self.etag {
+            resp.headers_mut().insert(header::ETAG, etag(v));
+        }
+        resp
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, body, version) = self.parts();
+        let mut resp = (status, Json(body)).into_response();
+        if let Some(v) = version {
             resp.headers_mut().insert(header::ETAG, etag(v));
         }
         resp
@@ -598,6 +657,18 @@ impl Req {
         wrote(&self.shared, self.db)
     }
 
+    /// A read command on this node, for code that cannot wait (a poll's
+    /// check): see [`Req::command`].
+    fn read_command(&self, args: &[&[u8]]) -> ApiResult<Frame> {
+        let mut wire = Vec::new();
+        basalt_resp::write_command(&mut wire, args.iter().copied());
+        let mut parser = RequestParser::new(Limits::default());
+        let Ok(Parsed::Command { args, .. }) = parser.parse(&wire) else {
+            return Err(ApiError::bad_request("argument too large"));
+        };
+        self.run_local(args)
+    }
+
     /// Runs `f` atomically: see [`atomically`].
     fn atomically<T>(&self, f: impl FnOnce(&mut Atomic<'_>) -> ApiResult<T>) -> ApiResult<T> {
         atomically(&self.shared, &self.state, self.db, f)
@@ -605,14 +676,39 @@ impl Req {
 
     /// Runs one command through the command table on the request's
     /// database as an internal RESP3 client, holding the exec gate, and
-    /// returns its reply; an error reply becomes an [`ApiError`].
-    fn command(&self, args: &[&[u8]]) -> ApiResult<Frame> {
+    /// returns its reply; an error reply becomes an [`ApiError`]. On a node
+    /// of a replicated group a write is proposed to the log instead (and
+    /// forwarded to the leader by a follower), as a RESP client's is.
+    async fn command(&self, args: &[&[u8]]) -> ApiResult<Frame> {
         let mut wire = Vec::new();
         basalt_resp::write_command(&mut wire, args.iter().copied());
         let mut parser = RequestParser::new(Limits::default());
         let Ok(Parsed::Command { args, .. }) = parser.parse(&wire) else {
             return Err(ApiError::bad_request("argument too large"));
         };
+        if let Some(repl) = self.shared.repl.get() {
+            if commands::lookup(&args[0])
+                .is_some_and(|c| crate::repl::is_replicated_write(c, &args))
+            {
+                let p = crate::repl::Proposal::Run {
+                    db: self.db as u32,
+                    resp3: true,
+                    time_ms: crate::state::now_ms(),
+                    commands: wire.clone(),
+                    exec: None,
+                };
+                let reply = repl.propose(&p).await.map_err(|line| {
+                    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "CLUSTERDOWN", line)
+                })?;
+                return reply_frame(&reply);
+            }
+        }
+        self.run_local(args)
+    }
+
+    /// [`Req::command`] for a command that runs on this node (a read, or
+    /// any command off a replicated group), without waiting.
+    fn run_local(&self, args: basalt_resp::Args<'_>) -> ApiResult<Frame> {
         if self.shared.repl.get().is_some()
             && commands::lookup(&args[0])
                 .is_some_and(|c| crate::repl::is_replicated_write(c, &args))
@@ -635,24 +731,30 @@ impl Req {
             .stats
             .commands
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let frame = match Frame::parse(&out) {
-            Ok(Some((f, _))) => f,
-            _ => {
-                return Err(ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "INTERNAL",
-                    "unreadable command reply",
-                ))
-            }
-        };
-        if let Frame::Error(line) | Frame::BlobError(line) = &frame {
-            return Err(ApiError::from_redis(&String::from_utf8_lossy(line)));
-        }
+        let frame = reply_frame(&out)?;
         if found.is_some_and(|c| c.is_write()) {
             self.wrote()?;
         }
         Ok(frame)
     }
+}
+
+/// A command's RESP reply as a frame; an error reply as an [`ApiError`].
+fn reply_frame(out: &[u8]) -> ApiResult<Frame> {
+    let frame = match Frame::parse(out) {
+        Ok(Some((f, _))) => f,
+        _ => {
+            return Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "INTERNAL",
+                "unreadable command reply",
+            ))
+        }
+    };
+    if let Frame::Error(line) | Frame::BlobError(line) = &frame {
+        return Err(ApiError::from_redis(&String::from_utf8_lossy(line)));
+    }
+    Ok(frame)
 }
 
 // ------------------------------------------------------- atomic programs

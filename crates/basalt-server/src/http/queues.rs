@@ -607,16 +607,18 @@ pub(crate) async fn list(req: Req) -> ApiResult {
     let mut names = Vec::new();
     let mut cursor = b"0".to_vec();
     loop {
-        let reply = req.command(&[
-            b"scan",
-            &cursor,
-            b"MATCH",
-            b"queue:{*}",
-            b"COUNT",
-            b"1000",
-            b"TYPE",
-            b"hash",
-        ])?;
+        let reply = req
+            .command(&[
+                b"scan",
+                &cursor,
+                b"MATCH",
+                b"queue:{*}",
+                b"COUNT",
+                b"1000",
+                b"TYPE",
+                b"hash",
+            ])
+            .await?;
         let parts = items(&reply);
         cursor = parts.first().and_then(bulk).unwrap_or(b"0").to_vec();
         for key in parts
@@ -1048,7 +1050,9 @@ pub(crate) async fn dead(req: Req) -> ApiResult {
     }
     let n = names(&req)?;
     let c = count.to_string();
-    let got = req.command(&[b"xrange", &n.dead, b"-", b"+", b"COUNT", c.as_bytes()])?;
+    let got = req
+        .command(&[b"xrange", &n.dead, b"-", b"+", b"COUNT", c.as_bytes()])
+        .await?;
     // RESP3: [[id, [f, v, ...]]] as with RESP2 (no map for an entry).
     // (dead-letter id, its fields)
     type Row = (Vec<u8>, Vec<(Vec<u8>, Vec<u8>)>);
@@ -1164,17 +1168,19 @@ pub(crate) async fn publish(req: Req) -> ApiResult {
     }
     let key = topic_key(req.path(0));
     let (r, now) = (retention.to_string(), crate::state::now_ms().to_string());
-    let id = req.command(&[
-        b"xadd",
-        &key,
-        b"MAXLEN",
-        r.as_bytes(),
-        b"0-*",
-        b"message",
-        &req.body,
-        b"time",
-        now.as_bytes(),
-    ])?;
+    let id = req
+        .command(&[
+            b"xadd",
+            &key,
+            b"MAXLEN",
+            r.as_bytes(),
+            b"0-*",
+            b"message",
+            &req.body,
+            b"time",
+            now.as_bytes(),
+        ])
+        .await?;
     let index = bulk(&id).and_then(index_of).ok_or_else(|| {
         ApiError::new(
             StatusCode::CONFLICT,
@@ -1197,7 +1203,7 @@ pub(crate) async fn read_topic(req: Req) -> ApiResult {
     let (start, c) = (format!("0-{from}"), count.to_string());
     // (the messages, the first message)
     let read = || -> Attempt<(Frame, Frame)> {
-        let got = req.command(&[
+        let got = req.read_command(&[
             b"xrange",
             &key,
             start.as_bytes(),
@@ -1208,7 +1214,7 @@ pub(crate) async fn read_topic(req: Req) -> ApiResult {
         if items(&got).is_empty() {
             return Ok((None, None));
         }
-        let first = req.command(&[b"xrange", &key, b"-", b"+", b"COUNT", b"1"])?;
+        let first = req.read_command(&[b"xrange", &key, b"-", b"+", b"COUNT", b"1"])?;
         Ok((Some((got, first)), None))
     };
     let keys = [key.clone()];
@@ -1217,7 +1223,8 @@ pub(crate) async fn read_topic(req: Req) -> ApiResult {
         Some(x) => x,
         None => (
             Frame::Array(Vec::new()),
-            req.command(&[b"xrange", &key, b"-", b"+", b"COUNT", b"1"])?,
+            req.command(&[b"xrange", &key, b"-", b"+", b"COUNT", b"1"])
+                .await?,
         ),
     };
     let first = items(&first)
