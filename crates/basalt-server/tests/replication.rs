@@ -889,7 +889,7 @@ fn spop_removes_the_same_members_on_every_node() {
 }
 
 #[test]
-fn a_script_that_writes_what_srandmember_picked_writes_the_same_on_every_node() {
+fn scripts_that_write_what_srandmember_or_randomkey_picked_write_the_same_on_every_node() {
     let g = Group::start();
     let l = g.leader();
     let mut c = g.conn(l);
@@ -917,6 +917,43 @@ fn a_script_that_writes_what_srandmember_picked_writes_the_same_on_every_node() 
     g.eventually("the same picks written on every node", |c| {
         let mut have: Vec<String> = redis::cmd("SMEMBERS").arg("dst").query(c).unwrap();
         have.sort();
+        have == want
+    });
+    // RANDOMKEY too: the key a script picked and wrote is the same key on
+    // every node.
+    for i in 0..50 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("rk{i}"))
+            .arg(i)
+            .query(&mut c)
+            .unwrap();
+    }
+    let script = "local k = redis.call('RANDOMKEY') redis.call('RPUSH', KEYS[1], k) return k";
+    for _ in 0..10 {
+        let _: String = redis::cmd("EVAL")
+            .arg(script)
+            .arg(1)
+            .arg("rkpicks")
+            .query(&mut c)
+            .unwrap();
+    }
+    let want: Vec<String> = redis::cmd("LRANGE")
+        .arg("rkpicks")
+        .arg(0)
+        .arg(-1)
+        .query(&mut c)
+        .unwrap();
+    let mut distinct = want.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert!(distinct.len() > 3, "the picks vary: {want:?}");
+    g.eventually("the same RANDOMKEY picks on every node", |c| {
+        let have: Vec<String> = redis::cmd("LRANGE")
+            .arg("rkpicks")
+            .arg(0)
+            .arg(-1)
+            .query(c)
+            .unwrap();
         have == want
     });
 }

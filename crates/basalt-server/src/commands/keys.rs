@@ -255,6 +255,9 @@ fn random_key(db: &Db) -> Option<Vec<u8>> {
     if db.is_empty() {
         return None;
     }
+    if let Some(r) = crate::repl::entry_random() {
+        return replicated_random_key(db, r);
+    }
     let mut rng = Rng::from_time();
     // The engine's cursor holds the shard number in its top 16 bits; a
     // shard past the last one just ends the scan.
@@ -278,6 +281,29 @@ fn random_key(db: &Db) -> Option<Vec<u8>> {
         }
     }
     None
+}
+
+/// RANDOMKEY inside a replicated entry (a script, EXEC): every node must
+/// pick the same key, and the engine's scan order differs between nodes,
+/// so the pick is the key at position `r mod n` in sorted order, `r` drawn
+/// from the entry's seed. O(n) in the database's keys.
+fn replicated_random_key(db: &Db, r: u64) -> Option<Vec<u8>> {
+    let mut all = Vec::new();
+    let mut cursor = 0;
+    loop {
+        let (keys, next) = db.scan(cursor, 1000);
+        all.extend(keys);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    if all.is_empty() {
+        return None;
+    }
+    let i = (r % all.len() as u64) as usize;
+    all.select_nth_unstable(i);
+    Some(all.swap_remove(i))
 }
 
 fn randomkey(ctx: &mut Ctx<'_>, _args: Args<'_>) -> Result {
