@@ -376,6 +376,18 @@ async fn run(
                     // Raft log and answers with what applying them returned
                     // (crate::repl); a follower refuses them.
                     let reads = shared.repl.get().is_some() && repl::needs_barrier(conn, &args);
+                    if reads && !pending.is_empty() {
+                        // A read after pipelined writes waits for them and
+                        // then passes a barrier of its own: on a follower
+                        // they were applied by the leader first, and an
+                        // earlier barrier does not cover them.
+                        gate.release();
+                        let repl = shared.repl.get().expect("pending writes");
+                        pending.resolve(repl, &mut out, conn.protocol).await;
+                        barrier = None;
+                        conn.batch_clock = 0;
+                        conn.tick = now_ns();
+                    }
                     if let Some(repl) = shared.repl.get().filter(|_| reads && barrier.is_none()) {
                         gate.release();
                         barrier = Some(repl.read_barrier().await);
@@ -405,6 +417,8 @@ async fn run(
                         gate.release();
                         let repl = shared.repl.get().expect("pending writes");
                         pending.resolve(repl, &mut out, conn.protocol).await;
+                        // A later read passes a barrier that covers them.
+                        barrier = None;
                         conn.batch_clock = 0;
                         conn.tick = now_ns();
                     }
@@ -418,14 +432,12 @@ async fn run(
                                     c.flags & crate::commands::flags::BLOCKING != 0
                                 });
                                 let mut after = None;
-                                if !blocking
-                                    && repl.is_leader()
-                                    && info.pubsub.modes.load(Ordering::Relaxed) == 0
-                                {
+                                if !blocking && info.pubsub.modes.load(Ordering::Relaxed) == 0 {
                                     // Pipelined: proposed with the writes
-                                    // around it, answered in order when the
-                                    // next local command or the batch's end
-                                    // needs the replies.
+                                    // around it (in one entry when they
+                                    // follow each other), answered in order
+                                    // when the next local command or the
+                                    // batch's end needs the replies.
                                     pending.push(p);
                                 } else {
                                     pending.resolve(repl, &mut out, conn.protocol).await;

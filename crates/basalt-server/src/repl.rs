@@ -168,8 +168,8 @@ impl Proposal {
 const MERGED_COMMANDS: usize = 128;
 const MERGED_BYTES: usize = 1 << 20;
 
-/// The replicated writes of one batch of a connection on the leader, not
-/// proposed yet (`crate::conn`). Consecutive writes (same database and
+/// The replicated writes of one batch of a connection, not proposed yet
+/// (`crate::conn`). Consecutive writes (same database and
 /// protocol, no EXEC) merge into one entry that runs them in order and
 /// answers their replies back to back: a pipeline of 16 SETs is one log
 /// entry, one apply and one commit round, not sixteen. Nothing is proposed
@@ -225,9 +225,25 @@ impl Pipelined {
     /// Proposes every entry (each sent on its first poll, so they reach the
     /// log in order, in one append when they can), waits for them and
     /// appends their replies in order: an entry that failed answers its
-    /// error line once per command it carried.
+    /// error line once per command it carried. A follower forwards them
+    /// one after the other (each is its own request to the leader, and two
+    /// in flight could arrive in either order).
     pub(crate) async fn resolve(&mut self, repl: &Repl, out: &mut Vec<u8>, protocol: Protocol) {
         if self.entries.is_empty() {
+            return;
+        }
+        let answer = |out: &mut Vec<u8>, reply: Result<Vec<u8>, String>, n: usize| match reply {
+            Ok(bytes) => out.extend_from_slice(&bytes),
+            Err(line) => {
+                for _ in 0..n {
+                    Encoder::new(out, protocol).error(line.as_bytes());
+                }
+            }
+        };
+        if !repl.is_leader() {
+            for (p, n) in self.entries.drain(..) {
+                answer(out, repl.propose(&p).await, n);
+            }
             return;
         }
         type Reply<'r> = std::pin::Pin<
@@ -253,14 +269,7 @@ impl Pipelined {
                 Some(r) => r,
                 None => f.await,
             };
-            match reply {
-                Ok(bytes) => out.extend_from_slice(&bytes),
-                Err(line) => {
-                    for _ in 0..n {
-                        Encoder::new(out, protocol).error(line.as_bytes());
-                    }
-                }
-            }
+            answer(out, reply, n);
         }
     }
 }

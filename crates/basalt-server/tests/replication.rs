@@ -46,47 +46,64 @@ struct Group {
     /// One group at a time in this test binary: nine debug processes of
     /// three groups on two cores delay heartbeats past the election
     /// timeout, and the timing assertions would measure the machine.
-    _serial: std::sync::MutexGuard<'static, ()>,
+    _serial: Option<std::sync::MutexGuard<'static, ()>>,
 }
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
 impl Group {
     fn start() -> Group {
-        let serial = SERIAL
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let dir = tempfile::tempdir().unwrap();
-        let nodes: Vec<Node> = (1..=3)
-            .map(|id| Node {
-                id,
-                port: free_port(),
-                raft_port: free_port(),
-                http_port: free_port(),
-                child: None,
-            })
-            .collect();
-        let peers = nodes
-            .iter()
-            .map(|n| format!("{}@127.0.0.1:{}", n.id, n.raft_port))
-            .collect::<Vec<_>>()
-            .join(",");
-        let mut g = Group {
-            dir,
-            nodes,
-            peers,
-            _serial: serial,
-        };
-        for i in 0..3 {
-            g.spawn(i);
+        let mut serial = Some(
+            SERIAL
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        );
+        // A port found free can be taken before the node binds it (by an
+        // outgoing connection's ephemeral port): then the node exits at
+        // start-up, and the group starts again on other ports.
+        for attempt in 1..=3 {
+            let dir = tempfile::tempdir().unwrap();
+            let nodes: Vec<Node> = (1..=3)
+                .map(|id| Node {
+                    id,
+                    port: free_port(),
+                    raft_port: free_port(),
+                    http_port: free_port(),
+                    child: None,
+                })
+                .collect();
+            let peers = nodes
+                .iter()
+                .map(|n| format!("{}@127.0.0.1:{}", n.id, n.raft_port))
+                .collect::<Vec<_>>()
+                .join(",");
+            let mut g = Group {
+                dir,
+                nodes,
+                peers,
+                _serial: serial.take(),
+            };
+            match (0..3).try_for_each(|i| g.try_spawn(i)) {
+                Ok(()) => return g,
+                Err(e) if attempt < 3 => {
+                    eprintln!("group start, attempt {attempt}: {e}; again on other ports");
+                    serial = g._serial.take();
+                }
+                Err(e) => panic!("group start: {e}"),
+            }
         }
-        g
+        unreachable!("returned or panicked above")
     }
 
     /// Starts node `i` (again) with its flags and waits for its banner.
-    /// Nodes past the first three were not in `--peers`: they start
-    /// without it and wait to be added.
     fn spawn(&mut self, i: usize) {
+        self.try_spawn(i).unwrap();
+    }
+
+    /// [`Group::spawn`], or why the node did not start. Nodes past the
+    /// first three were not in `--peers`: they start without it and wait
+    /// to be added.
+    fn try_spawn(&mut self, i: usize) -> Result<(), String> {
         let n = &self.nodes[i];
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_basalt"));
         if i < 3 {
@@ -120,9 +137,13 @@ impl Group {
                 }
             }
         });
-        rx.recv_timeout(Duration::from_secs(30))
-            .expect("no start-up banner");
+        if let Err(e) = rx.recv_timeout(Duration::from_secs(30)) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("node {} gave no start-up banner: {e}", i + 1));
+        }
         self.nodes[i].child = Some(child);
+        Ok(())
     }
 
     fn kill(&mut self, i: usize) {
