@@ -48,7 +48,7 @@ pub struct NodeConfig {
 }
 
 impl NodeConfig {
-    /// A configuration with Basalt's defaults (heartbeat 50 ms, elections
+    /// A configuration with Basalt's defaults (heartbeat 100 ms, elections
     /// after 300-600 ms of silence, a snapshot every 200,000 entries, fsync
     /// every second).
     pub fn new(id: NodeId, raft_listen: SocketAddr, dir: PathBuf) -> NodeConfig {

@@ -269,7 +269,7 @@ async fn a_node_that_missed_purged_entries_catches_up_from_a_snapshot() {
         g.nodes[&leader].write(op.bytes()).await.unwrap();
     }
     // Well past `snapshot_every`: the leader has snapshotted and purged
-    // (it keeps at most 1000 entries after a snapshot, so force it).
+    // (it keeps 50,000 entries after a snapshot, so force the purge).
     g.nodes[&leader].raft().trigger().snapshot().await.unwrap();
     g.nodes[&leader]
         .raft()
