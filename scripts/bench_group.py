@@ -82,10 +82,14 @@ def start_basalt_group(binary, root):
         wait_ping(p)
     deadline = time.time() + 30
     while time.time() < deadline:
-        r = subprocess.run(["redis-cli", "-p", str(ports[0]), "SENTINEL", "get-master-addr-by-name", "x"],
-                           capture_output=True, text=True)
-        lines = r.stdout.split()
+        named = set()
+        for p in ports:
+            r = subprocess.run(["redis-cli", "-p", str(p), "SENTINEL", "get-master-addr-by-name", "x"],
+                               capture_output=True, text=True)
+            named.add(r.stdout.strip())
+        lines = named.pop().split() if len(named) == 1 else []
         if len(lines) == 2:
+            # Every node names the same leader.
             s.port = int(lines[1])
             return s
         time.sleep(0.1)

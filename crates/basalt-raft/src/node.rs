@@ -69,6 +69,10 @@ impl NodeConfig {
     }
 }
 
+/// How long a member other than the lowest-numbered one waits for the
+/// group to form before it initializes the group itself.
+const INIT_GRACE: Duration = Duration::from_secs(2);
+
 /// Why a write was not applied.
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
@@ -303,11 +307,36 @@ impl<A: Applier> RaftNode<A> {
                     (id, node)
                 })
                 .collect();
-            match node.raft.initialize(members).await {
-                Ok(()) => {}
-                // Another member's initialization reached us first.
-                Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
-                Err(e) => return Err(io::Error::other(e.to_string())),
+            // The member with the lowest id initializes at once; the others
+            // wait for it (its election reaches them) and initialize only
+            // if nothing has after a while (it may be down). When all
+            // initialized at once, each campaigned at the same moment, and
+            // openraft orders leaders of one term by node id, so a higher
+            // id's late candidacy deposed a leader just elected.
+            let first = cfg.peers.keys().next() == Some(&cfg.id);
+            let raft = node.raft.clone();
+            let init = async move {
+                if !first {
+                    tokio::time::sleep(INIT_GRACE).await;
+                    if raft.is_initialized().await.unwrap_or(true) {
+                        return Ok(());
+                    }
+                }
+                match raft.initialize(members).await {
+                    Ok(()) => Ok(()),
+                    // Another member's initialization reached us first.
+                    Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
+                    Err(e) => Err(io::Error::other(e.to_string())),
+                }
+            };
+            if first {
+                init.await?;
+            } else {
+                tokio::spawn(async move {
+                    if let Err(e) = init.await {
+                        tracing::error!("initializing the group: {e}");
+                    }
+                });
             }
         }
         Ok(node)

@@ -270,11 +270,20 @@ async fn a_node_that_missed_purged_entries_catches_up_from_a_snapshot() {
     }
     // Well past `snapshot_every`: the leader has snapshotted and purged
     // (it keeps 50,000 entries after a snapshot, so force the purge).
-    g.nodes[&leader].raft().trigger().snapshot().await.unwrap();
-    g.nodes[&leader]
-        .raft()
-        .trigger()
-        .purge_log(330)
+    let raft = g.nodes[&leader].raft().clone();
+    raft.trigger().snapshot().await.unwrap();
+    // The snapshot is built in the background; a purge asked for before
+    // it exists stops short of it.
+    raft.wait(Some(Duration::from_secs(10)))
+        .metrics(
+            |m| m.snapshot.is_some_and(|s| s.index >= 330),
+            "snapshot built",
+        )
+        .await
+        .unwrap();
+    raft.trigger().purge_log(330).await.unwrap();
+    raft.wait(Some(Duration::from_secs(10)))
+        .metrics(|m| m.purged.is_some_and(|p| p.index >= 330), "log purged")
         .await
         .unwrap();
     g.restart(lagging).await;
