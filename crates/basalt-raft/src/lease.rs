@@ -132,6 +132,10 @@ impl Lease {
                 return None;
             }
             let voters: Vec<NodeId> = membership.voter_ids().collect();
+            if !voters.contains(&self.me) {
+                // Removed from the group: it leads nobody.
+                return None;
+            }
             (m.vote.leader_id().get_term(), voters)
         };
         if seen > term {

@@ -425,7 +425,22 @@ impl<A: Applier> RaftNode<A> {
 
     /// The leader this node knows of.
     pub fn leader_id(&self) -> Option<NodeId> {
-        self.raft.metrics().borrow().current_leader
+        let rx = self.raft.metrics();
+        let m = rx.borrow();
+        let leader = m.current_leader?;
+        // A leader that removed itself from the group may still name
+        // itself until it stops; it leads nobody (the others elect a new
+        // leader), so it knows of no leader.
+        if leader == self.id
+            && !m
+                .membership_config
+                .membership()
+                .voter_ids()
+                .any(|v| v == self.id)
+        {
+            return None;
+        }
+        Some(leader)
     }
 
     /// The leader this node knows of, with its addresses.

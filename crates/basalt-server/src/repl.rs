@@ -488,7 +488,7 @@ impl Repl {
             .collect();
         View {
             me: self.node.id(),
-            leader: m.current_leader,
+            leader: self.node.leader_id(),
             term: m.current_term,
             applied: m.last_applied.map_or(0, |l| l.index),
             last_log: m.last_log_index.unwrap_or(0),

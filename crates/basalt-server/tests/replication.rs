@@ -1305,3 +1305,44 @@ fn http_writes_on_any_node_reach_every_node_with_the_same_etag() {
         h.as_deref() == Some("1") && get(c, "doc").is_none()
     });
 }
+
+/// Removing the leader: the other two elect a leader among themselves and
+/// take writes, and the removed node no longer calls itself master (its
+/// writes answer `-CLUSTERDOWN` until it is stopped).
+#[test]
+fn a_removed_leader_hands_over_and_stops_calling_itself_master() {
+    let g = Group::start();
+    let l = g.leader();
+    let f = (0..3).find(|&i| i != l).unwrap();
+    let (code, out) = g.cluster(f, &["remove", &g.nodes[l].id.to_string()]);
+    assert_eq!(code, 0, "cluster remove: {out}");
+    let rest: Vec<usize> = (0..3).filter(|&i| i != l).collect();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let new = loop {
+        let roles: Vec<String> = rest
+            .iter()
+            .map(|&i| {
+                let r: Vec<Value> = redis::cmd("ROLE").query(&mut g.conn(i)).unwrap();
+                match &r[0] {
+                    Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                    other => format!("{other:?}"),
+                }
+            })
+            .collect();
+        if let Some(k) = roles.iter().position(|r| r == "master") {
+            break rest[k];
+        }
+        assert!(Instant::now() < deadline, "no new leader: {roles:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let _: () = redis::cmd("SET")
+        .arg("after")
+        .arg("remove")
+        .query(&mut g.conn(new))
+        .unwrap();
+    let role: Vec<Value> = redis::cmd("ROLE").query(&mut g.conn(l)).unwrap();
+    assert_eq!(role[0], Value::BulkString(b"slave".to_vec()), "{role:?}");
+    let r: RedisResult<()> = redis::cmd("SET").arg("x").arg("y").query(&mut g.conn(l));
+    let e = r.unwrap_err();
+    assert_eq!(e.code(), Some("CLUSTERDOWN"), "{e}");
+}
