@@ -266,19 +266,41 @@ fn describe(raft: &Raft) -> String {
 /// ten minutes.
 pub async fn admin_request(raft_addr: &str, req: AdminRequest) -> Result<String, String> {
     let body = bincode::serialize(&req).map_err(|e| e.to_string())?;
-    let resp = reqwest::Client::new()
-        .post(format!("http://{raft_addr}/raft/admin"))
-        .timeout(std::time::Duration::from_secs(600))
+    let timeout = std::time::Duration::from_secs(600);
+    post_answer(
+        &reqwest::Client::new(),
+        raft_addr,
+        "/raft/admin",
+        body,
+        timeout,
+        raft_addr,
+    )
+    .await
+}
+
+/// POSTs `body` to `path` on the node at `raft_addr` and reads its answer,
+/// a bincode `Result<T, String>`; a transport failure or an unreadable
+/// answer is an error naming `who`.
+async fn post_answer<T: DeserializeOwned>(
+    client: &reqwest::Client,
+    raft_addr: &str,
+    path: &str,
+    body: Vec<u8>,
+    timeout: std::time::Duration,
+    who: &str,
+) -> Result<T, String> {
+    let resp = client
+        .post(format!("http://{raft_addr}{path}"))
+        .timeout(timeout)
         .body(body)
         .send()
         .await
-        .map_err(|e| format!("{raft_addr} did not answer: {e}"))?;
+        .map_err(|e| format!("{who} did not answer: {e}"))?;
     let bytes = resp
         .bytes()
         .await
-        .map_err(|e| format!("{raft_addr}'s answer: {e}"))?;
-    bincode::deserialize::<Result<String, String>>(&bytes)
-        .map_err(|e| format!("{raft_addr}'s answer: {e}"))?
+        .map_err(|e| format!("{who}'s answer: {e}"))?;
+    bincode::deserialize::<Result<T, String>>(&bytes).map_err(|e| format!("{who}'s answer: {e}"))?
 }
 
 /// Why a forwarded write was not applied (see [`forwarded_write`]).
@@ -351,19 +373,15 @@ pub async fn remote_read_index(
     raft_addr: &str,
     timeout: std::time::Duration,
 ) -> Result<u64, String> {
-    let resp = client
-        .post(format!("http://{raft_addr}/raft/read_index"))
-        .timeout(timeout)
-        .send()
-        .await
-        .map_err(|e| format!("the leader did not answer: {e}"))?;
-    let bytes = resp
-        .bytes()
-        .await
-        .map_err(|e| format!("the leader's answer: {e}"))?;
-    let r: Result<u64, String> =
-        bincode::deserialize(&bytes).map_err(|e| format!("the leader's answer: {e}"))?;
-    r
+    post_answer(
+        client,
+        raft_addr,
+        "/raft/read_index",
+        Vec::new(),
+        timeout,
+        "the leader",
+    )
+    .await
 }
 
 /// Asks the node at `raft_addr` for its id and client address.

@@ -347,11 +347,8 @@ impl Blocking {
     ) -> Arc<Waiter> {
         let mut inner = self.inner.lock();
         if let Some(w) = inner.by_client.get(&client).cloned() {
-            // A re-run that blocks again: a signal from now on wakes it, and
-            // the next in line gets the turn.
-            w.woken.store(false, Ordering::SeqCst);
-            Self::leave_line(&mut inner, &w);
-            Self::grant(&mut inner);
+            // A re-run that blocks again.
+            Self::rearm_locked(&mut inner, &w);
             return w;
         }
         let mut own: Vec<Vec<u8>> = Vec::with_capacity(keys.len());
@@ -395,10 +392,16 @@ impl Blocking {
         let Some(w) = inner.by_client.get(&client).cloned() else {
             return false;
         };
-        w.woken.store(false, Ordering::SeqCst);
-        Self::leave_line(&mut inner, &w);
-        Self::grant(&mut inner);
+        Self::rearm_locked(&mut inner, &w);
         true
+    }
+
+    /// A signal from now on wakes `w` again, and the next in line gets the
+    /// turn.
+    fn rearm_locked(inner: &mut Inner, w: &Arc<Waiter>) {
+        w.woken.store(false, Ordering::SeqCst);
+        Self::leave_line(inner, w);
+        Self::grant(inner);
     }
 
     /// Wakes the blocked `client` as a signal of one of its keys would (at

@@ -789,17 +789,7 @@ impl Applier for ReplApplier {
             let keys = {
                 let slot = shared.keyspace.read(db);
                 let Some(d) = slot.db() else { continue };
-                let mut keys = Vec::new();
-                let mut cursor = 0;
-                loop {
-                    let (batch, next) = d.scan(cursor, 1000);
-                    keys.extend(batch);
-                    if next == 0 {
-                        break;
-                    }
-                    cursor = next;
-                }
-                keys
+                commands::keys::all_keys(d)
             };
             conn.db = db;
             for key in keys {

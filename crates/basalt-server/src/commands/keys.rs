@@ -283,21 +283,27 @@ fn random_key(db: &Db) -> Option<Vec<u8>> {
     None
 }
 
-/// RANDOMKEY inside a replicated entry (a script, EXEC): every node must
-/// pick the same key, and the engine's scan order differs between nodes,
-/// so the pick is the key at position `r mod n` in sorted order, `r` drawn
-/// from the entry's seed. O(n) in the database's keys.
-fn replicated_random_key(db: &Db, r: u64) -> Option<Vec<u8>> {
+/// Every key of `db`, by a whole scan (expired keys are not listed; a key
+/// may come twice if writes run meanwhile, as with SCAN).
+pub(crate) fn all_keys(db: &Db) -> Vec<Vec<u8>> {
     let mut all = Vec::new();
     let mut cursor = 0;
     loop {
         let (keys, next) = db.scan(cursor, 1000);
         all.extend(keys);
         if next == 0 {
-            break;
+            return all;
         }
         cursor = next;
     }
+}
+
+/// RANDOMKEY inside a replicated entry (a script, EXEC): every node must
+/// pick the same key, and the engine's scan order differs between nodes,
+/// so the pick is the key at position `r mod n` in sorted order, `r` drawn
+/// from the entry's seed. O(n) in the database's keys.
+fn replicated_random_key(db: &Db, r: u64) -> Option<Vec<u8>> {
+    let mut all = all_keys(db);
     if all.is_empty() {
         return None;
     }
