@@ -268,24 +268,34 @@ async fn a_node_that_missed_purged_entries_catches_up_from_a_snapshot() {
         let op = Op::Set(format!("big{j}").into_bytes(), big.clone());
         g.nodes[&leader].write(op.bytes()).await.unwrap();
     }
-    // Well past `snapshot_every`: the leader has snapshotted and purged
-    // (it keeps 50,000 entries after a snapshot, so force the purge).
-    let raft = g.nodes[&leader].raft().clone();
-    raft.trigger().snapshot().await.unwrap();
-    // The snapshot is built in the background; a purge asked for before
-    // it exists stops short of it.
-    raft.wait(Some(Duration::from_secs(10)))
-        .metrics(
-            |m| m.snapshot.is_some_and(|s| s.index >= 330),
-            "snapshot built",
-        )
-        .await
-        .unwrap();
-    raft.trigger().purge_log(330).await.unwrap();
-    raft.wait(Some(Duration::from_secs(10)))
-        .metrics(|m| m.purged.is_some_and(|p| p.index >= 330), "log purged")
-        .await
-        .unwrap();
+    // Well past `snapshot_every`: every running node has snapshotted; force
+    // the purge (they keep 50,000 entries after a snapshot) on both, so that
+    // whichever leads when the lagging node returns (its return may start an
+    // election) has only a snapshot to offer it.
+    let last = g.nodes[&leader].raft().metrics().borrow().last_applied;
+    for node in g.nodes.values() {
+        let raft = node.raft().clone();
+        // A follower learns the last commit from the next heartbeat.
+        raft.wait(Some(Duration::from_secs(10)))
+            .applied_index_at_least(last.map(|l| l.index), "caught up")
+            .await
+            .unwrap();
+        raft.trigger().snapshot().await.unwrap();
+        // The snapshot is built in the background; a purge asked for before
+        // it exists stops short of it.
+        raft.wait(Some(Duration::from_secs(10)))
+            .metrics(
+                |m| m.snapshot.is_some_and(|s| s.index >= 330),
+                "snapshot built",
+            )
+            .await
+            .unwrap();
+        raft.trigger().purge_log(330).await.unwrap();
+        raft.wait(Some(Duration::from_secs(10)))
+            .metrics(|m| m.purged.is_some_and(|p| p.index >= 330), "log purged")
+            .await
+            .unwrap();
+    }
     g.restart(lagging).await;
     let data = g.converged().await;
     assert_eq!(data.len(), 36 + 40);
