@@ -54,6 +54,7 @@
 
 mod batch;
 mod check;
+mod checkpoint;
 mod compaction;
 mod db;
 mod error;
@@ -71,6 +72,7 @@ pub use check::{
     check, repair, CheckOptions, CheckReport, Damage, DamageKind, Dropped, FileReport, Progress,
     RepairReport, Severity,
 };
+pub use checkpoint::CheckpointFile;
 pub use compaction::CompactionReport;
 pub use db::{Db, FileStats, KeyKind, KeyMeta, Stats, Versioned};
 pub use error::{Error, Result};

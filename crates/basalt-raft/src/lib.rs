@@ -29,10 +29,10 @@ mod lease;
 pub mod log_store;
 pub mod network;
 pub mod node;
+pub mod snapshot;
 pub mod state_machine;
 
 use std::fmt;
-use std::io::Cursor;
 
 use serde::{Deserialize, Serialize};
 
@@ -88,7 +88,7 @@ openraft::declare_raft_types!(
         NodeId = NodeId,
         Node = NodeAddr,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = snapshot::SnapshotData,
         AsyncRuntime = openraft::TokioRuntime,
 );
 

@@ -43,14 +43,17 @@ pub struct NodeConfig {
     /// Election timeout, drawn at random from this range.
     pub election_timeout: (Duration, Duration),
     /// A snapshot is built after this many entries since the last one (and
-    /// the log purged up to it).
+    /// the log purged up to it, less `keep_after_snapshot`).
     pub snapshot_every: u64,
+    /// Entries kept in the log below a snapshot, so that a follower that
+    /// lags by fewer catches up from the log rather than by a snapshot.
+    pub keep_after_snapshot: u64,
 }
 
 impl NodeConfig {
     /// A configuration with Basalt's defaults (heartbeat 100 ms, elections
-    /// after 300-600 ms of silence, a snapshot every 200,000 entries, fsync
-    /// every second).
+    /// after 300-600 ms of silence, a snapshot every 100,000 entries with
+    /// 50,000 kept below it, fsync every second).
     pub fn new(id: NodeId, raft_listen: SocketAddr, dir: PathBuf) -> NodeConfig {
         NodeConfig {
             id,
@@ -61,10 +64,10 @@ impl NodeConfig {
             sync: SyncPolicy::EveryMs(1000),
             heartbeat: Duration::from_millis(100),
             election_timeout: (Duration::from_millis(300), Duration::from_millis(600)),
-            // A snapshot is a full dump for now: rare enough that its cost
-            // spreads thin, while the unpurged log (kept in memory) stays
-            // bounded (~30 MB of 150-byte entries).
-            snapshot_every: 200_000,
+            // A snapshot links files (milliseconds); the unpurged log is kept
+            // in memory, so this bounds it (~22 MB of 150-byte entries).
+            snapshot_every: 100_000,
+            keep_after_snapshot: 50_000,
         }
     }
 }
@@ -238,8 +241,8 @@ impl<A: Applier> RaftNode<A> {
             snapshot_policy: SnapshotPolicy::LogsSinceLast(cfg.snapshot_every),
             // A follower that lags by less than this after a snapshot
             // catches up from the log, not by a whole snapshot (entries
-            // are ~150 bytes in memory: ~7.5 MB).
-            max_in_snapshot_log_to_keep: 50_000,
+            // are ~150 bytes in memory: ~7.5 MB for 50,000).
+            max_in_snapshot_log_to_keep: cfg.keep_after_snapshot,
             // Per chunk, and the last chunk's answer waits for the install
             // (restoring every key): openraft's 200 ms default timed out
             // installs of a few hundred MB, and every retry restored the

@@ -12,15 +12,35 @@
 //! applies again exactly the entries after the marker, so no entry is ever
 //! applied twice.
 //!
-//! Snapshots (for now) are the applier's own serialisation of its whole
-//! state, kept in memory and in `<dir>/snapshot` (replaced atomically).
+//! Snapshots are directories of files the applier produced
+//! ([`Applier::checkpoint`]: the server hard-links its engine files, so a
+//! snapshot copies no data and holds the exec gate only while it links),
+//! kept under `<dir>/snapshots/`:
+//!
+//! - `snap-<n>/`: the current snapshot: `META` (its log id, membership and
+//!   files with their lengths) and `data/` (the files). One at a time; the
+//!   one before it is removed once a new one is in place.
+//! - `building-<n>/`: a snapshot being built (renamed to `snap-<n>` when
+//!   complete; removed at start-up if a crash interrupted it).
+//! - `incoming-<n>.archive`: a snapshot being received (see
+//!   [`crate::snapshot`]), unpacked into `staged-<n>/` when complete.
+//!
+//! Installing a received snapshot is crash-safe by an intent file:
+//! `<dir>/install` names the staged directory before
+//! [`Applier::install`] starts replacing the state, and is removed only
+//! after the marker (applied = the snapshot's last log id) is written and
+//! fsynced. A node that dies in between finds the intent at start-up and
+//! runs the install again (appliers make it idempotent) before openraft
+//! reads the marker, so the marker never names a state other than the
+//! one on disk.
 
 use std::fmt::Debug;
-use std::io::{self, Cursor};
+use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use basalt_engine::{Db, Options};
+use basalt_engine::{CheckpointFile, Db, Options};
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{
     EntryPayload, ErrorSubject, ErrorVerb, RaftSnapshotBuilder, SnapshotMeta, StoredMembership,
@@ -29,6 +49,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 
 use crate::log_store::{read_small_file, write_small_file};
+use crate::snapshot::{unpack, ArchiveReader, SnapshotData};
 use crate::{io_error, Entry, LogId, NodeAddr, NodeId, Response, StorageError, TypeConfig};
 
 /// What the state machine runs for each committed entry. Basalt's server
@@ -44,13 +65,21 @@ pub trait Applier: Send + Sync + 'static {
     /// error stops this node's Raft (its engine can no longer be trusted).
     fn apply(&self, index: u64, payload: &[u8]) -> io::Result<Vec<u8>>;
 
-    /// The whole state as bytes, as of the last applied entry (no `apply`
-    /// runs meanwhile).
-    fn snapshot(&self) -> io::Result<Vec<u8>>;
+    /// Writes the whole state, as of the last applied entry, into `dir` (a
+    /// new directory on the same filesystem as the node's data, so that
+    /// files that no longer change can be hard-linked rather than copied)
+    /// and returns its files, each with how many of its bytes belong to the
+    /// snapshot. No entry applies meanwhile; the applier keeps its other
+    /// writers out itself.
+    fn checkpoint(&self, dir: &Path) -> io::Result<Vec<CheckpointFile>>;
 
-    /// Replaces the whole state with one [`Applier::snapshot`] produced
-    /// (on another node). Runs inside a write batch, as `apply` does.
-    fn restore(&self, data: &[u8]) -> io::Result<()>;
+    /// Replaces the whole state with a checkpoint made on another node,
+    /// whose files are in `dir` (each exactly its length). Runs inside
+    /// [`Applier::enter`]'s hold, with no write batch open; may move files
+    /// out of `dir`. Must be idempotent: if the node dies during it, it
+    /// runs again at the next start, before anything else, with `dir` as
+    /// the interrupted run left it.
+    fn install(&self, dir: &Path) -> io::Result<()>;
 
     /// Called before the state machine opens its write batch for a group of
     /// entries (or a snapshot install); what it returns is held until the
@@ -68,19 +97,51 @@ impl<T: ?Sized> Held for T {}
 
 const APPLIED_KEY: &[u8] = b"applied";
 
-#[derive(Serialize, Deserialize)]
+/// A snapshot's `META`: what it is and its files (relative to its
+/// `data/`) with their lengths.
+#[derive(Clone, Serialize, Deserialize)]
 struct StoredSnapshot {
     meta: SnapshotMeta<NodeId, NodeAddr>,
-    #[serde(with = "serde_bytes")]
-    data: Vec<u8>,
+    files: Vec<(PathBuf, u64)>,
+}
+
+impl StoredSnapshot {
+    fn files(&self) -> Vec<CheckpointFile> {
+        self.files
+            .iter()
+            .map(|(path, len)| CheckpointFile {
+                path: path.clone(),
+                len: *len,
+            })
+            .collect()
+    }
+}
+
+/// The current snapshot: its directory (`snapshots/snap-<n>`) and `META`.
+struct Current {
+    dir: PathBuf,
+    stored: StoredSnapshot,
 }
 
 struct State {
     applied: Option<LogId>,
     membership: StoredMembership<NodeId, NodeAddr>,
-    snapshot: Option<Arc<StoredSnapshot>>,
+    snapshot: Option<Current>,
     builds: u64,
 }
+
+/// Names of the snapshot directory's entries: unique for the process's
+/// life, and start-up removes what an earlier process left.
+static NAMES: AtomicU64 = AtomicU64::new(1);
+
+fn unique(kind: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{kind}-{nanos}-{}", NAMES.fetch_add(1, Ordering::Relaxed))
+}
+
+const INTENT: &str = "install";
 
 struct Shared<A> {
     db: Arc<Db>,
@@ -144,8 +205,9 @@ impl<A: Applier> StateMachine<A> {
             })?,
             None => (None, StoredMembership::default()),
         };
-        let snapshot: Option<StoredSnapshot> = read_small_file(dir, "snapshot")?;
-        Ok(StateMachine {
+        let intent: Option<String> = read_small_file(dir, INTENT)?;
+        let snapshot = Self::tidy_snapshots(dir, intent.as_deref())?;
+        let sm = StateMachine {
             shared: Arc::new(Shared {
                 db,
                 dir: dir.to_path_buf(),
@@ -154,11 +216,71 @@ impl<A: Applier> StateMachine<A> {
                 state: Mutex::new(State {
                     applied,
                     membership,
-                    snapshot: snapshot.map(Arc::new),
+                    snapshot,
                     builds: 0,
                 }),
             }),
-        })
+        };
+        if let Some(staged) = intent {
+            // A snapshot install was interrupted: finish it before openraft
+            // reads the marker.
+            tracing::warn!(staged = %staged, "finishing an interrupted snapshot install");
+            let staged = sm.snapshots().join(staged);
+            let mut st = sm.shared.state.lock();
+            sm.finish_install(&mut st, &staged)
+                .map_err(|e| io::Error::other(e.to_string()))?;
+        }
+        Ok(sm)
+    }
+
+    fn snapshots(&self) -> PathBuf {
+        self.shared.dir.join("snapshots")
+    }
+
+    /// At start-up: finds the current snapshot and removes everything else
+    /// under `snapshots/` (interrupted builds and receptions, replaced
+    /// snapshots) except the staged directory an install intent names.
+    fn tidy_snapshots(dir: &Path, keep: Option<&str>) -> io::Result<Option<Current>> {
+        // The single-file snapshot of earlier versions.
+        match std::fs::remove_file(dir.join("snapshot")) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        let root = dir.join("snapshots");
+        std::fs::create_dir_all(&root)?;
+        let mut best: Option<Current> = None;
+        let mut drop = Vec::new();
+        for ent in std::fs::read_dir(&root)? {
+            let ent = ent?;
+            let name = ent.file_name().to_string_lossy().into_owned();
+            let path = ent.path();
+            if Some(name.as_str()) == keep {
+                continue;
+            }
+            let stored = if name.starts_with("snap-") {
+                read_small_file::<StoredSnapshot>(&path, "META")
+                    .ok()
+                    .flatten()
+            } else {
+                None
+            };
+            match stored {
+                Some(stored)
+                    if best
+                        .as_ref()
+                        .is_none_or(|b| b.stored.meta.last_log_id < stored.meta.last_log_id) =>
+                {
+                    if let Some(old) = best.replace(Current { dir: path, stored }) {
+                        drop.push(old.dir);
+                    }
+                }
+                _ => drop.push(path),
+            }
+        }
+        for path in drop {
+            remove_any(&path)?;
+        }
+        Ok(best)
     }
 
     /// The log id of the last applied entry (of the last batch that
@@ -234,64 +356,155 @@ impl<A: Applier> StateMachine<A> {
         Ok(out)
     }
 
-    /// Replaces the state with `stored`'s, in one write batch with the
-    /// marker, and keeps it as the current snapshot.
-    fn install_now(&self, stored: StoredSnapshot) -> Result<(), StorageError> {
-        let meta = &stored.meta;
-        let snap_err = |e| {
-            io_error(
-                ErrorSubject::Snapshot(Some(meta.signature())),
-                ErrorVerb::Write,
-                e,
-            )
-        };
+    /// Installs the snapshot received into `archive`: unpacks it into a
+    /// staged directory, records the intent, and finishes the install.
+    fn install_now(
+        &self,
+        meta: SnapshotMeta<NodeId, NodeAddr>,
+        archive: PathBuf,
+    ) -> Result<(), StorageError> {
+        let snap_err =
+            |verb, e: io::Error| io_error(ErrorSubject::Snapshot(Some(meta.signature())), verb, e);
         let mut st = self.shared.state.lock();
-        let held = self.shared.applier.enter();
-        let batch = self.shared.db.batch();
-        self.shared
-            .applier
-            .restore(&stored.data)
-            .map_err(snap_err)?;
-        st.applied = meta.last_log_id;
-        st.membership = meta.last_membership.clone();
-        self.write_marker(&st)?;
-        batch.commit().map_err(|e| sm_err(ErrorVerb::Write, e))?;
-        drop(held);
+        let name = unique("staged");
+        let staged = self.snapshots().join(&name);
+        std::fs::create_dir(&staged).map_err(|e| snap_err(ErrorVerb::Write, e))?;
+        let files = unpack(&archive, &staged.join("data")).map_err(|e| {
+            let _ = remove_any(&staged);
+            snap_err(ErrorVerb::Write, e)
+        })?;
+        let _ = std::fs::remove_file(&archive);
+        let stored = StoredSnapshot {
+            meta: meta.clone(),
+            files: files.into_iter().map(|f| (f.path, f.len)).collect(),
+        };
+        write_small_file(&staged, "META", &stored).map_err(|e| snap_err(ErrorVerb::Write, e))?;
+        write_small_file(&self.shared.dir, INTENT, &name)
+            .map_err(|e| snap_err(ErrorVerb::Write, e))?;
+        self.finish_install(&mut st, &staged)
+    }
+
+    /// Runs the applier's install of the snapshot staged in `staged`, then
+    /// writes and fsyncs the marker, keeps a checkpoint of the new state as
+    /// the current snapshot (the staged files were moved into the state)
+    /// and removes the intent and the staged directory.
+    fn finish_install(&self, st: &mut State, staged: &Path) -> Result<(), StorageError> {
+        let stored: StoredSnapshot = read_small_file(staged, "META")
+            .and_then(|m| m.ok_or_else(|| io::Error::other("the staged snapshot has no META")))
+            .map_err(|e| io_error(ErrorSubject::Snapshot(None), ErrorVerb::Read, e))?;
+        let meta = stored.meta;
+        let snap_err =
+            |verb, e: io::Error| io_error(ErrorSubject::Snapshot(Some(meta.signature())), verb, e);
+        {
+            let _held = self.shared.applier.enter();
+            self.shared
+                .applier
+                .install(&staged.join("data"))
+                .map_err(|e| snap_err(ErrorVerb::Write, e))?;
+            st.applied = meta.last_log_id;
+            st.membership = meta.last_membership.clone();
+            self.write_marker(st)?;
+            self.shared
+                .db
+                .sync()
+                .map_err(|e| sm_err(ErrorVerb::Write, e))?;
+        }
         *self.shared.applied_now.lock() = st.applied;
-        write_small_file(&self.shared.dir, "snapshot", &stored).map_err(snap_err)?;
-        st.snapshot = Some(Arc::new(stored));
+        self.checkpoint_now(st, meta.clone())?;
+        remove_any(&self.shared.dir.join(INTENT))
+            .and_then(|_| remove_any(staged))
+            .map_err(|e| snap_err(ErrorVerb::Delete, e))?;
+        Ok(())
+    }
+
+    /// Checkpoints the state (as of `meta`) into a new snapshot directory
+    /// and makes it the current snapshot, removing the one before.
+    fn checkpoint_now(
+        &self,
+        st: &mut State,
+        meta: SnapshotMeta<NodeId, NodeAddr>,
+    ) -> Result<(), StorageError> {
+        let snap_err = |verb, e: io::Error| io_error(ErrorSubject::Snapshot(None), verb, e);
+        let name = unique("building");
+        let building = self.snapshots().join(&name);
+        std::fs::create_dir_all(&building).map_err(|e| snap_err(ErrorVerb::Write, e))?;
+        let started = std::time::Instant::now();
+        let files = match self.shared.applier.checkpoint(&building.join("data")) {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = remove_any(&building);
+                return Err(snap_err(ErrorVerb::Read, e));
+            }
+        };
+        tracing::info!(
+            index = meta.last_log_id.map_or(0, |l| l.index),
+            files = files.len(),
+            bytes = files.iter().map(|f| f.len).sum::<u64>(),
+            took_ms = started.elapsed().as_millis() as u64,
+            "snapshot checkpointed"
+        );
+        let stored = StoredSnapshot {
+            meta,
+            files: files.into_iter().map(|f| (f.path, f.len)).collect(),
+        };
+        let dir = self.snapshots().join(name.replacen("building", "snap", 1));
+        write_small_file(&building, "META", &stored)
+            .and_then(|_| std::fs::rename(&building, &dir))
+            .and_then(|_| std::fs::File::open(self.snapshots())?.sync_all())
+            .map_err(|e| snap_err(ErrorVerb::Write, e))?;
+        if let Some(old) = st.snapshot.replace(Current { dir, stored }) {
+            // A snapshot being sent keeps its files open: removing the
+            // directory does not cut the transfer short.
+            remove_any(&old.dir).map_err(|e| snap_err(ErrorVerb::Delete, e))?;
+        }
         Ok(())
     }
 
     /// Builds a snapshot of the state as of the last applied entry.
     fn build_now(&self) -> Result<Snapshot<TypeConfig>, StorageError> {
-        let shared = &self.shared;
-        let mut st = shared.state.lock();
-        let data = shared
-            .applier
-            .snapshot()
-            .map_err(|e| io_error(ErrorSubject::Snapshot(None), ErrorVerb::Read, e))?;
+        let mut st = self.shared.state.lock();
         st.builds += 1;
         let snapshot_id = match st.applied {
             Some(l) => format!("{}-{}-{}", l.leader_id, l.index, st.builds),
             None => format!("none-{}", st.builds),
         };
-        let stored = StoredSnapshot {
-            meta: SnapshotMeta {
-                last_log_id: st.applied,
-                last_membership: st.membership.clone(),
-                snapshot_id,
-            },
-            data,
+        let meta = SnapshotMeta {
+            last_log_id: st.applied,
+            last_membership: st.membership.clone(),
+            snapshot_id,
         };
-        write_small_file(&shared.dir, "snapshot", &stored)
-            .map_err(|e| io_error(ErrorSubject::Snapshot(None), ErrorVerb::Write, e))?;
-        let snap = Snapshot {
-            meta: stored.meta.clone(),
-            snapshot: Box::new(Cursor::new(stored.data.clone())),
-        };
-        st.snapshot = Some(Arc::new(stored));
-        Ok(snap)
+        self.checkpoint_now(&mut st, meta)?;
+        let current = st.snapshot.as_ref().expect("just built");
+        Self::open_snapshot(current)
+    }
+
+    fn open_snapshot(current: &Current) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let meta = current.stored.meta.clone();
+        let reader = ArchiveReader::open(&current.dir.join("data"), &current.stored.files())
+            .map_err(|e| {
+                io_error(
+                    ErrorSubject::Snapshot(Some(meta.signature())),
+                    ErrorVerb::Read,
+                    e,
+                )
+            })?;
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(SnapshotData::Out(reader)),
+        })
+    }
+}
+
+/// Removes a file or a directory tree; absent is fine.
+fn remove_any(path: &Path) -> io::Result<()> {
+    let r = match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(e) => Err(e),
+    };
+    match r {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        r => r,
     }
 }
 
@@ -319,29 +532,60 @@ impl<A: Applier> RaftStateMachine<TypeConfig> for StateMachine<A> {
         SnapshotBuilder { sm: self.clone() }
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotData>, StorageError> {
+        let path = self
+            .snapshots()
+            .join(format!("{}.archive", unique("incoming")));
+        SnapshotData::receive_into(path)
+            .await
+            .map(Box::new)
+            .map_err(|e| io_error(ErrorSubject::Snapshot(None), ErrorVerb::Write, e))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta<NodeId, NodeAddr>,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        snapshot: Box<SnapshotData>,
     ) -> Result<(), StorageError> {
-        let stored = StoredSnapshot {
-            meta: meta.clone(),
-            data: snapshot.into_inner(),
+        let snap_err = |e: io::Error| {
+            io_error(
+                ErrorSubject::Snapshot(Some(meta.signature())),
+                ErrorVerb::Write,
+                e,
+            )
         };
-        let sm = self.clone();
-        off_runtime(ErrorVerb::Write, move || sm.install_now(stored)).await
+        use tokio::io::AsyncWriteExt;
+        let path = match *snapshot {
+            SnapshotData::In(mut file, path) => {
+                file.flush().await.map_err(snap_err)?;
+                file.sync_all().await.map_err(snap_err)?;
+                path
+            }
+            // A stored snapshot handed over directly (openraft's storage
+            // tests do): its archive is written out first, as if received.
+            out @ SnapshotData::Out(_) => {
+                let path = self
+                    .snapshots()
+                    .join(format!("{}.archive", unique("incoming")));
+                let mut rx = SnapshotData::receive_into(path.clone())
+                    .await
+                    .map_err(snap_err)?;
+                let mut out = out;
+                tokio::io::copy(&mut out, &mut rx).await.map_err(snap_err)?;
+                rx.flush().await.map_err(snap_err)?;
+                if let SnapshotData::In(file, _) = rx {
+                    file.sync_all().await.map_err(snap_err)?;
+                }
+                path
+            }
+        };
+        let (sm, meta) = (self.clone(), meta.clone());
+        off_runtime(ErrorVerb::Write, move || sm.install_now(meta, path)).await
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
         let st = self.shared.state.lock();
-        Ok(st.snapshot.as_ref().map(|s| Snapshot {
-            meta: s.meta.clone(),
-            snapshot: Box::new(Cursor::new(s.data.clone())),
-        }))
+        st.snapshot.as_ref().map(Self::open_snapshot).transpose()
     }
 }
 

@@ -67,6 +67,13 @@ async fn start_node(
 
 impl Group {
     async fn start(snapshot_every: u64) -> Group {
+        // RUST_LOG=openraft=debug,basalt_raft=debug shows what the nodes do.
+        if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_test_writer()
+                .try_init();
+        }
         Group::start_tuned(Tuning::snapshot_every(snapshot_every)).await
     }
 
@@ -302,12 +309,16 @@ async fn a_node_that_missed_purged_entries_catches_up_from_a_snapshot() {
     assert_eq!(get(&data, "big39").map(|v| v.len()), Some(100_000));
     assert_eq!(get(&data, "k0"), None);
     assert_eq!(get(&data, "k1").as_deref(), Some("297"));
-    let m = g.nodes[&lagging].raft().metrics().borrow().clone();
-    assert!(
-        m.snapshot.is_some_and(|s| s.index >= 330),
-        "the lagging node installed a snapshot: {:?}",
-        m.snapshot
-    );
+    // openraft records the install once the data is in place: wait for it.
+    g.nodes[&lagging]
+        .raft()
+        .wait(Some(Duration::from_secs(10)))
+        .metrics(
+            |m| m.snapshot.is_some_and(|s| s.index >= 330),
+            "the lagging node installed a snapshot",
+        )
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -66,28 +66,86 @@ async fn membership_entries_are_remembered_with_the_marker() {
     assert_eq!(voters, vec![1, 2, 3]);
 }
 
-#[tokio::test]
-async fn a_snapshot_restores_state_and_marker_on_another_state_machine() {
+/// Sends `snap` to `to` as openraft does: its archive into a receiving
+/// file, then the install.
+async fn send(
+    snap: openraft::storage::Snapshot<basalt_raft::TypeConfig>,
+    to: &mut StateMachine<common::KvApplier>,
+) -> Result<(), basalt_raft::StorageError> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut data = snap.snapshot;
+    let mut bytes = Vec::new();
+    data.read_to_end(&mut bytes).await.unwrap();
+    let mut rx = to.begin_receiving_snapshot().await.unwrap();
+    rx.write_all(&bytes).await.unwrap();
+    to.install_snapshot(&snap.meta, rx).await
+}
+
+async fn build(
+    sm: &mut StateMachine<common::KvApplier>,
+) -> openraft::storage::Snapshot<basalt_raft::TypeConfig> {
     use openraft::RaftSnapshotBuilder;
-    let (a, b) = (TempDir::new().unwrap(), TempDir::new().unwrap());
-    let mut sm_a = open(&a);
-    sm_a.apply((1..=9).map(incr)).await.unwrap();
-    let snap = sm_a
-        .get_snapshot_builder()
+    sm.get_snapshot_builder()
         .await
         .build_snapshot()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_snapshot_restores_state_and_marker_on_another_state_machine() {
+    let (a, b) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let mut sm_a = open(&a);
+    sm_a.apply((1..=9).map(incr)).await.unwrap();
+    let snap = build(&mut sm_a).await;
     assert_eq!(snap.meta.last_log_id.unwrap().index, 9);
+    // Applied after the snapshot: not in it.
+    sm_a.apply((10..=12).map(incr)).await.unwrap();
     let mut sm_b = open(&b);
     sm_b.apply((1..=2).map(incr)).await.unwrap();
-    sm_b.install_snapshot(&snap.meta, snap.snapshot)
-        .await
-        .unwrap();
+    let id = snap.meta.snapshot_id.clone();
+    send(snap, &mut sm_b).await.unwrap();
+    assert_eq!(counter(&sm_b).as_deref(), Some(&b"9"[..]));
     drop(sm_b);
     let mut sm_b = open(&b);
     assert_eq!(counter(&sm_b).as_deref(), Some(&b"9"[..]));
     assert_eq!(sm_b.applied_state().await.unwrap().0.unwrap().index, 9);
     let current = sm_b.get_current_snapshot().await.unwrap().unwrap();
-    assert_eq!(current.meta.snapshot_id, snap.meta.snapshot_id);
+    assert_eq!(current.meta.snapshot_id, id);
+    // The installed node's own snapshot serves a third node.
+    let c = TempDir::new().unwrap();
+    let mut sm_c = open(&c);
+    send(current, &mut sm_c).await.unwrap();
+    assert_eq!(counter(&sm_c).as_deref(), Some(&b"9"[..]));
+}
+
+#[tokio::test]
+async fn an_install_interrupted_by_a_crash_is_finished_at_the_next_start() {
+    let (a, b) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let mut sm_a = open(&a);
+    sm_a.apply((1..=7).map(incr)).await.unwrap();
+    let snap = build(&mut sm_a).await;
+    let mut sm_b = open(&b);
+    sm_b.apply((1..=3).map(incr)).await.unwrap();
+    // The applier fails half-way, as a process killed during the install
+    // would stop: the intent and the staged files stay.
+    sm_b.applier()
+        .fail_next_install
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(send(snap, &mut sm_b).await.is_err());
+    assert!(b.path().join("sm/install").exists());
+    drop(sm_b);
+    let mut sm_b = open(&b);
+    assert!(!b.path().join("sm/install").exists());
+    assert_eq!(counter(&sm_b).as_deref(), Some(&b"7"[..]));
+    assert_eq!(sm_b.applied_state().await.unwrap().0.unwrap().index, 7);
+    // Entries after the snapshot apply on top of it.
+    sm_b.apply((8..=9).map(incr)).await.unwrap();
+    assert_eq!(counter(&sm_b).as_deref(), Some(&b"9"[..]));
+    let left: Vec<_> = std::fs::read_dir(b.path().join("sm/snapshots"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left.len(), 1, "only the current snapshot is left: {left:?}");
+    assert!(left[0].starts_with("snap-"), "{left:?}");
 }

@@ -216,6 +216,10 @@ pub struct ServerArgs {
     /// The master name SENTINEL MASTERS lists for the group [default: mymaster]
     #[arg(long, env = "BASALT_MASTER_NAME")]
     pub master_name: Option<String>,
+    /// Raft log entries between snapshots; the log is compacted after each
+    /// [default: 100000]
+    #[arg(long, env = "BASALT_RAFT_SNAPSHOT_EVERY")]
+    pub raft_snapshot_every: Option<u64>,
 }
 
 /// The contents of a `--config` TOML file.
@@ -260,6 +264,8 @@ struct FileConfig {
     peers: Option<String>,
     #[serde(rename = "master-name")]
     master_name: Option<String>,
+    #[serde(rename = "raft-snapshot-every")]
+    raft_snapshot_every: Option<u64>,
 }
 
 /// The merged configuration the server runs with.
@@ -330,6 +336,11 @@ pub struct Config {
     /// `master-name`: the name SENTINEL MASTERS gives the group (the other
     /// SENTINEL subcommands answer for any name). Default: `mymaster`.
     pub master_name: String,
+    /// `raft-snapshot-every`: Raft log entries between snapshots (the log
+    /// is compacted after each, keeping at most 50,000 entries, and never
+    /// more than this number, for followers that lag a little). Default:
+    /// 100,000.
+    pub raft_snapshot_every: u64,
 }
 
 impl Default for Config {
@@ -360,6 +371,7 @@ impl Default for Config {
             raft_port: None,
             peers: Vec::new(),
             master_name: "mymaster".into(),
+            raft_snapshot_every: 100_000,
         }
     }
 }
@@ -518,6 +530,11 @@ impl Config {
                 .master_name
                 .or(file.master_name)
                 .unwrap_or(d.master_name),
+            raft_snapshot_every: match args.raft_snapshot_every.or(file.raft_snapshot_every) {
+                Some(0) => anyhow::bail!("raft-snapshot-every must be at least 1"),
+                Some(n) => n,
+                None => d.raft_snapshot_every,
+            },
             slowlog_log_slower_than,
             slowlog_max_len,
             latency_monitor_threshold,

@@ -721,6 +721,107 @@ impl Keyspace {
         Ok(())
     }
 
+    /// Hard-links every open database into `dir/db<n>` (see
+    /// `basalt_engine::Db::checkpoint`) and writes `dir/databases` (their
+    /// numbers) and `dir/tokens` (the batch log's tokens, on which their
+    /// conditional commits depend). Returns the files, relative to `dir`.
+    /// The caller keeps writers out (the exec gate).
+    pub fn checkpoint(&self, dir: &Path) -> KsResult<Vec<basalt_engine::CheckpointFile>> {
+        std::fs::create_dir_all(dir).map_err(|e| io_err("create directory", dir, e))?;
+        let mut files = Vec::new();
+        let mut numbers = String::new();
+        for (n, slot) in self.slots.iter().enumerate() {
+            let slot = slot.read();
+            let Some(db) = slot.db() else { continue };
+            let name = format!("db{n}");
+            for mut f in db.checkpoint(&dir.join(&name))? {
+                f.path = Path::new(&name).join(&f.path);
+                files.push(f);
+            }
+            numbers.push_str(&format!("{n}\n"));
+        }
+        let mut tokens: Vec<u64> = self.log.tokens.read().iter().copied().collect();
+        tokens.sort_unstable();
+        let tokens: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
+        for (name, bytes) in [("databases", numbers.as_bytes()), ("tokens", &tokens[..])] {
+            let path = dir.join(name);
+            std::fs::write(&path, bytes).map_err(|e| io_err("write", &path, e))?;
+            files.push(basalt_engine::CheckpointFile {
+                path: name.into(),
+                len: bytes.len() as u64,
+            });
+        }
+        Ok(files)
+    }
+
+    /// Replaces every database with the one of a checkpoint in `dir` (see
+    /// [`Keyspace::checkpoint`]; a database the checkpoint lacks becomes
+    /// empty): adds the checkpoint's tokens to the batch log (fsynced),
+    /// then for each database closes it, renames its directory away,
+    /// renames the checkpoint's into its place and opens it. Idempotent:
+    /// a database whose directory was already moved in is left as it is,
+    /// so an install interrupted by a crash can run again. The caller
+    /// holds the exec gate.
+    pub fn install(&self, dir: &Path) -> KsResult<()> {
+        let read = |name: &str| {
+            let path = dir.join(name);
+            std::fs::read(&path).map_err(|e| io_err("read", &path, e))
+        };
+        let numbers = read("databases")?;
+        let have: Vec<usize> = String::from_utf8_lossy(&numbers)
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        let tokens = read("tokens")?;
+        {
+            use basalt_engine::CommitLog as _;
+            for t in tokens.chunks_exact(8) {
+                let t = u64::from_le_bytes(t.try_into().expect("8 bytes"));
+                if !self.log.contains(t) {
+                    self.log
+                        .commit(t)
+                        .map_err(|e| io_err("write", &self.log.path, e))?;
+                }
+            }
+            self.log.sync()?;
+        }
+        for (n, slot) in self.slots.iter().enumerate() {
+            let mut slot = slot.write();
+            let staged = dir.join(format!("db{n}"));
+            if have.contains(&n) && !staged.exists() {
+                // Moved in by an earlier, interrupted run.
+                if slot.db.is_none() {
+                    self.open_slot(&mut slot)?;
+                }
+                continue;
+            }
+            if let Some(db) = slot.db.take() {
+                db.close()?;
+            }
+            let target = self.root.join(&slot.name);
+            let trash = self.root.join(format!(
+                "{}.{}.{}.trash",
+                slot.name,
+                std::process::id(),
+                self.trash_seq.fetch_add(1, Ordering::Relaxed)
+            ));
+            if target.exists() {
+                std::fs::rename(&target, &trash).map_err(|e| io_err("rename", &target, e))?;
+            }
+            if have.contains(&n) {
+                std::fs::rename(&staged, &target).map_err(|e| io_err("rename", &staged, e))?;
+            }
+            sync_dir(&self.root)?;
+            if trash.exists() {
+                std::fs::remove_dir_all(&trash).map_err(|e| io_err("remove", &trash, e))?;
+            }
+            if have.contains(&n) || n == 0 {
+                self.open_slot(&mut slot)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Swaps databases `a` and `b` (SWAPDB), recording the new directory
     /// names in DBMAP before the swap becomes visible.
     pub fn swap(&self, a: usize, b: usize) -> KsResult<()> {

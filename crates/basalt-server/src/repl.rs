@@ -37,10 +37,12 @@
 
 use std::collections::BTreeMap;
 use std::io;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use basalt_engine::CheckpointFile;
 use basalt_raft::{Applier, Held, NodeAddr, NodeConfig, NodeId, RaftNode, WriteError};
 use basalt_resp::{Args, Encoder, Frame, Limits, Parsed, Protocol, RequestParser};
 use serde::{Deserialize, Serialize};
@@ -344,6 +346,10 @@ pub struct View {
     pub applied: u64,
     /// The last log index.
     pub last_log: u64,
+    /// The last log index of this node's current snapshot (0: none).
+    pub snapshot: u64,
+    /// The log is compacted (purged) up to this index (0: not yet).
+    pub purged: u64,
     /// Every voter.
     pub members: Vec<Member>,
     /// The election timeout's upper bound (ms): how long a failover takes
@@ -414,6 +420,8 @@ impl Repl {
         );
         cfg.client_addr = format!("{host}:{}", shared.addr.port());
         cfg.peers = peers.clone();
+        cfg.snapshot_every = c.raft_snapshot_every;
+        cfg.keep_after_snapshot = cfg.keep_after_snapshot.min(c.raft_snapshot_every);
         cfg.sync = match c.appendfsync {
             crate::Appendfsync::Always => basalt_engine::SyncPolicy::Always,
             crate::Appendfsync::Everysec => basalt_engine::SyncPolicy::EveryMs(1000),
@@ -492,6 +500,8 @@ impl Repl {
             term: m.current_term,
             applied: m.last_applied.map_or(0, |l| l.index),
             last_log: m.last_log_index.unwrap_or(0),
+            snapshot: m.snapshot.map_or(0, |l| l.index),
+            purged: m.purged.map_or(0, |l| l.index),
             members,
             election_ms: 600,
         }
@@ -776,74 +786,57 @@ impl Applier for ReplApplier {
         Ok(reply)
     }
 
-    fn snapshot(&self) -> io::Result<Vec<u8>> {
+    fn checkpoint(&self, dir: &Path) -> io::Result<Vec<CheckpointFile>> {
         let shared = self.shared.upgrade().ok_or_else(gone)?;
-        // Isolated from applies and local batches like an entry.
+        // Isolated from applies and local batches like an entry; held only
+        // while the engine files are linked.
         let _gate = GateHold::new(shared.clone());
-        let mut snap = Snapshot::default();
+        let mut files = shared.keyspace.checkpoint(dir).map_err(io::Error::other)?;
         let mut conn = self.stand_in(0, crate::state::now_ms());
-        if let Frame::Bulk(b) = call(&shared, &mut conn, &[b"FUNCTION", b"DUMP"])? {
-            snap.functions = b;
-        }
-        for db in 0..shared.keyspace.len() {
-            let keys = {
-                let slot = shared.keyspace.read(db);
-                let Some(d) = slot.db() else { continue };
-                commands::keys::all_keys(d)
-            };
-            conn.db = db;
-            for key in keys {
-                let Frame::Bulk(payload) = call(&shared, &mut conn, &[b"DUMP", &key])? else {
-                    continue; // gone meanwhile (expired)
-                };
-                let at = match call(&shared, &mut conn, &[b"PEXPIRETIME", &key])? {
-                    Frame::Integer(t) if t > 0 => t as u64,
-                    _ => 0,
-                };
-                snap.keys.push((db as u32, key, payload, at));
-            }
-        }
-        bincode::serialize(&snap).map_err(io::Error::other)
+        let functions = match call(&shared, &mut conn, &[b"FUNCTION", b"DUMP"])? {
+            Frame::Bulk(b) => b,
+            _ => Vec::new(),
+        };
+        std::fs::write(dir.join("functions"), &functions)?;
+        files.push(CheckpointFile {
+            path: "functions".into(),
+            len: functions.len() as u64,
+        });
+        Ok(files)
     }
 
-    fn restore(&self, data: &[u8]) -> io::Result<()> {
+    fn install(&self, dir: &Path) -> io::Result<()> {
         let shared = self.shared.upgrade().ok_or_else(gone)?;
-        let snap: Snapshot = bincode::deserialize(data)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        // `enter` holds the gate; the state machine's batch is open.
+        // `enter` holds the gate.
+        shared.keyspace.install(dir).map_err(io::Error::other)?;
         let mut conn = self.stand_in(0, crate::state::now_ms());
-        let run = |conn: &mut Conn, args: &[&[u8]]| -> io::Result<()> {
-            match call(&shared, conn, args)? {
-                Frame::Error(line) | Frame::BlobError(line) => Err(io::Error::other(format!(
-                    "restoring a snapshot: {}",
-                    String::from_utf8_lossy(&line)
-                ))),
-                _ => Ok(()),
-            }
-        };
-        run(&mut conn, &[b"FLUSHALL"])?;
-        if snap.functions.is_empty() {
-            run(&mut conn, &[b"FUNCTION", b"FLUSH"])?;
+        let functions = std::fs::read(dir.join("functions"))?;
+        let reply = if functions.is_empty() {
+            call(&shared, &mut conn, &[b"FUNCTION", b"FLUSH"])?
         } else {
-            run(
+            call(
+                &shared,
                 &mut conn,
-                &[b"FUNCTION", b"RESTORE", &snap.functions, b"FLUSH"],
-            )?;
+                &[b"FUNCTION", b"RESTORE", &functions, b"FLUSH"],
+            )?
+        };
+        if let Frame::Error(line) | Frame::BlobError(line) = reply {
+            return Err(io::Error::other(format!(
+                "restoring a snapshot's functions: {}",
+                String::from_utf8_lossy(&line)
+            )));
         }
-        for (db, key, payload, at) in &snap.keys {
-            conn.db = *db as usize;
-            let ttl = at.to_string();
-            run(
-                &mut conn,
-                &[
-                    b"RESTORE",
-                    key,
-                    ttl.as_bytes(),
-                    payload,
-                    b"ABSTTL",
-                    b"REPLACE",
-                ],
-            )?;
+        // Every key may have changed: clients tracking keys drop their
+        // caches, clients blocked on keys that now hold something re-run.
+        let hub = &shared.pubsub;
+        if hub.tracking.active() {
+            hub.tracking.flushed(hub, &shared.clients.all());
+        }
+        for n in 0..shared.keyspace.len() {
+            let slot = shared.keyspace.read(n);
+            if let Some(db) = slot.db() {
+                shared.blocking.signal_db(n, |k| db.exists(k));
+            }
         }
         Ok(())
     }
@@ -863,15 +856,6 @@ fn call(shared: &Shared, conn: &mut Conn, args: &[&[u8]]) -> io::Result<Frame> {
         Ok(Some((f, _))) => Ok(f),
         _ => Err(io::Error::other("a snapshot command's reply did not parse")),
     }
-}
-
-/// What a snapshot holds: the function libraries (FUNCTION DUMP) and
-/// every key as (database, key, DUMP payload, absolute expiry ms or 0).
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct Snapshot {
-    #[serde(with = "serde_bytes")]
-    functions: Vec<u8>,
-    keys: Vec<(u32, Vec<u8>, Vec<u8>, u64)>,
 }
 
 impl ReplApplier {

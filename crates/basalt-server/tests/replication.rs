@@ -43,6 +43,8 @@ struct Group {
     dir: tempfile::TempDir,
     nodes: Vec<Node>,
     peers: String,
+    /// Environment every node starts with (settings as `BASALT_*`).
+    env: Vec<(&'static str, &'static str)>,
     /// One group at a time in this test binary: nine debug processes of
     /// three groups on two cores delay heartbeats past the election
     /// timeout, and the timing assertions would measure the machine.
@@ -53,6 +55,11 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 impl Group {
     fn start() -> Group {
+        Group::start_with(&[])
+    }
+
+    /// A group whose nodes start with `env` set.
+    fn start_with(env: &[(&'static str, &'static str)]) -> Group {
         let mut serial = Some(
             SERIAL
                 .lock()
@@ -81,6 +88,7 @@ impl Group {
                 dir,
                 nodes,
                 peers,
+                env: env.to_vec(),
                 _serial: serial.take(),
             };
             match (0..3).try_for_each(|i| g.try_spawn(i)) {
@@ -121,6 +129,7 @@ impl Group {
             .args(["--loglevel", "info"])
             .env("BASALT_DIR", self.dir.path().join(format!("n{}", n.id)))
             .env("NO_COLOR", "1")
+            .envs(self.env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -1345,4 +1354,174 @@ fn a_removed_leader_hands_over_and_stops_calling_itself_master() {
     let r: RedisResult<()> = redis::cmd("SET").arg("x").arg("y").query(&mut g.conn(l));
     let e = r.unwrap_err();
     assert_eq!(e.code(), Some("CLUSTERDOWN"), "{e}");
+}
+
+/// A field of INFO replication on node connection `c`.
+fn info_field(c: &mut Connection, field: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("replication").query(c).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .unwrap_or_else(|| panic!("INFO replication has no {field}: {info}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_node_added_after_the_log_was_compacted_installs_a_snapshot_of_every_type() {
+    // A snapshot every 50 entries, 50 kept below it: the log a new node
+    // would need is gone after a few hundred writes.
+    let mut g = Group::start_with(&[("BASALT_RAFT_SNAPSHOT_EVERY", "50")]);
+    let l = g.leader();
+    let mut c = g.conn(l);
+    let lib = "#!lua name=snaplib\nredis.register_function('hello', function() return 'hi' end)";
+    let _: () = redis::pipe()
+        .cmd("SET")
+        .arg("s")
+        .arg("v")
+        .ignore()
+        .cmd("SET")
+        .arg("ttl")
+        .arg("v")
+        .arg("PX")
+        .arg(600_000)
+        .ignore()
+        .cmd("HSET")
+        .arg("h")
+        .arg("f")
+        .arg("v")
+        .ignore()
+        .cmd("ZADD")
+        .arg("z")
+        .arg(1)
+        .arg("a")
+        .arg(2.5)
+        .arg("b")
+        .ignore()
+        .cmd("RPUSH")
+        .arg("l")
+        .arg("a")
+        .arg("b")
+        .arg("c")
+        .ignore()
+        .cmd("SADD")
+        .arg("st")
+        .arg("x")
+        .ignore()
+        .cmd("XADD")
+        .arg("x")
+        .arg("1-1")
+        .arg("f")
+        .arg("v")
+        .ignore()
+        .cmd("FUNCTION")
+        .arg("LOAD")
+        .arg(lib)
+        .ignore()
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("SELECT").arg(3).query(&mut c).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("in3")
+        .arg("yes")
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("SELECT").arg(0).query(&mut c).unwrap();
+    for i in 0..300 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("k{i}"))
+            .arg(i)
+            .query(&mut c)
+            .unwrap();
+    }
+    let _: () = redis::cmd("DEL").arg("k7").query(&mut c).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while info_field(&mut c, "basalt_raft_purged_index") < 100 {
+        assert!(
+            Instant::now() < deadline,
+            "the leader never compacted its log"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    g.nodes.push(Node {
+        id: 4,
+        port: free_port(),
+        raft_port: free_port(),
+        http_port: free_port(),
+        child: None,
+    });
+    g.spawn(3);
+    let (code, out) = g.cluster(
+        l,
+        &["add", &format!("4@127.0.0.1:{}", g.nodes[3].raft_port)],
+    );
+    assert_eq!(code, 0, "cluster add: {out}");
+    let mut n4 = g.conn(3);
+    let _: () = redis::cmd("READONLY").query(&mut n4).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while get(&mut n4, "k299").is_none() {
+        assert!(Instant::now() < deadline, "node 4 did not catch up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(info_field(&mut n4, "basalt_raft_snapshot_index") > 0);
+    let check = |n: &mut Connection| {
+        assert_eq!(get(n, "s").as_deref(), Some("v"));
+        assert_eq!(get(n, "k299").as_deref(), Some("299"));
+        assert_eq!(get(n, "k7"), None);
+        let pttl: i64 = redis::cmd("PTTL").arg("ttl").query(n).unwrap();
+        assert!(pttl > 0 && pttl <= 600_000, "{pttl}");
+        let hv: Option<String> = redis::cmd("HGET").arg("h").arg("f").query(n).unwrap();
+        assert_eq!(hv.as_deref(), Some("v"));
+        let z: Vec<(String, f64)> = redis::cmd("ZRANGE")
+            .arg("z")
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query(n)
+            .unwrap();
+        assert_eq!(z, vec![("a".to_string(), 1.0), ("b".to_string(), 2.5)]);
+        let l: Vec<String> = redis::cmd("LRANGE")
+            .arg("l")
+            .arg(0)
+            .arg(-1)
+            .query(n)
+            .unwrap();
+        assert_eq!(l, ["a", "b", "c"]);
+        let x: i64 = redis::cmd("XLEN").arg("x").query(n).unwrap();
+        assert_eq!(x, 1);
+        let f: String = redis::cmd("FCALL_RO")
+            .arg("hello")
+            .arg(0)
+            .query(n)
+            .unwrap_or_else(|_| redis::cmd("FCALL").arg("hello").arg(0).query(n).unwrap());
+        assert_eq!(f, "hi");
+        let _: () = redis::cmd("SELECT").arg(3).query(n).unwrap();
+        assert_eq!(get(n, "in3").as_deref(), Some("yes"));
+        let _: () = redis::cmd("SELECT").arg(0).query(n).unwrap();
+    };
+    check(&mut n4);
+    // The same versions as the leader's.
+    let etag = |i: usize| http(g.nodes[i].http_port, "GET", "/v1/keys/s", "", b"").1;
+    assert!(etag(l).is_some());
+    assert_eq!(etag(3), etag(l));
+    // Its files hold the snapshot: after kill -9 it comes back with it,
+    // and entries after the snapshot apply on top.
+    g.kill(3);
+    let _: () = redis::cmd("SET")
+        .arg("after")
+        .arg("restart")
+        .query(&mut c)
+        .unwrap();
+    g.spawn(3);
+    let mut n4 = g.conn(3);
+    let _: () = redis::cmd("READONLY").query(&mut n4).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while get(&mut n4, "after").is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "node 4 did not catch up after restart"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    check(&mut n4);
 }

@@ -8,9 +8,10 @@ use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use basalt_engine::{BatchGroup, CommitLog, Db, Options, SyncPolicy};
+use basalt_engine::{BatchGroup, CheckpointFile, CommitLog, Db, Options, SyncPolicy};
 use basalt_raft::Applier;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -77,6 +78,10 @@ impl CommitLog for FileCommitLog {
 #[derive(Debug)]
 pub struct KvApplier {
     pub db: Db,
+    log: Arc<FileCommitLog>,
+    /// Makes the next install stop with an error part-way (a crash during
+    /// an install, for tests).
+    pub fail_next_install: AtomicBool,
 }
 
 /// Opens the test store under `dir`: returns the applier and the options
@@ -93,7 +98,12 @@ pub fn open_kv(dir: &Path) -> (KvApplier, Options) {
             .commit_oracle(Arc::new(move |t| log.contains(t)))
     };
     let db = Db::open(dir.join("kv"), opts()).unwrap();
-    (KvApplier { db }, opts())
+    let applier = KvApplier {
+        db,
+        log: log.clone(),
+        fail_next_install: AtomicBool::new(false),
+    };
+    (applier, opts())
 }
 
 impl Applier for KvApplier {
@@ -126,25 +136,69 @@ impl Applier for KvApplier {
         })
     }
 
-    fn snapshot(&self) -> io::Result<Vec<u8>> {
-        let mut all = Vec::new();
-        for k in self.keys() {
-            if let Some(v) = self.db.get(&k).map_err(io::Error::other)? {
-                all.push((k, v));
-            }
+    /// The engine's checkpoint of the store, and the group's tokens (its
+    /// batches' commits are conditional on them).
+    fn checkpoint(&self, dir: &Path) -> io::Result<Vec<CheckpointFile>> {
+        std::fs::create_dir_all(dir)?;
+        let mut files = self
+            .db
+            .checkpoint(&dir.join("kv"))
+            .map_err(io::Error::other)?;
+        for f in &mut files {
+            f.path = Path::new("kv").join(&f.path);
         }
-        bincode::serialize(&all).map_err(io::Error::other)
+        let tokens: Vec<u8> = self
+            .log
+            .tokens
+            .lock()
+            .iter()
+            .flat_map(|t| t.to_le_bytes())
+            .collect();
+        std::fs::write(dir.join("tokens"), &tokens)?;
+        files.push(CheckpointFile {
+            path: "tokens".into(),
+            len: tokens.len() as u64,
+        });
+        Ok(files)
     }
 
-    fn restore(&self, data: &[u8]) -> io::Result<()> {
-        let all: Vec<(Vec<u8>, Vec<u8>)> = bincode::deserialize(data).map_err(io::Error::other)?;
+    /// Opens the received store and copies it over this one (the server
+    /// swaps directories instead; copying keeps this applier small).
+    fn install(&self, dir: &Path) -> io::Result<()> {
+        let e = io::Error::other;
+        let tokens: HashSet<u64> = std::fs::read(dir.join("tokens"))?
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        let theirs = Db::open(
+            dir.join("kv"),
+            Options::default().commit_oracle(Arc::new(move |t| tokens.contains(&t))),
+        )
+        .map_err(e)?;
+        let mut cursor = 0;
+        let mut keep = HashSet::new();
+        loop {
+            let (keys, next) = theirs.scan(cursor, 1000);
+            if self.fail_next_install.swap(false, Ordering::SeqCst) {
+                return Err(io::Error::other("install interrupted (test)"));
+            }
+            for k in keys {
+                if let Some(v) = theirs.get(&k).map_err(e)? {
+                    self.db.put(&k, &v).map_err(e)?;
+                    keep.insert(k);
+                }
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
         for k in self.keys() {
-            self.db.delete(&k).map_err(io::Error::other)?;
+            if !keep.contains(&k) {
+                self.db.delete(&k).map_err(e)?;
+            }
         }
-        for (k, v) in all {
-            self.db.put(&k, &v).map_err(io::Error::other)?;
-        }
-        Ok(())
+        theirs.close().map_err(e)
     }
 }
 

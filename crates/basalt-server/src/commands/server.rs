@@ -1160,6 +1160,8 @@ fn replication_info(out: &mut String, sh: &crate::Shared) {
     kv("basalt_raft_node_id", v.me.to_string());
     kv("basalt_raft_term", v.term.to_string());
     kv("basalt_raft_last_log_index", v.last_log.to_string());
+    kv("basalt_raft_snapshot_index", v.snapshot.to_string());
+    kv("basalt_raft_purged_index", v.purged.to_string());
     kv(
         "basalt_raft_leader_id",
         v.leader.map_or("none".into(), |l| l.to_string()),
