@@ -134,6 +134,14 @@ pub(crate) enum Proposal {
         /// The write.
         write: crate::http::keys::KeyWrite,
     },
+    /// A work-queue operation of the HTTP API (`http::queues`), run as
+    /// one program at `time_ms`; the reply is its answer (bincode).
+    Queue {
+        /// The proposer's clock (unix ms).
+        time_ms: u64,
+        /// The operation.
+        write: crate::http::queues::QueueWrite,
+    },
     /// Delete these keys of `db` if they have expired at `time_ms`.
     Expire {
         /// The database.
@@ -780,6 +788,12 @@ impl Applier for ReplApplier {
             Err(Proposal::Key { time_ms, write }) => {
                 let _pinned = crate::clock::pin(time_ms);
                 bincode::serialize(&write.apply(&shared)).map_err(io::Error::other)?
+            }
+            Err(Proposal::Queue { time_ms, write }) => {
+                let _pinned = crate::clock::pin(time_ms);
+                write
+                    .apply(&shared, self.client.clone(), time_ms)
+                    .map_err(io::Error::other)?
             }
             Err(Proposal::Run { .. } | Proposal::Retry { .. }) => unreachable!("taken above"),
         };

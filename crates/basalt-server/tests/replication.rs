@@ -1525,3 +1525,104 @@ fn a_node_added_after_the_log_was_compacted_installs_a_snapshot_of_every_type() 
     }
     check(&mut n4);
 }
+
+/// The JSON body of an HTTP answer.
+fn json_body(body: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(body)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(body)))
+}
+
+#[test]
+fn a_work_queue_hands_each_item_out_once_across_nodes_and_tokens_work_on_any_node() {
+    let g = Group::start();
+    let l = g.leader();
+    let f = (0..3).find(|&i| i != l).unwrap();
+    let o = (0..3).find(|&i| i != l && i != f).unwrap();
+    let hp = |i: usize| g.nodes[i].http_port;
+    let (s, _, b) = http(
+        hp(f),
+        "PUT",
+        "/v1/queues/jobs",
+        "",
+        br#"{"visibility_timeout": 30}"#,
+    );
+    assert_eq!(s, 200, "{}", String::from_utf8_lossy(&b));
+    // A take that waits on one follower is woken by a push on the other.
+    let waiter = {
+        let port = hp(o);
+        std::thread::spawn(move || {
+            http(
+                port,
+                "POST",
+                "/v1/queues/jobs/take?worker=w1&wait=10",
+                "",
+                b"",
+            )
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    for item in ["a", "b", "c"] {
+        let (s, _, b) = http(hp(f), "POST", "/v1/queues/jobs/items", "", item.as_bytes());
+        assert_eq!(s, 201, "{}", String::from_utf8_lossy(&b));
+    }
+    let (s, _, b) = waiter.join().unwrap();
+    assert_eq!(s, 200, "the waiting take got an item");
+    let first = json_body(&b);
+    // The rest is taken from every node: each item once.
+    let mut taken = vec![first["item"].as_str().unwrap().to_string()];
+    let mut tokens = vec![(o, first["token"].as_str().unwrap().to_string())];
+    for i in [l, f, o, l] {
+        let (s, _, b) = http(
+            hp(i),
+            "POST",
+            &format!("/v1/queues/jobs/take?worker=w{i}"),
+            "",
+            b"",
+        );
+        if s == 204 {
+            continue;
+        }
+        assert_eq!(s, 200, "{}", String::from_utf8_lossy(&b));
+        let d = json_body(&b);
+        taken.push(d["item"].as_str().unwrap().to_string());
+        tokens.push((i, d["token"].as_str().unwrap().to_string()));
+    }
+    taken.sort();
+    assert_eq!(taken, ["a", "b", "c"]);
+    // A token acks on another node than the one that handed it out, once.
+    let (i, token) = &tokens[0];
+    let other = (i + 1) % 3;
+    let (s, _, _) = http(
+        hp(other),
+        "POST",
+        &format!("/v1/queues/jobs/ack/{token}"),
+        "",
+        b"",
+    );
+    assert_eq!(s, 200);
+    let (s, _, _) = http(
+        hp(*i),
+        "POST",
+        &format!("/v1/queues/jobs/ack/{token}"),
+        "",
+        b"",
+    );
+    assert_eq!(s, 409, "a token acks once, wherever");
+    // Every node tells the same stats (after a read barrier on each).
+    let stats: Vec<(i64, i64)> = (0..3)
+        .map(|i| {
+            let (s, _, b) = http(hp(i), "GET", "/v1/queues/jobs", "", b"");
+            assert_eq!(s, 200);
+            let v = json_body(&b);
+            (
+                v["ready"].as_i64().unwrap(),
+                v["in_flight"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(stats, vec![(0, 2); 3]);
+    // An error answer travels back whole (404 for an unknown queue).
+    let (s, _, b) = http(hp(f), "GET", "/v1/queues/nope", "", b"");
+    assert_eq!(s, 404, "{}", String::from_utf8_lossy(&b));
+    assert_eq!(json_body(&b)["code"], "NOT_FOUND");
+}

@@ -30,9 +30,10 @@
 mod collections;
 pub(crate) mod keys;
 mod metrics;
-mod queues;
+pub(crate) mod queues;
 mod sse;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -351,33 +352,50 @@ async fn method_not_allowed() -> ApiError {
 
 /// An error answer: `{"error": "...", "code": "..."}` with a status, plus
 /// the current version (`"version"` and an `ETag`) for a failed
-/// precondition.
-#[derive(Debug)]
+/// precondition. Serializable: a replicated queue operation's entry
+/// returns it to the node that proposed it.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct ApiError {
+    #[serde(with = "status_code")]
     status: StatusCode,
-    code: &'static str,
+    code: Cow<'static, str>,
     message: String,
     version: Option<u64>,
     /// One more number field of the body (`"capacity"` of `QUEUE_FULL`).
-    extra: Option<(&'static str, u64)>,
+    extra: Option<(Cow<'static, str>, u64)>,
+}
+
+/// `StatusCode` as its number.
+mod status_code {
+    use axum::http::StatusCode;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(s: &StatusCode, ser: S) -> Result<S::Ok, S::Error> {
+        ser.serialize_u16(s.as_u16())
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(de: D) -> Result<StatusCode, D::Error> {
+        StatusCode::from_u16(u16::deserialize(de)?).map_err(serde::de::Error::custom)
+    }
 }
 
 impl ApiError {
-    /// 503 on a node of a replicated group for the writes that are not
-    /// log entries yet (the work queues' atomic programs, `crate::repl`):
-    /// refused rather than applied to one node only.
+    /// 503 on a node of a replicated group for a write that reached a
+    /// path that runs on this node only (every route proposes its writes
+    /// to the log; this guards against one that would not): refused
+    /// rather than applied to one node only.
     pub(crate) fn replicated() -> ApiError {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "REPLICATED",
-            "the work queues do not run on a node of a replicated group yet; /v1/keys and the collection routes do",
+            "this write does not run locally on a node of a replicated group",
         )
     }
 
     fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
-            code,
+            code: Cow::Borrowed(code),
             message: message.into(),
             version: None,
             extra: None,
@@ -462,8 +480,8 @@ impl ApiError {
         if let Some(v) = self.version {
             body["version"] = json!(v);
         }
-        if let Some((name, v)) = self.extra {
-            body[name] = json!(v);
+        if let Some((name, v)) = &self.extra {
+            body[name.as_ref()] = json!(v);
         }
         (self.status, body, self.version)
     }
@@ -669,11 +687,6 @@ impl Req {
         self.run_local(args)
     }
 
-    /// Runs `f` atomically: see [`atomically`].
-    fn atomically<T>(&self, f: impl FnOnce(&mut Atomic<'_>) -> ApiResult<T>) -> ApiResult<T> {
-        atomically(&self.shared, &self.state, self.db, f)
-    }
-
     /// Runs one command through the command table on the request's
     /// database as an internal RESP3 client, holding the exec gate, and
     /// returns its reply; an error reply becomes an [`ApiError`]. On a node
@@ -775,6 +788,7 @@ pub(crate) fn atomically<T>(
     f: impl FnOnce(&mut Atomic<'_>) -> ApiResult<T>,
 ) -> ApiResult<T> {
     if shared.repl.get().is_some() {
+        // On a group a program runs as a log entry (`queues::QueueWrite`).
         return Err(ApiError::replicated());
     }
     let mut gate = shared.gate.enter();
@@ -784,29 +798,44 @@ pub(crate) fn atomically<T>(
     let info = state.client.get().expect("set with shared").clone();
     let (r, writes) = gate.exclusive(|| {
         let now_ns = crate::state::now_ns();
-        let mut a = Atomic {
-            shared,
-            conn: Conn {
-                db,
-                protocol: Protocol::Resp2,
-                info,
-                tx: Default::default(),
-                batch_clock: now_ns / 1_000_000,
-                tick: now_ns,
-                script: Vec::new(),
-            },
-            out: Vec::new(),
-            wire: Vec::new(),
-            writes: 0,
-        };
         let _batch = shared.keyspace.batch();
-        let r = f(&mut a);
-        (r, a.writes)
+        run_program(shared, info, db, now_ns / 1_000_000, now_ns, f)
     });
     if writes > 0 {
         wrote(shared, db)?;
     }
     r
+}
+
+/// Runs program `f` on database `db` at `now_ms` as client `info`; the
+/// caller holds the exec gate exclusively and has a write batch open
+/// ([`atomically`], or a replicated entry's apply). Returns `f`'s result
+/// and how many writes it made.
+pub(crate) fn run_program<T>(
+    shared: &Shared,
+    info: Arc<crate::state::ClientInfo>,
+    db: usize,
+    now_ms: u64,
+    now_ns: u64,
+    f: impl FnOnce(&mut Atomic<'_>) -> ApiResult<T>,
+) -> (ApiResult<T>, u64) {
+    let mut a = Atomic {
+        shared,
+        conn: Conn {
+            db,
+            protocol: Protocol::Resp2,
+            info,
+            tx: Default::default(),
+            batch_clock: now_ms,
+            tick: now_ns,
+            script: Vec::new(),
+        },
+        out: Vec::new(),
+        wire: Vec::new(),
+        writes: 0,
+    };
+    let r = f(&mut a);
+    (r, a.writes)
 }
 
 /// The commands of an [`atomically`] program.

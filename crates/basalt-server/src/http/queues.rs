@@ -34,12 +34,14 @@
 //! keeps the last N, and reading from an index is an XRANGE.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::IntoResponse;
 use basalt_resp::Frame;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -339,9 +341,12 @@ fn held(a: &mut Atomic<'_>, n: &Names) -> ApiResult<u64> {
 }
 
 /// One delivery handed to a worker.
+#[derive(Debug, Serialize, Deserialize)]
 struct Delivery {
     priority: u8,
+    #[serde(with = "serde_bytes")]
     id: Vec<u8>,
+    #[serde(with = "serde_bytes")]
     item: Vec<u8>,
     deliveries: i64,
     visibility_ms: u64,
@@ -543,15 +548,15 @@ type Attempt<T> = ApiResult<(Option<T>, Option<u64>)>;
 /// least every [`RECHECK`] (and at `wake_at`, unix ms, when the attempt
 /// names a time such as a delayed item's). Ends early when the server
 /// stops.
-async fn poll<T>(
+async fn poll<T, F: std::future::Future<Output = Attempt<T>>>(
     shared: &Shared,
     state: &State,
     db: usize,
     keys: &[Vec<u8>],
     wait: Duration,
-    mut attempt: impl FnMut() -> Attempt<T>,
+    mut attempt: impl FnMut() -> F,
 ) -> ApiResult<Option<T>> {
-    let (got, _) = attempt()?;
+    let (got, _) = attempt().await?;
     if got.is_some() || wait.is_zero() {
         return Ok(got);
     }
@@ -559,7 +564,7 @@ async fn poll<T>(
     let watch = shared.blocking.watch(db, keys);
     let mut stop = state.stop.subscribe();
     loop {
-        let (got, wake_at) = attempt()?;
+        let (got, wake_at) = attempt().await?;
         if got.is_some() {
             return Ok(got);
         }
@@ -646,6 +651,427 @@ pub(crate) async fn list(req: Req) -> ApiResult {
     Ok(super::json_ok(t.mark(json!({ "queues": list }))))
 }
 
+// ------------------------------------------------- operations that write
+
+/// A queue operation as a unit: one atomic program ([`super::atomically`])
+/// where the request arrived, or, on a node of a replicated group, a log
+/// entry (`crate::repl::Proposal::Queue`) that every node runs the same
+/// way at the entry's time, so every node's queue holds the same
+/// deliveries, tokens and dead letters. What it answers travels back to
+/// the node the request came to.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct QueueWrite {
+    db: u32,
+    #[serde(with = "serde_bytes")]
+    queue: Vec<u8>,
+    op: QueueOp,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+enum QueueOp {
+    Configure {
+        capacity: Option<u64>,
+        max_deliveries: Option<u64>,
+        visibility_ms: Option<u64>,
+    },
+    /// Stats promote due delayed items, so they write too.
+    Stats,
+    Delete,
+    Push {
+        priority: u8,
+        delay_ms: u64,
+        items: Vec<Vec<u8>>,
+    },
+    /// One take attempt (a long poll makes several).
+    Take {
+        worker: Vec<u8>,
+        prefetch: Option<usize>,
+    },
+    Ack {
+        token: Vec<u8>,
+    },
+    Nack {
+        token: Vec<u8>,
+        delay_ms: u64,
+    },
+    Touch {
+        token: Vec<u8>,
+    },
+    Lock {
+        locked: bool,
+    },
+    Purge {
+        only: Option<u8>,
+        dead: bool,
+    },
+}
+
+/// What a queue operation answers.
+#[derive(Debug, Serialize, Deserialize)]
+enum QueueOut {
+    /// A JSON body (as text) with its status.
+    Json(u16, String),
+    /// A take attempt: the delivery, or when to look again (unix ms).
+    Take(Option<Delivery>, Option<u64>),
+}
+
+impl QueueOut {
+    fn json(status: StatusCode, v: Value) -> QueueOut {
+        QueueOut::Json(status.as_u16(), v.to_string())
+    }
+
+    fn into_response(self) -> axum::response::Response {
+        match self {
+            QueueOut::Json(status, body) => (
+                StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                [(axum::http::header::CONTENT_TYPE, "application/json")],
+                body,
+            )
+                .into_response(),
+            QueueOut::Take(Some(d), _) => super::json_ok(d.json()),
+            QueueOut::Take(None, _) => StatusCode::NO_CONTENT.into_response(),
+        }
+    }
+
+    fn into_attempt(self) -> Attempt<Delivery> {
+        match self {
+            QueueOut::Take(d, at) => Ok((d, at)),
+            QueueOut::Json(..) => Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "INTERNAL",
+                "a take answered something else",
+            )),
+        }
+    }
+}
+
+impl QueueWrite {
+    /// Runs the operation's program (the caller holds the exec gate and a
+    /// write batch: [`super::atomically`] or the replicated apply).
+    fn program(&self, a: &mut Atomic<'_>) -> ApiResult<QueueOut> {
+        let n = Names::of(&self.queue);
+        let queue = &self.queue;
+        let db = self.db as usize;
+        match &self.op {
+            QueueOp::Configure {
+                capacity,
+                max_deliveries,
+                visibility_ms,
+            } => {
+                let mut s = settings(a, &n)?.unwrap_or_default();
+                s.capacity = capacity.unwrap_or(s.capacity);
+                s.max_deliveries = max_deliveries.unwrap_or(s.max_deliveries);
+                s.visibility_ms = visibility_ms.unwrap_or(s.visibility_ms);
+                s.save(a, &n)?;
+                // Takes waiting on a locked or absent queue re-check.
+                a.shared.blocking.signal(db, &n.conf);
+                Ok(QueueOut::json(StatusCode::OK, s.json()))
+            }
+            QueueOp::Stats => {
+                let body = stats_of(a, &n, queue)?;
+                Ok(QueueOut::json(StatusCode::OK, body))
+            }
+            QueueOp::Delete => {
+                let existed = int(&a.call(&[b"exists", &n.conf])?) == 1;
+                let mut args: Vec<&[u8]> = vec![b"del"];
+                args.extend(n.all());
+                a.call(&args)?;
+                Ok(QueueOut::json(
+                    StatusCode::OK,
+                    json!({ "deleted": existed }),
+                ))
+            }
+            QueueOp::Push {
+                priority,
+                delay_ms,
+                items: new,
+            } => {
+                let (p, delay_ms) = (*priority, *delay_ms);
+                let s = match settings(a, &n)? {
+                    Some(s) => s,
+                    None => {
+                        let s = Settings::default();
+                        s.save(a, &n)?;
+                        s
+                    }
+                };
+                promote(a, &n)?;
+                if s.capacity > 0 && held(a, &n)? + new.len() as u64 > s.capacity {
+                    return Err(ApiError {
+                        extra: Some(("capacity".into(), s.capacity)),
+                        ..ApiError::new(
+                            StatusCode::INSUFFICIENT_STORAGE,
+                            "QUEUE_FULL",
+                            format!(
+                                "queue {} is full (capacity {})",
+                                String::from_utf8_lossy(queue),
+                                s.capacity
+                            ),
+                        )
+                    });
+                }
+                let mut ids = Vec::with_capacity(new.len());
+                for item in new.iter() {
+                    let id = if delay_ms == 0 {
+                        add_ready(a, &n, p, item)?
+                    } else {
+                        let key = &n.delayed[p as usize];
+                        let id = a.call(&[b"xadd", key, b"*", b"item", item])?;
+                        let id = bulk(&id).unwrap_or_default().to_vec();
+                        let at = (a.now_ms() + delay_ms).to_string();
+                        let member = [format!("{p}:").as_bytes(), &id].concat();
+                        a.call(&[b"zadd", &n.due, at.as_bytes(), &member])?;
+                        id
+                    };
+                    ids.push(format!("{p}-{}", String::from_utf8_lossy(&id)));
+                }
+
+                let body = json!({ "ids": ids, "priority": p, "delayed": delay_ms > 0 });
+                Ok(QueueOut::json(StatusCode::CREATED, body))
+            }
+            QueueOp::Take { worker, prefetch } => {
+                // An absent or locked queue hands out nothing, whatever is due.
+                let Some(s) = settings(a, &n)?.filter(|s| !s.locked) else {
+                    return Ok(QueueOut::Take(None, None));
+                };
+                if let Some(max) = prefetch {
+                    if in_flight_of(a, &n, &s, worker)? >= *max {
+                        return Ok(QueueOut::Take(None, None));
+                    }
+                }
+                match take(a, &n, &s, worker)? {
+                    Some(d) => Ok(QueueOut::Take(Some(d), None)),
+                    None => Ok(QueueOut::Take(None, next_due(a, &n)?)),
+                }
+            }
+            QueueOp::Ack { token } => {
+                let (key, id, _) = current(a, &n, token)?;
+                a.call(&[b"xack", &key, GROUP, &id])?;
+                a.call(&[b"xdel", &key, &id])?;
+                // Event streams waiting for their worker's in-flight count
+                // to drop.
+                a.shared.blocking.signal(db, &key);
+                Ok(QueueOut::json(StatusCode::OK, json!({ "acked": true })))
+            }
+            QueueOp::Nack { token, delay_ms } => {
+                let s = existing(a, &n)?;
+                let (key, id, owner) = current(a, &n, token)?;
+                // Idle = timeout - delay: due again after `delay`; JUSTID
+                // keeps the delivery count (the next take counts one more).
+                let idle = s.visibility_ms.saturating_sub(*delay_ms).to_string();
+                a.call(&[
+                    b"xclaim",
+                    &key,
+                    GROUP,
+                    &owner,
+                    b"0",
+                    &id,
+                    b"IDLE",
+                    idle.as_bytes(),
+                    b"JUSTID",
+                ])?;
+                a.shared.blocking.signal(db, &key);
+                Ok(QueueOut::json(StatusCode::OK, json!({ "released": true })))
+            }
+            QueueOp::Touch { token } => {
+                let s = existing(a, &n)?;
+                let (key, id, owner) = current(a, &n, token)?;
+                a.call(&[b"xclaim", &key, GROUP, &owner, b"0", &id, b"JUSTID"])?;
+                let body = json!({ "visible_in_ms": s.visibility_ms });
+                Ok(QueueOut::json(StatusCode::OK, body))
+            }
+            QueueOp::Lock { locked } => {
+                existing(a, &n)?;
+                let flag: &[u8] = if *locked { b"1" } else { b"0" };
+                a.call(&[b"hset", &n.conf, b"locked", flag])?;
+                a.shared.blocking.signal(db, &n.conf);
+                Ok(QueueOut::json(StatusCode::OK, json!({ "locked": locked })))
+            }
+            QueueOp::Purge { only, dead } => {
+                let (only, dead) = (*only, *dead);
+                let purged: i64 = (|| -> ApiResult<i64> {
+                    existing(a, &n)?;
+                    if dead {
+                        let len = int(&a.call(&[b"xlen", &n.dead])?);
+                        a.call(&[b"del", &n.dead])?;
+                        return Ok(len);
+                    }
+                    let levels: Vec<u8> = match only {
+                        Some(p) => vec![p],
+                        None => (0..LEVELS).collect(),
+                    };
+                    let mut purged = 0;
+                    for &p in &levels {
+                        let (ready, delayed) = (&n.ready[p as usize], &n.delayed[p as usize]);
+                        purged +=
+                            int(&a.call(&[b"xlen", ready])?) + int(&a.call(&[b"xlen", delayed])?);
+                        a.call(&[b"del", ready, delayed])?;
+                    }
+                    if only.is_none() {
+                        a.call(&[b"del", &n.due])?;
+                    } else {
+                        let all = a.call(&[b"zrange", &n.due, b"0", b"-1"])?;
+                        let gone: Vec<&[u8]> = items(&all)
+                            .iter()
+                            .filter_map(bulk)
+                            .filter(|m| split_member(m).is_some_and(|(p, _)| levels.contains(&p)))
+                            .collect();
+                        if !gone.is_empty() {
+                            let mut args: Vec<&[u8]> = vec![b"zrem", &n.due];
+                            args.extend(gone);
+                            a.call(&args)?;
+                        }
+                    }
+
+                    Ok(purged)
+                })()?;
+                Ok(QueueOut::json(StatusCode::OK, json!({ "purged": purged })))
+            }
+        }
+    }
+
+    /// Runs it on the applying node of a replicated group (the exec gate
+    /// held, the entry's write batch open, the clock pinned to `time_ms`):
+    /// the answer for the node that proposed it.
+    pub(crate) fn apply(
+        &self,
+        shared: &Shared,
+        client: Arc<crate::state::ClientInfo>,
+        time_ms: u64,
+    ) -> Result<Vec<u8>, String> {
+        let (r, _) = super::run_program(
+            shared,
+            client,
+            self.db as usize,
+            time_ms,
+            time_ms.saturating_mul(1_000_000),
+            |a| self.program(a),
+        );
+        bincode::serialize(&r).map_err(|e| e.to_string())
+    }
+}
+
+/// Runs `op` on the request's queue: atomically here, or as a log entry
+/// on a node of a replicated group (forwarded to the leader by a
+/// follower).
+async fn run(
+    shared: &Shared,
+    state: &State,
+    db: usize,
+    queue: &[u8],
+    op: QueueOp,
+) -> ApiResult<QueueOut> {
+    let w = QueueWrite {
+        db: db as u32,
+        queue: queue.to_vec(),
+        op,
+    };
+    let Some(repl) = shared.repl.get() else {
+        return atomically(shared, state, db, |a| w.program(a));
+    };
+    let reply = repl
+        .propose(&crate::repl::Proposal::Queue {
+            time_ms: crate::state::now_ms(),
+            write: w,
+        })
+        .await
+        .map_err(|line| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "CLUSTERDOWN", line))?;
+    bincode::deserialize::<ApiResult<QueueOut>>(&reply).map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "INTERNAL",
+            format!("unreadable replicated answer: {e}"),
+        )
+    })?
+}
+
+/// [`run`] for a route: the operation's answer as the response.
+async fn respond(req: &Req, op: QueueOp) -> ApiResult {
+    names(req)?;
+    Ok(run(&req.shared, &req.state, req.db, req.path(0), op)
+        .await?
+        .into_response())
+}
+
+/// The body of a queue's stats (see `GET /v1/queues/{queue}`).
+fn stats_of(a: &mut Atomic<'_>, n: &Names, queue: &[u8]) -> ApiResult<Value> {
+    let s = existing(a, n)?;
+    promote(a, n)?;
+    let mut levels = Vec::new();
+    let (mut ready, mut in_flight, mut delayed) = (0, 0, 0);
+    // worker -> (in flight, idle ms)
+    let mut workers: Vec<(Vec<u8>, i64, i64)> = Vec::new();
+    for p in (0..LEVELS).rev() {
+        let key = &n.ready[p as usize];
+        let len = int(&a.call(&[b"xlen", key])?);
+        // Deliveries past their visibility timeout (timed out or
+        // nacked) are ready again, not in flight.
+        let rows = group_call(a, &[b"xpending", key, GROUP, b"-", b"+", b"1000000000"])?
+            .unwrap_or(Frame::Array(Vec::new()));
+        let mut pending = 0;
+        for row in items(&rows).iter().filter(|row| live(row, &s)) {
+            pending += 1;
+            let Some(owner) = items(row).get(1).and_then(bulk) else {
+                continue;
+            };
+            match workers.iter_mut().find(|w| w.0 == owner) {
+                Some(w) => w.1 += 1,
+                None => workers.push((owner.to_vec(), 1, i64::MAX)),
+            }
+        }
+        let later = int(&a.call(&[b"xlen", &n.delayed[p as usize]])?);
+        levels.push(json!({
+            "priority": p, "ready": len - pending, "in_flight": pending, "delayed": later,
+        }));
+        ready += len - pending;
+        in_flight += pending;
+        delayed += later;
+        let Some(consumers) = group_call(a, &[b"xinfo", b"consumers", key, GROUP])? else {
+            continue;
+        };
+        // The workers' last take (a consumer's seen time).
+        for c in items(&consumers) {
+            let (mut name, mut idle) = (None, i64::MAX);
+            for pair in items(c).chunks(2) {
+                match (bulk(&pair[0]), pair.get(1)) {
+                    (Some(b"name"), Some(v)) => name = bulk(v).map(|v| v.to_vec()),
+                    (Some(b"idle"), Some(v)) => idle = int(v),
+                    _ => {}
+                }
+            }
+            let Some(name) = name else { continue };
+            match workers.iter_mut().find(|w| w.0 == name) {
+                Some(w) => w.2 = w.2.min(idle),
+                None => workers.push((name, 0, idle)),
+            }
+        }
+    }
+    let dead = int(&a.call(&[b"xlen", &n.dead])?);
+    workers.retain(|w| w.1 > 0 || w.2 <= SEEN_RECENTLY_MS);
+    workers.sort_by(|x, y| x.0.cmp(&y.0));
+    let mut texts: Vec<&[u8]> = vec![&queue];
+    texts.extend(workers.iter().map(|w| w.0.as_slice()));
+    let t = Texts::for_all(texts);
+    let workers: Vec<Value> = workers
+            .iter()
+            .map(|(name, pending, idle)| {
+                json!({"worker": t.value(name), "in_flight": pending, "idle_ms": idle})
+            })
+            .collect();
+    Ok(t.mark(json!({
+        "queue": t.value(queue),
+        "ready": ready,
+        "in_flight": in_flight,
+        "delayed": delayed,
+        "dead": dead,
+        "total": ready + in_flight + delayed,
+        "priorities": levels,
+        "workers": workers,
+        "locked": s.locked,
+        "settings": s.json(),
+    })))
+}
+
 /// `PUT /v1/queues/{queue}`: settings (creates the queue).
 pub(crate) async fn configure(req: Req) -> ApiResult {
     let body: Value = if req.body.is_empty() {
@@ -686,192 +1112,51 @@ pub(crate) async fn configure(req: Req) -> ApiResult {
     }) {
         return Err(ApiError::bad_request(format!("unknown setting {k:?}")));
     }
-    let n = names(&req)?;
-    let s = req.atomically(|a| {
-        let mut s = settings(a, &n)?.unwrap_or_default();
-        s.capacity = capacity.unwrap_or(s.capacity);
-        s.max_deliveries = max_deliveries.unwrap_or(s.max_deliveries);
-        s.visibility_ms = visibility_ms.unwrap_or(s.visibility_ms);
-        s.save(a, &n)?;
-        Ok(s)
-    })?;
-    // Takes waiting on a locked or absent queue re-check.
-    req.shared.blocking.signal(req.db, &n.conf);
-    Ok(super::json_ok(s.json()))
+    let op = QueueOp::Configure {
+        capacity,
+        max_deliveries,
+        visibility_ms,
+    };
+    respond(&req, op).await
 }
 
 /// `GET /v1/queues/{queue}`: stats.
 pub(crate) async fn stats(req: Req) -> ApiResult {
-    let queue = req.path(0).to_vec();
-    let n = names(&req)?;
-    let body = req.atomically(|a| {
-        let s = existing(a, &n)?;
-        promote(a, &n)?;
-        let mut levels = Vec::new();
-        let (mut ready, mut in_flight, mut delayed) = (0, 0, 0);
-        // worker -> (in flight, idle ms)
-        let mut workers: Vec<(Vec<u8>, i64, i64)> = Vec::new();
-        for p in (0..LEVELS).rev() {
-            let key = &n.ready[p as usize];
-            let len = int(&a.call(&[b"xlen", key])?);
-            // Deliveries past their visibility timeout (timed out or
-            // nacked) are ready again, not in flight.
-            let rows = group_call(a, &[b"xpending", key, GROUP, b"-", b"+", b"1000000000"])?
-                .unwrap_or(Frame::Array(Vec::new()));
-            let mut pending = 0;
-            for row in items(&rows).iter().filter(|row| live(row, &s)) {
-                pending += 1;
-                let Some(owner) = items(row).get(1).and_then(bulk) else {
-                    continue;
-                };
-                match workers.iter_mut().find(|w| w.0 == owner) {
-                    Some(w) => w.1 += 1,
-                    None => workers.push((owner.to_vec(), 1, i64::MAX)),
-                }
-            }
-            let later = int(&a.call(&[b"xlen", &n.delayed[p as usize]])?);
-            levels.push(json!({
-                "priority": p, "ready": len - pending, "in_flight": pending, "delayed": later,
-            }));
-            ready += len - pending;
-            in_flight += pending;
-            delayed += later;
-            let Some(consumers) = group_call(a, &[b"xinfo", b"consumers", key, GROUP])? else {
-                continue;
-            };
-            // The workers' last take (a consumer's seen time).
-            for c in items(&consumers) {
-                let (mut name, mut idle) = (None, i64::MAX);
-                for pair in items(c).chunks(2) {
-                    match (bulk(&pair[0]), pair.get(1)) {
-                        (Some(b"name"), Some(v)) => name = bulk(v).map(|v| v.to_vec()),
-                        (Some(b"idle"), Some(v)) => idle = int(v),
-                        _ => {}
-                    }
-                }
-                let Some(name) = name else { continue };
-                match workers.iter_mut().find(|w| w.0 == name) {
-                    Some(w) => w.2 = w.2.min(idle),
-                    None => workers.push((name, 0, idle)),
-                }
-            }
-        }
-        let dead = int(&a.call(&[b"xlen", &n.dead])?);
-        workers.retain(|w| w.1 > 0 || w.2 <= SEEN_RECENTLY_MS);
-        workers.sort_by(|x, y| x.0.cmp(&y.0));
-        let mut texts: Vec<&[u8]> = vec![&queue];
-        texts.extend(workers.iter().map(|w| w.0.as_slice()));
-        let t = Texts::for_all(texts);
-        let workers: Vec<Value> = workers
-            .iter()
-            .map(|(name, pending, idle)| {
-                json!({"worker": t.value(name), "in_flight": pending, "idle_ms": idle})
-            })
-            .collect();
-        Ok(t.mark(json!({
-            "queue": t.value(&queue),
-            "ready": ready,
-            "in_flight": in_flight,
-            "delayed": delayed,
-            "dead": dead,
-            "total": ready + in_flight + delayed,
-            "priorities": levels,
-            "workers": workers,
-            "locked": s.locked,
-            "settings": s.json(),
-        })))
-    })?;
-    Ok(super::json_ok(body))
+    respond(&req, QueueOp::Stats).await
 }
 
 /// `DELETE /v1/queues/{queue}`
 pub(crate) async fn delete(req: Req) -> ApiResult {
-    let n = names(&req)?;
-    let deleted = req.atomically(|a| {
-        let existed = int(&a.call(&[b"exists", &n.conf])?) == 1;
-        let mut args: Vec<&[u8]> = vec![b"del"];
-        args.extend(n.all());
-        a.call(&args)?;
-        Ok(existed)
-    })?;
-    Ok(super::json_ok(json!({ "deleted": deleted })))
+    respond(&req, QueueOp::Delete).await
 }
 
 /// `POST /v1/queues/{queue}/items?priority=P&delay=S`
 pub(crate) async fn push(req: Req) -> ApiResult {
-    let p = priority_param(&req)?.unwrap_or(DEFAULT_PRIORITY);
+    let priority = priority_param(&req)?.unwrap_or(DEFAULT_PRIORITY);
     let delay_ms = (float_param(&req, "delay", 0.0, 86_400.0 * 365.0)? * 1000.0) as u64;
-    let new = super::collections::elements(&req)?;
-    let n = names(&req)?;
-    let ids = req.atomically(|a| {
-        let s = match settings(a, &n)? {
-            Some(s) => s,
-            None => {
-                let s = Settings::default();
-                s.save(a, &n)?;
-                s
-            }
-        };
-        promote(a, &n)?;
-        if s.capacity > 0 && held(a, &n)? + new.len() as u64 > s.capacity {
-            return Err(ApiError {
-                extra: Some(("capacity", s.capacity)),
-                ..ApiError::new(
-                    StatusCode::INSUFFICIENT_STORAGE,
-                    "QUEUE_FULL",
-                    format!(
-                        "queue {} is full (capacity {})",
-                        String::from_utf8_lossy(&req.params[0]),
-                        s.capacity
-                    ),
-                )
-            });
-        }
-        let mut ids = Vec::with_capacity(new.len());
-        for item in &new {
-            let id = if delay_ms == 0 {
-                add_ready(a, &n, p, item)?
-            } else {
-                let key = &n.delayed[p as usize];
-                let id = a.call(&[b"xadd", key, b"*", b"item", item])?;
-                let id = bulk(&id).unwrap_or_default().to_vec();
-                let at = (a.now_ms() + delay_ms).to_string();
-                let member = [format!("{p}:").as_bytes(), &id].concat();
-                a.call(&[b"zadd", &n.due, at.as_bytes(), &member])?;
-                id
-            };
-            ids.push(format!("{p}-{}", String::from_utf8_lossy(&id)));
-        }
-        Ok(ids)
-    })?;
-    let body = json!({ "ids": ids, "priority": p, "delayed": delay_ms > 0 });
-    Ok((StatusCode::CREATED, axum::Json(body)).into_response())
+    let items = super::collections::elements(&req)?;
+    let op = QueueOp::Push {
+        priority,
+        delay_ms,
+        items,
+    };
+    respond(&req, op).await
 }
 
 /// One take attempt for a long poll: the delivery, or when to look again.
-fn try_take(
+async fn try_take(
     shared: &Shared,
     state: &State,
     db: usize,
-    n: &Names,
+    queue: &[u8],
     worker: &[u8],
     prefetch: Option<usize>,
 ) -> Attempt<Delivery> {
-    atomically(shared, state, db, |a| {
-        // An absent or locked queue hands out nothing, whatever is due.
-        let Some(s) = settings(a, n)?.filter(|s| !s.locked) else {
-            return Ok((None, None));
-        };
-        if let Some(max) = prefetch {
-            if in_flight_of(a, n, &s, worker)? >= max {
-                return Ok((None, None));
-            }
-        }
-        match take(a, n, &s, worker)? {
-            Some(d) => Ok((Some(d), None)),
-            None => Ok((None, next_due(a, n)?)),
-        }
-    })
+    let op = QueueOp::Take {
+        worker: worker.to_vec(),
+        prefetch,
+    };
+    run(shared, state, db, queue, op).await?.into_attempt()
 }
 
 /// Items `worker` holds in flight (its deliveries whose visibility
@@ -901,9 +1186,10 @@ pub(crate) async fn take_route(req: Req) -> ApiResult {
     let wait = Duration::from_secs_f64(float_param(&req, "wait", 0.0, MAX_WAIT_S)?);
     let n = names(&req)?;
     let keys = wake_keys(&n);
-    let (shared, state, db) = (&req.shared, &req.state, req.db);
+    let (shared, state, db, queue) = (&req.shared, &req.state, req.db, req.path(0));
+    let worker = &worker;
     let got = poll(shared, state, db, &keys, wait, || {
-        try_take(shared, state, db, &n, &worker, None)
+        try_take(shared, state, db, queue, worker, None)
     })
     .await?;
     Ok(match got {
@@ -914,81 +1200,31 @@ pub(crate) async fn take_route(req: Req) -> ApiResult {
 
 /// `POST /v1/queues/{queue}/ack/{token}`
 pub(crate) async fn ack(req: Req) -> ApiResult {
-    let n = names(&req)?;
-    let key = req.atomically(|a| {
-        let (key, id, _) = current(a, &n, req.path(1))?;
-        a.call(&[b"xack", &key, GROUP, &id])?;
-        a.call(&[b"xdel", &key, &id])?;
-        Ok(key)
-    })?;
-    // Event streams waiting for their worker's in-flight count to drop.
-    req.shared.blocking.signal(req.db, &key);
-    Ok(super::json_ok(json!({ "acked": true })))
+    let token = req.path(1).to_vec();
+    respond(&req, QueueOp::Ack { token }).await
 }
 
 /// `POST /v1/queues/{queue}/nack/{token}?delay=S`
 pub(crate) async fn nack(req: Req) -> ApiResult {
     let delay_ms = (float_param(&req, "delay", 0.0, 86_400.0 * 365.0)? * 1000.0) as u64;
-    let n = names(&req)?;
-    let key = req.atomically(|a| {
-        let s = existing(a, &n)?;
-        let (key, id, owner) = current(a, &n, req.path(1))?;
-        // Idle = timeout - delay: due again after `delay`; JUSTID keeps
-        // the delivery count (the next take counts one more).
-        let idle = s.visibility_ms.saturating_sub(delay_ms).to_string();
-        a.call(&[
-            b"xclaim",
-            &key,
-            GROUP,
-            &owner,
-            b"0",
-            &id,
-            b"IDLE",
-            idle.as_bytes(),
-            b"JUSTID",
-        ])?;
-        Ok(key)
-    })?;
-    req.shared.blocking.signal(req.db, &key);
-    Ok(super::json_ok(json!({ "released": true })))
+    let token = req.path(1).to_vec();
+    respond(&req, QueueOp::Nack { token, delay_ms }).await
 }
 
 /// `POST /v1/queues/{queue}/touch/{token}`
 pub(crate) async fn touch(req: Req) -> ApiResult {
-    let n = names(&req)?;
-    let vis = req.atomically(|a| {
-        let s = existing(a, &n)?;
-        let (key, id, owner) = current(a, &n, req.path(1))?;
-        a.call(&[b"xclaim", &key, GROUP, &owner, b"0", &id, b"JUSTID"])?;
-        Ok(s.visibility_ms)
-    })?;
-    Ok(super::json_ok(json!({ "visible_in_ms": vis })))
-}
-
-async fn set_locked(req: Req, locked: bool) -> ApiResult {
-    let n = names(&req)?;
-    req.atomically(|a| {
-        existing(a, &n)?;
-        a.call(&[
-            b"hset",
-            &n.conf,
-            b"locked",
-            if locked { b"1" } else { b"0" },
-        ])?;
-        Ok(())
-    })?;
-    req.shared.blocking.signal(req.db, &n.conf);
-    Ok(super::json_ok(json!({ "locked": locked })))
+    let token = req.path(1).to_vec();
+    respond(&req, QueueOp::Touch { token }).await
 }
 
 /// `POST /v1/queues/{queue}/lock`
 pub(crate) async fn lock(req: Req) -> ApiResult {
-    set_locked(req, true).await
+    respond(&req, QueueOp::Lock { locked: true }).await
 }
 
 /// `POST /v1/queues/{queue}/unlock`
 pub(crate) async fn unlock(req: Req) -> ApiResult {
-    set_locked(req, false).await
+    respond(&req, QueueOp::Lock { locked: false }).await
 }
 
 /// `POST /v1/queues/{queue}/purge?priority=P` (or `?dead=true`)
@@ -1004,42 +1240,7 @@ pub(crate) async fn purge(req: Req) -> ApiResult {
             "purge either one priority or the dead letters",
         ));
     }
-    let n = names(&req)?;
-    let purged = req.atomically(|a| {
-        existing(a, &n)?;
-        if dead {
-            let len = int(&a.call(&[b"xlen", &n.dead])?);
-            a.call(&[b"del", &n.dead])?;
-            return Ok(len);
-        }
-        let levels: Vec<u8> = match only {
-            Some(p) => vec![p],
-            None => (0..LEVELS).collect(),
-        };
-        let mut purged = 0;
-        for &p in &levels {
-            let (ready, delayed) = (&n.ready[p as usize], &n.delayed[p as usize]);
-            purged += int(&a.call(&[b"xlen", ready])?) + int(&a.call(&[b"xlen", delayed])?);
-            a.call(&[b"del", ready, delayed])?;
-        }
-        if only.is_none() {
-            a.call(&[b"del", &n.due])?;
-        } else {
-            let all = a.call(&[b"zrange", &n.due, b"0", b"-1"])?;
-            let gone: Vec<&[u8]> = items(&all)
-                .iter()
-                .filter_map(bulk)
-                .filter(|m| split_member(m).is_some_and(|(p, _)| levels.contains(&p)))
-                .collect();
-            if !gone.is_empty() {
-                let mut args: Vec<&[u8]> = vec![b"zrem", &n.due];
-                args.extend(gone);
-                a.call(&args)?;
-            }
-        }
-        Ok(purged)
-    })?;
-    Ok(super::json_ok(json!({ "purged": purged })))
+    respond(&req, QueueOp::Purge { only, dead }).await
 }
 
 /// `GET /v1/queues/{queue}/dead?count=N`
@@ -1107,14 +1308,16 @@ pub(crate) async fn events(req: Req) -> ApiResult {
     }
     let (shared, state, db) = (req.shared.clone(), req.state.clone(), req.db);
     let n = names(&req)?;
+    let queue = req.path(0).to_vec();
     let (tx, rx) = mpsc::channel::<Event>(1);
     tokio::spawn(async move {
         let keys = wake_keys(&n);
         let forever = Duration::from_secs(3600);
         loop {
+            let (sh, st, q, w) = (&shared, &state, &queue, &worker);
             let got = tokio::select! {
-                got = poll(&shared, &state, db, &keys, forever, || {
-                    try_take(&shared, &state, db, &n, &worker, Some(prefetch as usize))
+                got = poll(sh, st, db, &keys, forever, || {
+                    try_take(sh, st, db, q, w, Some(prefetch as usize))
                 }) => got,
                 _ = tx.closed() => return,
             };
@@ -1218,7 +1421,10 @@ pub(crate) async fn read_topic(req: Req) -> ApiResult {
         Ok((Some((got, first)), None))
     };
     let keys = [key.clone()];
-    let got = poll(&req.shared, &req.state, req.db, &keys, wait, read).await?;
+    let got = poll(&req.shared, &req.state, req.db, &keys, wait, || {
+        std::future::ready(read())
+    })
+    .await?;
     let (messages, first) = match got {
         Some(x) => x,
         None => (
