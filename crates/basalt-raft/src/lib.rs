@@ -29,6 +29,7 @@ mod lease;
 pub mod log_store;
 pub mod network;
 pub mod node;
+mod prevote;
 pub mod snapshot;
 pub mod state_machine;
 

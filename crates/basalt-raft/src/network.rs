@@ -25,27 +25,37 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::lease::Lease;
+use crate::prevote::{PreVote, PreVoteRequest};
 use crate::{NodeAddr, NodeId, Raft, TypeConfig};
 
-/// What the RPC handlers share: the node and its lease.
+/// What the RPC handlers share: the node, its lease and its pre-vote
+/// state.
 #[derive(Clone)]
 struct Rpc {
     raft: Raft,
     lease: Arc<Lease>,
+    pre: Arc<PreVote>,
 }
 
 /// The axum routes that serve a node's Raft RPC, and `/raft/hello`, which
 /// answers this node's id and client address (bincode of `(u64, String)`).
-pub(crate) fn router(raft: Raft, lease: Arc<Lease>, id: NodeId, client_addr: String) -> Router {
+pub(crate) fn router(
+    raft: Raft,
+    lease: Arc<Lease>,
+    pre: Arc<PreVote>,
+    id: NodeId,
+    client_addr: String,
+) -> Router {
     let hello_body = bincode::serialize(&(id, client_addr)).expect("encodes");
     Router::new()
         .route("/raft/append", post(append))
         .route("/raft/vote", post(vote))
+        .route("/raft/prevote", post(prevote))
         .route("/raft/snapshot", post(snapshot))
         .route("/raft/read_index", post(read_index))
         .route("/raft/write", post(forwarded_write))
         .route("/raft/admin", post(admin))
-        .with_state(Rpc { raft, lease })
+        .with_state(Rpc { raft, lease, pre })
         .route(
             "/raft/hello",
             get(move || async move { hello_body.clone() }),
@@ -406,7 +416,18 @@ fn encode<T: Serialize>(v: &T) -> Result<Vec<u8>, (StatusCode, String)> {
 
 async fn append(State(rpc): State<Rpc>, body: Bytes) -> Result<Vec<u8>, (StatusCode, String)> {
     let req: AppendEntriesRequest<TypeConfig> = decode(&body)?;
-    encode(&rpc.raft.append_entries(req).await)
+    let r = rpc.raft.append_entries(req).await;
+    if matches!(&r, Ok(resp) if !matches!(resp, AppendEntriesResponse::HigherVote(_))) {
+        rpc.pre.heard_leader();
+    }
+    encode(&r)
+}
+
+/// `/raft/prevote` (bincode of `bool`): whether this node would vote for
+/// the asker now (`crate::prevote`).
+async fn prevote(State(rpc): State<Rpc>, body: Bytes) -> Result<Vec<u8>, (StatusCode, String)> {
+    let req: PreVoteRequest = decode(&body)?;
+    encode(&rpc.pre.would_grant(&rpc.raft, &req).await)
 }
 
 async fn vote(State(rpc): State<Rpc>, body: Bytes) -> Result<Vec<u8>, (StatusCode, String)> {
@@ -418,7 +439,12 @@ async fn vote(State(rpc): State<Rpc>, body: Bytes) -> Result<Vec<u8>, (StatusCod
 
 async fn snapshot(State(rpc): State<Rpc>, body: Bytes) -> Result<Vec<u8>, (StatusCode, String)> {
     let req: InstallSnapshotRequest<TypeConfig> = decode(&body)?;
-    encode(&rpc.raft.install_snapshot(req).await)
+    let vote = req.vote;
+    let r = rpc.raft.install_snapshot(req).await;
+    if matches!(&r, Ok(resp) if resp.vote == vote) {
+        rpc.pre.heard_leader();
+    }
+    encode(&r)
 }
 
 /// Makes [`Connection`]s to the group's nodes; one HTTP client (and its

@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 
 use crate::lease::Lease;
 use crate::network::{self, Network};
+use crate::prevote::PreVote;
 use crate::{Applier, LogStore, NodeAddr, NodeId, Raft, Request, StateMachine};
 
 /// How to start a node.
@@ -100,6 +101,8 @@ pub struct RaftNode<A: Applier> {
     raft_addr: SocketAddr,
     server: JoinHandle<()>,
     publisher: JoinHandle<()>,
+    /// The pre-vote gate (`crate::prevote`).
+    prevote: JoinHandle<()>,
     /// For read-index requests to the leader.
     http: reqwest::Client,
     /// Read-index rounds shared by concurrent reads.
@@ -270,7 +273,21 @@ impl<A: Applier> RaftNode<A> {
         )
         .await
         .map_err(|e| io::Error::other(e.to_string()))?;
-        let app = network::router(raft.clone(), lease.clone(), cfg.id, cfg.client_addr.clone());
+        // The followers' lease is openraft's longest election timeout.
+        let pre = Arc::new(PreVote::new(cfg.election_timeout.1, log.clone()));
+        let app = network::router(
+            raft.clone(),
+            lease.clone(),
+            pre.clone(),
+            cfg.id,
+            cfg.client_addr.clone(),
+        );
+        let prevote = tokio::spawn(crate::prevote::gate(
+            raft.clone(),
+            cfg.id,
+            pre,
+            reqwest::Client::new(),
+        ));
         let server = tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app).await {
                 tracing::error!("raft RPC listener stopped: {e}");
@@ -289,6 +306,7 @@ impl<A: Applier> RaftNode<A> {
             raft_addr,
             server,
             publisher,
+            prevote,
             http: reqwest::Client::new(),
             reads: ReadRounds::new(),
             lease,
@@ -479,6 +497,7 @@ impl<A: Applier> RaftNode<A> {
     /// Stops openraft and the RPC listener; fsyncs the log.
     pub async fn shutdown(self) -> io::Result<()> {
         self.publisher.abort();
+        self.prevote.abort();
         let r = self.raft.shutdown().await;
         self.server.abort();
         let _ = self.server.await;

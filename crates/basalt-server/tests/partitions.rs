@@ -1205,6 +1205,13 @@ fn writes_continue_while_a_follower_is_cut_off_and_it_catches_up() {
         c.term(f)
     );
     assert!(after_heal > 0, "no write acknowledged after healing");
+    // Pre-vote (`basalt-raft` `prevote.rs`): cut off from the majority, the
+    // follower never campaigned, so its return deposed nobody.
+    assert_eq!(
+        (after, c.term(after)),
+        (leader, term_before),
+        "the follower's return started an election"
+    );
     assert!(
         during >= 20,
         "only {during} writes acknowledged while one follower was cut off"
