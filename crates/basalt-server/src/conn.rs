@@ -448,7 +448,12 @@ async fn run(
                                     } else {
                                         p
                                     };
-                                    let reply = repl.propose(&p).await;
+                                    let reply = if blocking {
+                                        // Rides out an election.
+                                        repl.propose_patiently(&p).await
+                                    } else {
+                                        repl.propose(&p).await
+                                    };
                                     let would_block = match &reply {
                                         Ok(r) if blocking => WouldBlock::from_reply(r),
                                         _ => None,

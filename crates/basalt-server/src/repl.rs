@@ -548,6 +548,23 @@ impl Repl {
         }
     }
 
+    /// [`Repl::propose`] for a blocking command: while no leader can take
+    /// it (an election under way) it is proposed again every 100 ms, for
+    /// up to 5 s, as the client is prepared to wait anyway; after that,
+    /// the CLUSTERDOWN error. Safe to repeat: that error means the entry
+    /// was not appended anywhere (refused, or never sent).
+    pub(crate) async fn propose_patiently(&self, p: &Proposal) -> Result<Vec<u8>, String> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            match self.propose(p).await {
+                Err(line) if line == NO_LEADER && tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                r => return r,
+            }
+        }
+    }
+
     /// Decides how a command from `conn` runs (see [`Route`]).
     pub(crate) fn route(&self, shared: &Shared, conn: &Conn, args: &Args<'_>) -> Route {
         let Some(cmd) = commands::lookup(&args[0]) else {

@@ -1149,6 +1149,15 @@ fn blocking_commands_wait_on_a_follower_and_survive_a_failover() {
     };
     std::thread::sleep(Duration::from_millis(200));
     g.kill(l);
+    // Sent while no leader is elected yet: it waits the election out
+    // instead of answering CLUSTERDOWN.
+    let o = (0..3).find(|&i| i != l && i != f).unwrap();
+    let during = {
+        let mut c = g.conn(o);
+        std::thread::spawn(move || -> RedisResult<Option<(String, String)>> {
+            redis::cmd("BLPOP").arg("during").arg(30).query(&mut c)
+        })
+    };
     let nl = g.leader();
     let mut c = g.conn(nl);
     let _: i64 = redis::cmd("RPUSH")
@@ -1159,6 +1168,18 @@ fn blocking_commands_wait_on_a_follower_and_survive_a_failover() {
     assert_eq!(
         waiter.join().unwrap(),
         Some(("later".to_string(), "y".to_string()))
+    );
+    let _: i64 = redis::cmd("RPUSH")
+        .arg("during")
+        .arg("z")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(
+        during
+            .join()
+            .unwrap()
+            .expect("BLPOP sent during the election"),
+        Some(("during".to_string(), "z".to_string()))
     );
 }
 
