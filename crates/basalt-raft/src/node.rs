@@ -391,6 +391,39 @@ impl<A: Applier> RaftNode<A> {
         }
     }
 
+    /// Submits `payload` to this node's log if this node leads, without
+    /// waiting: calls reach the log in the order they are made (a caller
+    /// that batches proposals keeps its order). The returned future
+    /// resolves to the reply of applying the entry here.
+    /// `Err(ForwardToLeader)` when this node does not lead: nothing was
+    /// submitted ([`RaftNode::write`] forwards instead).
+    pub async fn submit(
+        &self,
+        payload: Vec<u8>,
+    ) -> Result<
+        impl std::future::Future<Output = Result<Vec<u8>, WriteError>> + Send + 'static,
+        WriteError,
+    > {
+        if self.leader_id() != Some(self.id) {
+            return Err(WriteError::ForwardToLeader { leader: None });
+        }
+        let rx = self
+            .raft
+            .client_write_ff(Request(payload))
+            .await
+            .map_err(|e| WriteError::Failed(e.to_string()))?;
+        Ok(async move {
+            match rx.await {
+                Ok(Ok(resp)) => Ok(resp.data.0),
+                Ok(Err(ClientWriteError::ForwardToLeader(f))) => Err(WriteError::ForwardToLeader {
+                    leader: f.leader_id.zip(f.leader_node),
+                }),
+                Ok(Err(e)) => Err(WriteError::Failed(e.to_string())),
+                Err(e) => Err(WriteError::Failed(e.to_string())),
+            }
+        })
+    }
+
     /// Waits until a read served from this node's state machine is
     /// linearizable (Raft's ReadIndex): on the leader, a heartbeat round
     /// confirms it still leads and the entries committed before the call

@@ -142,6 +142,14 @@ pub(crate) enum Proposal {
         /// The operation.
         write: crate::http::queues::QueueWrite,
     },
+    /// Proposals of several clients in one entry (group commit on the
+    /// leader, [`combine`]): each a bincode [`Proposal`] (never a batch,
+    /// never a blocking command's run), applied in order; the reply is the
+    /// bincode of their replies in order.
+    Batch {
+        /// The proposals.
+        entries: Vec<serde_bytes::ByteBuf>,
+    },
     /// Delete these keys of `db` if they have expired at `time_ms`.
     Expire {
         /// The database.
@@ -326,6 +334,127 @@ pub struct Repl {
     pub peers: BTreeMap<NodeId, String>,
     /// The log index of the entry applying now (or last applied) here.
     applying: Arc<AtomicU64>,
+    /// Proposals waiting to join an entry on the leader ([`combine`]).
+    combiner: tokio::sync::mpsc::UnboundedSender<Job>,
+}
+
+/// A proposal waiting for the leader's group commit ([`combine`]): its
+/// bincode and where its reply goes.
+#[derive(Debug)]
+struct Job {
+    bytes: Vec<u8>,
+    reply: tokio::sync::oneshot::Sender<Result<Vec<u8>, String>>,
+}
+
+/// Entries of [`combine`] in flight at once; while they all are,
+/// proposals queue and then go together in the next entry.
+const IN_FLIGHT: usize = 4;
+/// Proposals in one combined entry, at most.
+const BATCH_PROPOSALS: usize = 256;
+/// Bytes of proposals in one combined entry, at most (one proposal larger
+/// than this still goes, alone).
+const BATCH_BYTES: usize = 4 << 20;
+
+/// Group commit on the leader: proposals of all clients queue here, and
+/// whatever queued while [`IN_FLIGHT`] entries were in flight goes to the
+/// log as one [`Proposal::Batch`] entry, submitted in queue order (so a
+/// connection's proposals stay in its order). Under load that is one
+/// append, one replication round, one fsync and one apply hand-off for
+/// many clients' writes instead of one each; a lone client's proposal goes
+/// at once, alone. A node that is not (or no longer) the leader sends each
+/// queued proposal its own way ([`Repl::write_bytes`], which forwards).
+async fn combine(shared: Weak<Shared>, mut rx: tokio::sync::mpsc::UnboundedReceiver<Job>) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
+    while let Some(first) = rx.recv().await {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let mut bytes = first.bytes.len();
+        let mut jobs = vec![first];
+        while jobs.len() < BATCH_PROPOSALS && bytes < BATCH_BYTES {
+            match rx.try_recv() {
+                Ok(j) => {
+                    bytes += j.bytes.len();
+                    jobs.push(j);
+                }
+                Err(_) => break,
+            }
+        }
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let Some(repl) = shared.repl.get() else {
+            return;
+        };
+        let (payload, single) = if jobs.len() == 1 {
+            (jobs[0].bytes.clone(), true)
+        } else {
+            let entries = jobs
+                .iter()
+                .map(|j| serde_bytes::ByteBuf::from(j.bytes.clone()))
+                .collect();
+            let batch = bincode::serialize(&Proposal::Batch { entries }).expect("plain data");
+            (batch, false)
+        };
+        match repl.node.submit(payload).await {
+            Ok(reply) => {
+                tokio::spawn(async move {
+                    let r = reply.await;
+                    drop(slot);
+                    answer_jobs(jobs, r, single);
+                });
+            }
+            Err(WriteError::ForwardToLeader { .. }) => {
+                // No longer the leader: forwarded one by one, here, so
+                // that later queued proposals cannot overtake them.
+                drop(slot);
+                for j in jobs {
+                    let r = repl.write_bytes(j.bytes).await;
+                    let _ = j.reply.send(r);
+                }
+            }
+            Err(WriteError::Failed(e)) => {
+                drop(slot);
+                for j in jobs {
+                    let _ = j.reply.send(Err(format!("ERR replication: {e}")));
+                }
+            }
+        }
+    }
+}
+
+/// Hands each job of a combined entry its reply.
+fn answer_jobs(jobs: Vec<Job>, r: Result<Vec<u8>, WriteError>, single: bool) {
+    let replies: Result<Vec<Vec<u8>>, String> = match r {
+        Ok(bytes) if single => Ok(vec![bytes]),
+        Ok(bytes) => bincode::deserialize::<Vec<serde_bytes::ByteBuf>>(&bytes)
+            .map(|v| v.into_iter().map(|b| b.into_vec()).collect())
+            .map_err(|e| format!("ERR replication: a batch's replies: {e}")),
+        Err(WriteError::ForwardToLeader { .. }) => Err(NO_LEADER.into()),
+        Err(WriteError::Failed(e)) => Err(format!("ERR replication: {e}")),
+    };
+    match replies {
+        Ok(replies) if replies.len() == jobs.len() => {
+            for (j, r) in jobs.into_iter().zip(replies) {
+                let _ = j.reply.send(Ok(r));
+            }
+        }
+        Ok(replies) => {
+            let e = format!(
+                "ERR replication: a batch of {} answered {} replies",
+                jobs.len(),
+                replies.len()
+            );
+            for j in jobs {
+                let _ = j.reply.send(Err(e.clone()));
+            }
+        }
+        Err(e) => {
+            for j in jobs {
+                let _ = j.reply.send(Err(e.clone()));
+            }
+        }
+    }
 }
 
 /// A member of the group as this node sees it.
@@ -449,10 +578,13 @@ impl Repl {
             applying: applying.clone(),
         };
         let node = RaftNode::start_with_db(cfg, db, applier).await?;
+        let (combiner, jobs) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(combine(Arc::downgrade(shared), jobs));
         Ok(Repl {
             node,
             peers,
             applying,
+            combiner,
         })
     }
 
@@ -538,9 +670,35 @@ impl Repl {
     }
 
     /// Proposes `p` and returns the reply applying it produced here, or
-    /// an error line.
+    /// an error line. On the leader it joins the group commit ([`combine`]):
+    /// the proposal is queued when this future is first polled, so
+    /// proposals made one after the other reach the log in that order.
+    /// Not for a blocking command's run ([`Repl::propose_alone`]).
     pub(crate) async fn propose(&self, p: &Proposal) -> Result<Vec<u8>, String> {
         let bytes = bincode::serialize(p).map_err(|e| format!("ERR replication: {e}"))?;
+        if !self.is_leader() {
+            return self.write_bytes(bytes).await;
+        }
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        if let Err(e) = self.combiner.send(Job { bytes, reply }) {
+            return self.write_bytes(e.0.bytes).await;
+        }
+        rx.await
+            .unwrap_or_else(|_| Err("ERR replication: the proposal was dropped".into()))
+    }
+
+    /// [`Repl::propose`] in an entry of its own: for a blocking command,
+    /// whose entry may answer [`WouldBlock`] with the entry's index (a
+    /// later proposal in the same entry could signal its keys before the
+    /// client is registered to wait).
+    pub(crate) async fn propose_alone(&self, p: &Proposal) -> Result<Vec<u8>, String> {
+        let bytes = bincode::serialize(p).map_err(|e| format!("ERR replication: {e}"))?;
+        self.write_bytes(bytes).await
+    }
+
+    /// Writes one proposal's bincode as an entry (forwarded to the leader
+    /// by a follower).
+    async fn write_bytes(&self, bytes: Vec<u8>) -> Result<Vec<u8>, String> {
         match self.node.write(bytes).await {
             Ok(reply) => Ok(reply),
             Err(WriteError::ForwardToLeader { .. }) => Err(NO_LEADER.into()),
@@ -556,7 +714,7 @@ impl Repl {
     pub(crate) async fn propose_patiently(&self, p: &Proposal) -> Result<Vec<u8>, String> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         loop {
-            match self.propose(p).await {
+            match self.propose_alone(p).await {
                 Err(line) if line == NO_LEADER && tokio::time::Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
@@ -730,9 +888,38 @@ impl Applier for ReplApplier {
     }
 
     fn apply(&self, index: u64, payload: &[u8]) -> io::Result<Vec<u8>> {
+        match decode_proposal(payload)? {
+            Proposal::Batch { entries } => {
+                let mut replies = Vec::with_capacity(entries.len());
+                for e in entries {
+                    let p = decode_proposal(&e)?;
+                    if matches!(p, Proposal::Batch { .. }) {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            "a batch inside a batch",
+                        ));
+                    }
+                    replies.push(serde_bytes::ByteBuf::from(self.apply_one(index, p)?));
+                }
+                bincode::serialize(&replies).map_err(io::Error::other)
+            }
+            p => self.apply_one(index, p),
+        }
+    }
+
+    fn checkpoint(&self, dir: &Path) -> io::Result<Vec<CheckpointFile>> {
+        self.checkpoint_now(dir)
+    }
+
+    fn install(&self, dir: &Path) -> io::Result<()> {
+        self.install_now(dir)
+    }
+}
+
+impl ReplApplier {
+    /// Applies one proposal of entry `index` (see [`Applier::apply`]).
+    fn apply_one(&self, index: u64, p: Proposal) -> io::Result<Vec<u8>> {
         let shared = self.shared.upgrade().ok_or_else(gone)?;
-        let p: Proposal = bincode::deserialize(payload)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         self.applying.store(index, Ordering::SeqCst);
         shared.keyspace.raise_seq(index << SEQ_SHIFT);
         let _seed = EntrySeed::set(index);
@@ -812,12 +999,18 @@ impl Applier for ReplApplier {
                     .apply(&shared, self.client.clone(), time_ms)
                     .map_err(io::Error::other)?
             }
+            Err(Proposal::Batch { .. }) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "a batch inside a batch",
+                ))
+            }
             Err(Proposal::Run { .. } | Proposal::Retry { .. }) => unreachable!("taken above"),
         };
         Ok(reply)
     }
 
-    fn checkpoint(&self, dir: &Path) -> io::Result<Vec<CheckpointFile>> {
+    fn checkpoint_now(&self, dir: &Path) -> io::Result<Vec<CheckpointFile>> {
         let shared = self.shared.upgrade().ok_or_else(gone)?;
         // Isolated from applies and local batches like an entry; held only
         // while the engine files are linked.
@@ -836,7 +1029,7 @@ impl Applier for ReplApplier {
         Ok(files)
     }
 
-    fn install(&self, dir: &Path) -> io::Result<()> {
+    fn install_now(&self, dir: &Path) -> io::Result<()> {
         let shared = self.shared.upgrade().ok_or_else(gone)?;
         // `enter` holds the gate.
         shared.keyspace.install(dir).map_err(io::Error::other)?;
@@ -871,6 +1064,10 @@ impl Applier for ReplApplier {
         }
         Ok(())
     }
+}
+
+fn decode_proposal(bytes: &[u8]) -> io::Result<Proposal> {
+    bincode::deserialize(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 /// Runs one command (`args`) with `conn` and returns its reply.

@@ -1647,3 +1647,50 @@ fn a_work_queue_hands_each_item_out_once_across_nodes_and_tokens_work_on_any_nod
     assert_eq!(s, 404, "{}", String::from_utf8_lossy(&b));
     assert_eq!(json_body(&b)["code"], "NOT_FOUND");
 }
+
+#[test]
+fn concurrent_clients_writes_share_entries_and_keep_each_clients_order() {
+    let g = Group::start();
+    let l = g.leader();
+    let mut lc = g.conn(l);
+    let before = info_field(&mut lc, "basalt_raft_last_log_index");
+    // 20 clients, 50 round trips each: 1,000 proposals while at most 4
+    // entries are in flight, so they queue and go in shared entries.
+    let clients: Vec<_> = (0..20)
+        .map(|t| {
+            let mut c = g.conn(l);
+            std::thread::spawn(move || {
+                for i in 0..50 {
+                    let n: i64 = redis::cmd("RPUSH")
+                        .arg(format!("list:{t}"))
+                        .arg(i)
+                        .query(&mut c)
+                        .unwrap();
+                    assert_eq!(n, i + 1, "client {t}: its own reply, in its order");
+                    let _: i64 = redis::cmd("INCR").arg("total").query(&mut c).unwrap();
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    let entries = info_field(&mut lc, "basalt_raft_last_log_index") - before;
+    eprintln!("2,000 writes of 20 clients took {entries} log entries");
+    assert!(entries < 2_000, "2,000 writes took {entries} entries");
+    let want: Vec<String> = (0..50).map(|i| i.to_string()).collect();
+    g.eventually("every list in order and the total on every node", |c| {
+        let _: () = redis::cmd("READONLY").query(c).unwrap();
+        let total: Option<i64> = redis::cmd("GET").arg("total").query(c).unwrap();
+        total == Some(1000)
+            && (0..20).all(|t| {
+                let l: Vec<String> = redis::cmd("LRANGE")
+                    .arg(format!("list:{t}"))
+                    .arg(0)
+                    .arg(-1)
+                    .query(c)
+                    .unwrap();
+                l == want
+            })
+    });
+}
