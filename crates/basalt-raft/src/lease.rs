@@ -159,6 +159,35 @@ impl Lease {
         let index = applied.index.max(self.commit_sent.load(Ordering::SeqCst));
         (held > voters.len() / 2).then_some(index)
     }
+
+    /// Whether this node leads and a majority of the voters (itself
+    /// included) accepted appends it sent within `window`: it is not cut
+    /// off from its followers (the pre-vote gate, `crate::prevote`).
+    pub(crate) fn quorum_within(&self, raft: &Raft, window: Duration) -> bool {
+        let (term, voters) = {
+            let m = raft.metrics();
+            let m = m.borrow();
+            if m.current_leader != Some(self.me) {
+                return false;
+            }
+            let voters: Vec<NodeId> = m.membership_config.membership().voter_ids().collect();
+            (m.vote.leader_id().get_term(), voters)
+        };
+        let Some(fresh) = Instant::now().checked_sub(window) else {
+            return true;
+        };
+        let acks = self.acks.lock();
+        let held = voters
+            .iter()
+            .filter(|&&v| {
+                v == self.me
+                    || acks
+                        .get(&v)
+                        .is_some_and(|&(t, sent)| t == term && sent > fresh)
+            })
+            .count();
+        held > voters.len() / 2
+    }
 }
 
 #[cfg(test)]

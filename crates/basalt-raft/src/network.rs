@@ -427,7 +427,7 @@ async fn append(State(rpc): State<Rpc>, body: Bytes) -> Result<Vec<u8>, (StatusC
 /// the asker now (`crate::prevote`).
 async fn prevote(State(rpc): State<Rpc>, body: Bytes) -> Result<Vec<u8>, (StatusCode, String)> {
     let req: PreVoteRequest = decode(&body)?;
-    encode(&rpc.pre.would_grant(&rpc.raft, &req).await)
+    encode(&rpc.pre.would_grant(&rpc.raft, &rpc.lease, &req).await)
 }
 
 async fn vote(State(rpc): State<Rpc>, body: Bytes) -> Result<Vec<u8>, (StatusCode, String)> {

@@ -29,6 +29,7 @@ use openraft::storage::RaftLogStorage;
 use openraft::ServerState;
 use serde::{Deserialize, Serialize};
 
+use crate::lease::Lease;
 use crate::log_store::LogStore;
 use crate::{LogId, NodeId, Raft};
 
@@ -79,13 +80,22 @@ impl PreVote {
     }
 
     /// Whether this node would vote for a candidate with `req`'s log now.
-    pub(crate) async fn would_grant(&self, raft: &Raft, req: &PreVoteRequest) -> bool {
+    pub(crate) async fn would_grant(
+        &self,
+        raft: &Raft,
+        lease: &Lease,
+        req: &PreVoteRequest,
+    ) -> bool {
         if self.heard_recently() {
             return false;
         }
-        // A leader grants nobody: it would step down only for a real
-        // election, which its followers' pre-votes allow once it is gone.
-        if raft.metrics().borrow().state == ServerState::Leader {
+        // A leader that a majority still acknowledges grants nobody; one
+        // that has not been acknowledged by a majority for the followers'
+        // lease is cut off (an asymmetric link can leave it reachable for
+        // this request), and openraft would grant the real vote too.
+        if raft.metrics().borrow().state == ServerState::Leader
+            && lease.quorum_within(raft, self.lease)
+        {
             return false;
         }
         req.last_log >= self.last_log().await

@@ -74,12 +74,13 @@ pub trait Applier: Send + Sync + 'static {
     fn checkpoint(&self, dir: &Path) -> io::Result<Vec<CheckpointFile>>;
 
     /// Replaces the whole state with a checkpoint made on another node,
-    /// whose files are in `dir` (each exactly its length). Runs inside
+    /// whose files are in `dir` (each exactly its length), as of log index
+    /// `index`. Runs inside
     /// [`Applier::enter`]'s hold, with no write batch open; may move files
     /// out of `dir`. Must be idempotent: if the node dies during it, it
     /// runs again at the next start, before anything else, with `dir` as
     /// the interrupted run left it.
-    fn install(&self, dir: &Path) -> io::Result<()>;
+    fn install(&self, dir: &Path, index: u64) -> io::Result<()>;
 
     /// Called before the state machine opens its write batch for a group of
     /// entries (or a snapshot install); what it returns is held until the
@@ -261,6 +262,13 @@ impl<A: Applier> StateMachine<A> {
                 read_small_file::<StoredSnapshot>(&path, "META")
                     .ok()
                     .flatten()
+                    .filter(|st| {
+                        let ok = intact(&path, st);
+                        if !ok {
+                            tracing::warn!(snapshot = %path.display(), "dropping a damaged snapshot");
+                        }
+                        ok
+                    })
             } else {
                 None
             };
@@ -399,7 +407,10 @@ impl<A: Applier> StateMachine<A> {
             let _held = self.shared.applier.enter();
             self.shared
                 .applier
-                .install(&staged.join("data"))
+                .install(
+                    &staged.join("data"),
+                    meta.last_log_id.map_or(0, |l| l.index),
+                )
                 .map_err(|e| snap_err(ErrorVerb::Write, e))?;
             st.applied = meta.last_log_id;
             st.membership = meta.last_membership.clone();
@@ -436,6 +447,13 @@ impl<A: Applier> StateMachine<A> {
                 return Err(snap_err(ErrorVerb::Read, e));
             }
         };
+        // Durable before it is named a snapshot: the active files' linked
+        // prefixes and the applier's small files may still be in the page
+        // cache only (the gate was held just for the links).
+        sync_tree(&building.join("data"), &files).map_err(|e| {
+            let _ = remove_any(&building);
+            snap_err(ErrorVerb::Write, e)
+        })?;
         tracing::info!(
             index = meta.last_log_id.map_or(0, |l| l.index),
             files = files.len(),
@@ -495,6 +513,37 @@ impl<A: Applier> StateMachine<A> {
     }
 }
 
+/// fsyncs every file of `files` under `root`, then every directory that
+/// holds one, deepest first, and `root`.
+fn sync_tree(root: &Path, files: &[CheckpointFile]) -> io::Result<()> {
+    let mut dirs = vec![root.to_path_buf()];
+    for f in files {
+        let path = root.join(&f.path);
+        std::fs::File::open(&path)?.sync_data()?;
+        let mut d = path.parent().map(Path::to_path_buf);
+        while let Some(dir) = d {
+            if dir == root || !dir.starts_with(root) || dirs.contains(&dir) {
+                break;
+            }
+            d = dir.parent().map(Path::to_path_buf);
+            dirs.push(dir);
+        }
+    }
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+    for d in dirs {
+        std::fs::File::open(&d)?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// Whether every file of a stored snapshot is there with at least its
+/// length (a power loss may have cut an active file back).
+fn intact(dir: &Path, stored: &StoredSnapshot) -> bool {
+    stored.files.iter().all(|(path, len)| {
+        std::fs::metadata(dir.join("data").join(path)).is_ok_and(|m| m.len() >= *len)
+    })
+}
+
 /// Removes a file or a directory tree; absent is fine.
 fn remove_any(path: &Path) -> io::Result<()> {
     let r = match std::fs::symlink_metadata(path) {
@@ -533,6 +582,18 @@ impl<A: Applier> RaftStateMachine<TypeConfig> for StateMachine<A> {
     }
 
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotData>, StorageError> {
+        // One reception at a time: an earlier one was abandoned (a newer
+        // snapshot, another leader), and its file could be as large as the
+        // data set.
+        if let Ok(entries) = std::fs::read_dir(self.snapshots()) {
+            for e in entries.flatten() {
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                if name.starts_with("incoming-") && name.ends_with(".archive") {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
         let path = self
             .snapshots()
             .join(format!("{}.archive", unique("incoming")));

@@ -725,16 +725,27 @@ impl Keyspace {
     /// `basalt_engine::Db::checkpoint`) and writes `dir/databases` (their
     /// numbers) and `dir/tokens` (the batch log's tokens, on which their
     /// conditional commits depend). Returns the files, relative to `dir`.
-    /// The caller keeps writers out (the exec gate).
-    pub fn checkpoint(&self, dir: &Path) -> KsResult<Vec<basalt_engine::CheckpointFile>> {
+    /// Compaction is paused in every database first (waiting for a running
+    /// one), then `exclude` keeps writers out (the caller's exec gate)
+    /// while the files are linked, so writers never wait for a compaction.
+    pub fn checkpoint<G>(
+        &self,
+        dir: &Path,
+        exclude: impl FnOnce() -> G,
+    ) -> KsResult<Vec<basalt_engine::CheckpointFile>> {
         std::fs::create_dir_all(dir).map_err(|e| io_err("create directory", dir, e))?;
+        let slots: Vec<_> = self.slots.iter().map(|s| s.read()).collect();
+        let paused: Vec<_> = slots
+            .iter()
+            .map(|s| s.db().map(|db| (db, db.pause_compaction())))
+            .collect();
+        let _excluded = exclude();
         let mut files = Vec::new();
         let mut numbers = String::new();
-        for (n, slot) in self.slots.iter().enumerate() {
-            let slot = slot.read();
-            let Some(db) = slot.db() else { continue };
+        for (n, db) in paused.iter().enumerate() {
+            let Some((db, pause)) = db else { continue };
             let name = format!("db{n}");
-            for mut f in db.checkpoint(&dir.join(&name))? {
+            for mut f in db.checkpoint_paused(&dir.join(&name), pause)? {
                 f.path = Path::new(&name).join(&f.path);
                 files.push(f);
             }

@@ -52,6 +52,10 @@ use crate::state::{ClientInfo, Shared};
 
 /// Sequence numbers one entry may use before the next entry's floor.
 const SEQ_SHIFT: u32 = 20;
+/// Sequence numbers between the floors of a batch's proposals
+/// (`BATCH_PROPOSALS` of them fit in one entry's 2^20).
+const SUB_SHIFT: u32 = 12;
+const _: () = assert!((BATCH_PROPOSALS as u64) << SUB_SHIFT <= 1 << SEQ_SHIFT);
 
 thread_local! {
     /// While an entry applies on this thread: the state of the generator
@@ -271,7 +275,9 @@ impl Pipelined {
             .entries
             .drain(..)
             .map(|(p, n)| {
-                let f: Reply<'_> = Box::pin(async move { repl.propose(&p).await });
+                // Queued even if leadership moves meanwhile: the combiner
+                // keeps their order either way.
+                let f: Reply<'_> = Box::pin(async move { repl.propose_queued(&p).await });
                 (f, n)
             })
             .collect();
@@ -675,10 +681,18 @@ impl Repl {
     /// proposals made one after the other reach the log in that order.
     /// Not for a blocking command's run ([`Repl::propose_alone`]).
     pub(crate) async fn propose(&self, p: &Proposal) -> Result<Vec<u8>, String> {
-        let bytes = bincode::serialize(p).map_err(|e| format!("ERR replication: {e}"))?;
         if !self.is_leader() {
-            return self.write_bytes(bytes).await;
+            return self.propose_alone(p).await;
         }
+        self.propose_queued(p).await
+    }
+
+    /// [`Repl::propose`] through the group commit whether or not this node
+    /// leads (the combiner forwards, in queue order, what it cannot
+    /// submit): for proposals whose order matters among themselves once
+    /// one of them went this way (`Pipelined::resolve` on the leader).
+    pub(crate) async fn propose_queued(&self, p: &Proposal) -> Result<Vec<u8>, String> {
+        let bytes = bincode::serialize(p).map_err(|e| format!("ERR replication: {e}"))?;
         let (reply, rx) = tokio::sync::oneshot::channel();
         if let Err(e) = self.combiner.send(Job { bytes, reply }) {
             return self.write_bytes(e.0.bytes).await;
@@ -899,11 +913,15 @@ impl Applier for ReplApplier {
                             "a batch inside a batch",
                         ));
                     }
-                    replies.push(serde_bytes::ByteBuf::from(self.apply_one(index, p)?));
+                    replies.push(serde_bytes::ByteBuf::from(self.apply_one(
+                        index,
+                        replies.len() as u64,
+                        p,
+                    )?));
                 }
                 bincode::serialize(&replies).map_err(io::Error::other)
             }
-            p => self.apply_one(index, p),
+            p => self.apply_one(index, 0, p),
         }
     }
 
@@ -911,18 +929,28 @@ impl Applier for ReplApplier {
         self.checkpoint_now(dir)
     }
 
-    fn install(&self, dir: &Path) -> io::Result<()> {
+    fn install(&self, dir: &Path, index: u64) -> io::Result<()> {
+        // Clients blocked here before the install compare with this index
+        // (`Repl::block_here`): entries the snapshot folded in may have
+        // signalled their keys.
+        self.applying.store(index, Ordering::SeqCst);
         self.install_now(dir)
     }
 }
 
 impl ReplApplier {
-    /// Applies one proposal of entry `index` (see [`Applier::apply`]).
-    fn apply_one(&self, index: u64, p: Proposal) -> io::Result<Vec<u8>> {
+    /// Applies proposal `sub` of entry `index` (0 for an entry of one;
+    /// see [`Applier::apply`]).
+    fn apply_one(&self, index: u64, sub: u64, p: Proposal) -> io::Result<Vec<u8>> {
         let shared = self.shared.upgrade().ok_or_else(gone)?;
         self.applying.store(index, Ordering::SeqCst);
-        shared.keyspace.raise_seq(index << SEQ_SHIFT);
-        let _seed = EntrySeed::set(index);
+        // A batch's proposals each get a floor of their own (4,096
+        // sequence numbers apart; one that writes more runs on from the
+        // counter, the same on every node) and a seed of their own.
+        shared
+            .keyspace
+            .raise_seq((index << SEQ_SHIFT) + (sub << SUB_SHIFT));
+        let _seed = EntrySeed::set(index ^ (sub << 48));
         let replay = crate::blocking::Replay::start(matches!(p, Proposal::Retry { .. }));
         let run = match p {
             Proposal::Run {
@@ -1012,10 +1040,13 @@ impl ReplApplier {
 
     fn checkpoint_now(&self, dir: &Path) -> io::Result<Vec<CheckpointFile>> {
         let shared = self.shared.upgrade().ok_or_else(gone)?;
-        // Isolated from applies and local batches like an entry; held only
-        // while the engine files are linked.
-        let _gate = GateHold::new(shared.clone());
-        let mut files = shared.keyspace.checkpoint(dir).map_err(io::Error::other)?;
+        // Isolated from applies and local batches like an entry; the gate
+        // is held only while the engine files are linked (compaction is
+        // paused before it is taken).
+        let mut files = shared
+            .keyspace
+            .checkpoint(dir, || GateHold::new(shared.clone()))
+            .map_err(io::Error::other)?;
         let mut conn = self.stand_in(0, crate::state::now_ms());
         let functions = match call(&shared, &mut conn, &[b"FUNCTION", b"DUMP"])? {
             Frame::Bulk(b) => b,

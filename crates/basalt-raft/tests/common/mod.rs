@@ -164,7 +164,7 @@ impl Applier for KvApplier {
 
     /// Opens the received store and copies it over this one (the server
     /// swaps directories instead; copying keeps this applier small).
-    fn install(&self, dir: &Path) -> io::Result<()> {
+    fn install(&self, dir: &Path, _index: u64) -> io::Result<()> {
         let e = io::Error::other;
         let tokens: HashSet<u64> = std::fs::read(dir.join("tokens"))?
             .chunks_exact(8)
