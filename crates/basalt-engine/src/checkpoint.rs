@@ -7,9 +7,11 @@
 //! records how many of its bytes belong to it (the writer's end of records
 //! at the time of the call) and whoever copies the image copies only that
 //! prefix. The image is what a crash at the moment of the call would leave
-//! on disk, which open already knows how to read. Compaction is paused
-//! while the files are linked (it is the only thing that deletes files), so
-//! the image is one point in time across all shards.
+//! on disk, which open already knows how to read. Compaction deletes no
+//! file while the files are linked (it waits, holding nothing writers
+//! need, on `Inner::deleting`), so the image is one point in time across
+//! all shards: a compaction output may appear beside its inputs, as after
+//! a crash, but no input goes before every shard is linked.
 
 use std::path::{Path, PathBuf};
 
@@ -29,30 +31,11 @@ pub struct CheckpointFile {
 }
 
 /// How often one shard's listing is retried when a listed file is gone
-/// before it is linked (compaction is paused, so only a file removed by
-/// something else).
+/// before it is linked (compaction deletes nothing meanwhile, so only a
+/// file removed by something else).
 const ATTEMPTS: usize = 100;
 
-/// Compaction held off ([`Db::pause_compaction`]): no compaction runs, so
-/// no data file is deleted, until it is dropped.
-#[derive(Debug)]
-pub struct CompactionPause<'a>(#[allow(dead_code)] parking_lot::MutexGuard<'a, ()>);
-
 impl Db {
-    /// Holds compaction off until the guard is dropped; waits for a
-    /// compaction that is running to finish. Take it before anything that
-    /// keeps writers out (the server's exec gate), so that writers never
-    /// wait for a compaction, then [`Db::checkpoint_paused`].
-    pub fn pause_compaction(&self) -> CompactionPause<'_> {
-        CompactionPause(self.inner.compaction.lock())
-    }
-
-    /// [`Db::checkpoint_paused`] with compaction paused for the call.
-    pub fn checkpoint(&self, dest: &Path) -> Result<Vec<CheckpointFile>> {
-        let pause = self.pause_compaction();
-        self.checkpoint_paused(dest, &pause)
-    }
-
     /// Hard-links an image of the database into `dest` (created; it must
     /// not exist and must be on the same filesystem) and returns its files.
     /// The directories are fsynced; the part of each shard's active file
@@ -65,13 +48,10 @@ impl Db {
     /// (the server holds its exec gate): a write that runs concurrently may
     /// be in the image or not, and a batch that runs concurrently may be
     /// torn in it (open then ignores its members, as after a crash).
-    /// `pause` (from this database) keeps compaction from deleting files
-    /// meanwhile; hint files may appear (each complete when named).
-    pub fn checkpoint_paused(
-        &self,
-        dest: &Path,
-        _pause: &CompactionPause<'_>,
-    ) -> Result<Vec<CheckpointFile>> {
+    /// Compaction may run, but deletes nothing until the call returns;
+    /// hint files may appear (each complete when named).
+    pub fn checkpoint(&self, dest: &Path) -> Result<Vec<CheckpointFile>> {
+        let _no_deletions = self.inner.deleting.write();
         std::fs::create_dir(dest).map_err(|e| Error::io("create directory", dest, e))?;
         let mut files = Vec::new();
         let meta = self.inner.dir.join("BASALT");

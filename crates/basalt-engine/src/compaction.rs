@@ -718,6 +718,8 @@ pub(crate) fn compact_files(
     // tombstone was dropped with an input already gone. So first a marker
     // lists every input; open finishes the job if it finds one.
     let ids: Vec<u32> = inputs.iter().map(|(id, _, _)| *id).collect();
+    // Not while a checkpoint links files (`Db::checkpoint`).
+    let _deleting = inner.deleting.read();
     let marker = write_victims_marker(shard, &ids)?;
     {
         let mut idx = shard.index.write();

@@ -552,6 +552,9 @@ pub(crate) struct Inner {
     pub expiry_paused_until: AtomicU64,
     /// One compaction at a time (background or on demand).
     pub compaction: Mutex<()>,
+    /// Held shared while compaction deletes its inputs, exclusively while
+    /// a checkpoint links files: no file disappears during a checkpoint.
+    pub deleting: parking_lot::RwLock<()>,
     pub lock_file: std::fs::File,
     /// The batch group (see `batch.rs`): one open batch at a time.
     pub group: Arc<BatchGroup>,

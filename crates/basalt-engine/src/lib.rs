@@ -72,7 +72,7 @@ pub use check::{
     check, repair, CheckOptions, CheckReport, Damage, DamageKind, Dropped, FileReport, Progress,
     RepairReport, Severity,
 };
-pub use checkpoint::{CheckpointFile, CompactionPause};
+pub use checkpoint::CheckpointFile;
 pub use compaction::CompactionReport;
 pub use db::{Db, FileStats, KeyKind, KeyMeta, Stats, Versioned};
 pub use error::{Error, Result};

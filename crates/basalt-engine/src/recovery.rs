@@ -1135,6 +1135,7 @@ impl Db {
             counters: Counters::default(),
             expiry_paused_until: AtomicU64::new(0),
             compaction: Mutex::new(()),
+            deleting: parking_lot::RwLock::new(()),
             lock_file,
         });
         let workers = crate::compaction::spawn_workers(&inner);

@@ -69,9 +69,12 @@ pub trait Applier: Send + Sync + 'static {
     /// new directory on the same filesystem as the node's data, so that
     /// files that no longer change can be hard-linked rather than copied)
     /// and returns its files, each with how many of its bytes belong to the
-    /// snapshot. No entry applies meanwhile; the applier keeps its other
-    /// writers out itself.
-    fn checkpoint(&self, dir: &Path) -> io::Result<Vec<CheckpointFile>>;
+    /// snapshot. Entries may apply concurrently: the applier calls
+    /// `captured` exactly once, at the moment its image is of, while no
+    /// entry can apply (inside the exclusion [`Applier::enter`] gives
+    /// applies), and keeps that exclusion only as long as it must.
+    fn checkpoint(&self, dir: &Path, captured: &mut dyn FnMut())
+        -> io::Result<Vec<CheckpointFile>>;
 
     /// Replaces the whole state with a checkpoint made on another node,
     /// whose files are in `dir` (each exactly its length), as of log index
@@ -151,7 +154,7 @@ struct Shared<A> {
     state: Mutex<State>,
     /// `State::applied` as of the last committed batch, readable while a
     /// batch applies (which holds `state` throughout).
-    applied_now: Mutex<Option<LogId>>,
+    applied_now: Mutex<(Option<LogId>, StoredMembership<NodeId, NodeAddr>)>,
 }
 
 /// The state machine. Clones share it (openraft owns one; the embedder may
@@ -213,7 +216,7 @@ impl<A: Applier> StateMachine<A> {
                 db,
                 dir: dir.to_path_buf(),
                 applier,
-                applied_now: Mutex::new(applied),
+                applied_now: Mutex::new((applied, membership.clone())),
                 state: Mutex::new(State {
                     applied,
                     membership,
@@ -294,7 +297,7 @@ impl<A: Applier> StateMachine<A> {
     /// The log id of the last applied entry (of the last batch that
     /// committed). Never waits for a batch that is applying.
     pub fn applied(&self) -> Option<LogId> {
-        *self.shared.applied_now.lock()
+        self.shared.applied_now.lock().0
     }
 
     /// The applier.
@@ -359,8 +362,9 @@ impl<A: Applier> StateMachine<A> {
         }
         self.write_marker(&st)?;
         batch.commit().map_err(|e| sm_err(ErrorVerb::Write, e))?;
+        // Before the exclusion ends: a checkpoint reads it inside it.
+        *self.shared.applied_now.lock() = (st.applied, st.membership.clone());
         drop(held);
-        *self.shared.applied_now.lock() = st.applied;
         Ok(out)
     }
 
@@ -419,53 +423,85 @@ impl<A: Applier> StateMachine<A> {
                 .db
                 .sync()
                 .map_err(|e| sm_err(ErrorVerb::Write, e))?;
+            *self.shared.applied_now.lock() = (st.applied, st.membership.clone());
         }
-        *self.shared.applied_now.lock() = st.applied;
-        self.checkpoint_now(st, meta.clone())?;
+        // Nothing applies during an install: the point is the snapshot's.
+        let (building, files) = self.checkpoint_files(&mut || {})?;
+        self.make_current(st, building, files, meta.clone())?;
         remove_any(&self.shared.dir.join(INTENT))
             .and_then(|_| remove_any(staged))
             .map_err(|e| snap_err(ErrorVerb::Delete, e))?;
         Ok(())
     }
 
-    /// Checkpoints the state (as of `meta`) into a new snapshot directory
-    /// and makes it the current snapshot, removing the one before.
-    fn checkpoint_now(
+    /// Checkpoints the state into a new `building-*` directory, made
+    /// durable; `captured` runs at the moment the image is of.
+    fn checkpoint_files(
         &self,
-        st: &mut State,
-        meta: SnapshotMeta<NodeId, NodeAddr>,
-    ) -> Result<(), StorageError> {
+        captured: &mut dyn FnMut(),
+    ) -> Result<(PathBuf, Vec<CheckpointFile>), StorageError> {
         let snap_err = |verb, e: io::Error| io_error(ErrorSubject::Snapshot(None), verb, e);
-        let name = unique("building");
-        let building = self.snapshots().join(&name);
+        let building = self.snapshots().join(unique("building"));
         std::fs::create_dir_all(&building).map_err(|e| snap_err(ErrorVerb::Write, e))?;
         let started = std::time::Instant::now();
-        let files = match self.shared.applier.checkpoint(&building.join("data")) {
+        let files = match self
+            .shared
+            .applier
+            .checkpoint(&building.join("data"), captured)
+        {
             Ok(f) => f,
             Err(e) => {
                 let _ = remove_any(&building);
                 return Err(snap_err(ErrorVerb::Read, e));
             }
         };
+        let linked = started.elapsed();
         // Durable before it is named a snapshot: the active files' linked
         // prefixes and the applier's small files may still be in the page
-        // cache only (the gate was held just for the links).
+        // cache only (entries apply meanwhile: the gate was held just for
+        // the links).
         sync_tree(&building.join("data"), &files).map_err(|e| {
             let _ = remove_any(&building);
             snap_err(ErrorVerb::Write, e)
         })?;
         tracing::info!(
-            index = meta.last_log_id.map_or(0, |l| l.index),
             files = files.len(),
             bytes = files.iter().map(|f| f.len).sum::<u64>(),
+            linked_ms = linked.as_millis() as u64,
             took_ms = started.elapsed().as_millis() as u64,
             "snapshot checkpointed"
         );
+        Ok((building, files))
+    }
+
+    /// Names `building` the current snapshot (as of `meta`), removing the
+    /// one before; a snapshot of a later entry that became current
+    /// meanwhile (an install) stays, and `building` goes.
+    fn make_current(
+        &self,
+        st: &mut State,
+        building: PathBuf,
+        files: Vec<CheckpointFile>,
+        meta: SnapshotMeta<NodeId, NodeAddr>,
+    ) -> Result<(), StorageError> {
+        let snap_err = |verb, e: io::Error| io_error(ErrorSubject::Snapshot(None), verb, e);
+        if st
+            .snapshot
+            .as_ref()
+            .is_some_and(|c| c.stored.meta.last_log_id > meta.last_log_id)
+        {
+            return remove_any(&building).map_err(|e| snap_err(ErrorVerb::Delete, e));
+        }
         let stored = StoredSnapshot {
             meta,
             files: files.into_iter().map(|f| (f.path, f.len)).collect(),
         };
-        let dir = self.snapshots().join(name.replacen("building", "snap", 1));
+        let name = building
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .replacen("building", "snap", 1);
+        let dir = self.snapshots().join(name);
         write_small_file(&building, "META", &stored)
             .and_then(|_| std::fs::rename(&building, &dir))
             .and_then(|_| std::fs::File::open(self.snapshots())?.sync_all())
@@ -478,21 +514,35 @@ impl<A: Applier> StateMachine<A> {
         Ok(())
     }
 
-    /// Builds a snapshot of the state as of the last applied entry.
+    /// Builds a snapshot of the state. Entries go on applying while it is
+    /// built (the applier holds them off only while it links files); the
+    /// snapshot is of the last entry applied at that moment.
     fn build_now(&self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let mut at = None;
+        let (building, files) = self.checkpoint_files(&mut || {
+            at = Some(self.shared.applied_now.lock().clone());
+        })?;
+        let Some((applied, membership)) = at else {
+            let _ = remove_any(&building);
+            return Err(io_error(
+                ErrorSubject::Snapshot(None),
+                ErrorVerb::Read,
+                io::Error::other("the applier's checkpoint named no point"),
+            ));
+        };
         let mut st = self.shared.state.lock();
         st.builds += 1;
-        let snapshot_id = match st.applied {
+        let snapshot_id = match applied {
             Some(l) => format!("{}-{}-{}", l.leader_id, l.index, st.builds),
             None => format!("none-{}", st.builds),
         };
         let meta = SnapshotMeta {
-            last_log_id: st.applied,
-            last_membership: st.membership.clone(),
+            last_log_id: applied,
+            last_membership: membership,
             snapshot_id,
         };
-        self.checkpoint_now(&mut st, meta)?;
-        let current = st.snapshot.as_ref().expect("just built");
+        self.make_current(&mut st, building, files, meta)?;
+        let current = st.snapshot.as_ref().expect("a current snapshot");
         Self::open_snapshot(current)
     }
 

@@ -725,33 +725,30 @@ impl Keyspace {
     /// `basalt_engine::Db::checkpoint`) and writes `dir/databases` (their
     /// numbers) and `dir/tokens` (the batch log's tokens, on which their
     /// conditional commits depend). Returns the files, relative to `dir`.
-    /// Compaction is paused in every database first (waiting for a running
-    /// one), then `exclude` keeps writers out (the caller's exec gate)
-    /// while the files are linked, so writers never wait for a compaction.
+    /// `exclude` keeps writers out (the caller's exec gate, taken first:
+    /// lock order gate, then slots) while the files are linked; compaction
+    /// deletes nothing meanwhile (`basalt_engine::Db::checkpoint`).
     pub fn checkpoint<G>(
         &self,
         dir: &Path,
         exclude: impl FnOnce() -> G,
     ) -> KsResult<Vec<basalt_engine::CheckpointFile>> {
         std::fs::create_dir_all(dir).map_err(|e| io_err("create directory", dir, e))?;
-        let slots: Vec<_> = self.slots.iter().map(|s| s.read()).collect();
-        let paused: Vec<_> = slots
-            .iter()
-            .map(|s| s.db().map(|db| (db, db.pause_compaction())))
-            .collect();
         let _excluded = exclude();
         let mut files = Vec::new();
         let mut numbers = String::new();
-        for (n, db) in paused.iter().enumerate() {
-            let Some((db, pause)) = db else { continue };
+        for (n, slot) in self.slots.iter().enumerate() {
+            let slot = slot.read();
+            let Some(db) = slot.db() else { continue };
             let name = format!("db{n}");
-            for mut f in db.checkpoint_paused(&dir.join(&name), pause)? {
+            for mut f in db.checkpoint(&dir.join(&name))? {
                 f.path = Path::new(&name).join(&f.path);
                 files.push(f);
             }
             numbers.push_str(&format!("{n}\n"));
         }
         let mut tokens: Vec<u64> = self.log.tokens.read().iter().copied().collect();
+        drop(_excluded);
         tokens.sort_unstable();
         let tokens: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
         for (name, bytes) in [("databases", numbers.as_bytes()), ("tokens", &tokens[..])] {

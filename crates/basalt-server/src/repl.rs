@@ -925,8 +925,12 @@ impl Applier for ReplApplier {
         }
     }
 
-    fn checkpoint(&self, dir: &Path) -> io::Result<Vec<CheckpointFile>> {
-        self.checkpoint_now(dir)
+    fn checkpoint(
+        &self,
+        dir: &Path,
+        captured: &mut dyn FnMut(),
+    ) -> io::Result<Vec<CheckpointFile>> {
+        self.checkpoint_now(dir, captured)
     }
 
     fn install(&self, dir: &Path, index: u64) -> io::Result<()> {
@@ -1038,14 +1042,22 @@ impl ReplApplier {
         Ok(reply)
     }
 
-    fn checkpoint_now(&self, dir: &Path) -> io::Result<Vec<CheckpointFile>> {
+    fn checkpoint_now(
+        &self,
+        dir: &Path,
+        captured: &mut dyn FnMut(),
+    ) -> io::Result<Vec<CheckpointFile>> {
         let shared = self.shared.upgrade().ok_or_else(gone)?;
         // Isolated from applies and local batches like an entry; the gate
-        // is held only while the engine files are linked (compaction is
-        // paused before it is taken).
+        // is held only while the engine files are linked, and the image is
+        // of the last entry applied when it was taken.
         let mut files = shared
             .keyspace
-            .checkpoint(dir, || GateHold::new(shared.clone()))
+            .checkpoint(dir, || {
+                let gate = GateHold::new(shared.clone());
+                captured();
+                gate
+            })
             .map_err(io::Error::other)?;
         let mut conn = self.stand_in(0, crate::state::now_ms());
         let functions = match call(&shared, &mut conn, &[b"FUNCTION", b"DUMP"])? {

@@ -82,6 +82,8 @@ pub struct KvApplier {
     /// Makes the next install stop with an error part-way (a crash during
     /// an install, for tests).
     pub fail_next_install: AtomicBool,
+    /// Held while entries apply and while a checkpoint links files.
+    gate: Mutex<()>,
 }
 
 /// Opens the test store under `dir`: returns the applier and the options
@@ -102,11 +104,16 @@ pub fn open_kv(dir: &Path) -> (KvApplier, Options) {
         db,
         log: log.clone(),
         fail_next_install: AtomicBool::new(false),
+        gate: Mutex::new(()),
     };
     (applier, opts())
 }
 
 impl Applier for KvApplier {
+    fn enter(&self) -> Box<dyn basalt_raft::Held + '_> {
+        Box::new(self.gate.lock())
+    }
+
     fn apply(&self, _index: u64, payload: &[u8]) -> io::Result<Vec<u8>> {
         let op: Op = bincode::deserialize(payload).map_err(io::Error::other)?;
         let e = io::Error::other;
@@ -138,12 +145,20 @@ impl Applier for KvApplier {
 
     /// The engine's checkpoint of the store, and the group's tokens (its
     /// batches' commits are conditional on them).
-    fn checkpoint(&self, dir: &Path) -> io::Result<Vec<CheckpointFile>> {
+    fn checkpoint(
+        &self,
+        dir: &Path,
+        captured: &mut dyn FnMut(),
+    ) -> io::Result<Vec<CheckpointFile>> {
         std::fs::create_dir_all(dir)?;
+        // No entry applies while the files are linked (`enter`).
+        let gate = self.gate.lock();
+        captured();
         let mut files = self
             .db
             .checkpoint(&dir.join("kv"))
             .map_err(io::Error::other)?;
+        drop(gate);
         for f in &mut files {
             f.path = Path::new("kv").join(&f.path);
         }
