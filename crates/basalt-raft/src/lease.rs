@@ -146,6 +146,13 @@ impl Lease {
             return None;
         }
         let fresh = Instant::now().checked_sub(self.duration)?;
+        let index = applied.index.max(self.commit_sent.load(Ordering::SeqCst));
+        self.majority_acked(term, &voters, fresh).then_some(index)
+    }
+
+    /// Whether a majority of `voters` (this node included) accepted
+    /// appends of `term` that this node sent after `fresh`.
+    fn majority_acked(&self, term: u64, voters: &[NodeId], fresh: Instant) -> bool {
         let acks = self.acks.lock();
         let held = voters
             .iter()
@@ -156,8 +163,7 @@ impl Lease {
                         .is_some_and(|&(t, sent)| t == term && sent > fresh)
             })
             .count();
-        let index = applied.index.max(self.commit_sent.load(Ordering::SeqCst));
-        (held > voters.len() / 2).then_some(index)
+        held > voters.len() / 2
     }
 
     /// Whether this node leads and a majority of the voters (itself
@@ -176,17 +182,7 @@ impl Lease {
         let Some(fresh) = Instant::now().checked_sub(window) else {
             return true;
         };
-        let acks = self.acks.lock();
-        let held = voters
-            .iter()
-            .filter(|&&v| {
-                v == self.me
-                    || acks
-                        .get(&v)
-                        .is_some_and(|&(t, sent)| t == term && sent > fresh)
-            })
-            .count();
-        held > voters.len() / 2
+        self.majority_acked(term, &voters, fresh)
     }
 }
 

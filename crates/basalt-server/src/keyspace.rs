@@ -695,6 +695,16 @@ impl Keyspace {
         }
     }
 
+    /// A fresh `*.trash` name for database directory `name` (removed at
+    /// start-up if a crash left it).
+    fn trash_path(&self, name: &str) -> PathBuf {
+        self.root.join(format!(
+            "{name}.{}.{}.trash",
+            std::process::id(),
+            self.trash_seq.fetch_add(1, Ordering::Relaxed)
+        ))
+    }
+
     /// Removes every key of database `n`: its directory is renamed away
     /// (atomic), deleted, and the database starts empty.
     pub fn flush_db(&self, n: usize) -> KsResult<()> {
@@ -706,12 +716,7 @@ impl Keyspace {
         // Record how far versions went before the records carrying them go.
         self.write_map(&self.names.lock())?;
         let dir = self.root.join(&slot.name);
-        let trash = self.root.join(format!(
-            "{}.{}.{}.trash",
-            slot.name,
-            std::process::id(),
-            self.trash_seq.fetch_add(1, Ordering::Relaxed)
-        ));
+        let trash = self.trash_path(&slot.name);
         std::fs::rename(&dir, &trash).map_err(|e| io_err("rename", &dir, e))?;
         sync_dir(&self.root)?;
         std::fs::remove_dir_all(&trash).map_err(|e| io_err("remove", &trash, e))?;
@@ -807,12 +812,7 @@ impl Keyspace {
                 db.close()?;
             }
             let target = self.root.join(&slot.name);
-            let trash = self.root.join(format!(
-                "{}.{}.{}.trash",
-                slot.name,
-                std::process::id(),
-                self.trash_seq.fetch_add(1, Ordering::Relaxed)
-            ));
+            let trash = self.trash_path(&slot.name);
             if target.exists() {
                 std::fs::rename(&target, &trash).map_err(|e| io_err("rename", &target, e))?;
             }

@@ -103,6 +103,21 @@ impl Group {
         unreachable!("returned or panicked above")
     }
 
+    /// Starts a node that is not in `--peers` (it waits for `basalt cluster
+    /// add`); returns its index.
+    fn add_node(&mut self) -> usize {
+        self.nodes.push(Node {
+            id: self.nodes.len() as u64 + 1,
+            port: free_port(),
+            raft_port: free_port(),
+            http_port: free_port(),
+            child: None,
+        });
+        let i = self.nodes.len() - 1;
+        self.spawn(i);
+        i
+    }
+
     /// Starts node `i` (again) with its flags and waits for its banner.
     fn spawn(&mut self, i: usize) {
         self.try_spawn(i).unwrap();
@@ -1202,14 +1217,7 @@ fn a_node_added_online_catches_up_and_votes_and_a_removed_node_leaves() {
             .query(&mut lc)
             .unwrap();
     }
-    g.nodes.push(Node {
-        id: 4,
-        port: free_port(),
-        raft_port: free_port(),
-        http_port: free_port(),
-        child: None,
-    });
-    g.spawn(3);
+    g.add_node();
     let new = format!("4@127.0.0.1:{}", g.nodes[3].raft_port);
     let (code, out) = g.cluster(f, &["add", &new]);
     assert_eq!(code, 0, "cluster add: {out}");
@@ -1377,6 +1385,15 @@ fn a_removed_leader_hands_over_and_stops_calling_itself_master() {
     assert_eq!(e.code(), Some("CLUSTERDOWN"), "{e}");
 }
 
+/// Waits (at most 15 s) until `f` holds.
+fn until(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !f() {
+        assert!(Instant::now() < deadline, "not within 15 s: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A field of INFO replication on node connection `c`.
 fn info_field(c: &mut Connection, field: &str) -> u64 {
     let info: String = redis::cmd("INFO").arg("replication").query(c).unwrap();
@@ -1456,22 +1473,10 @@ fn a_node_added_after_the_log_was_compacted_installs_a_snapshot_of_every_type() 
             .unwrap();
     }
     let _: () = redis::cmd("DEL").arg("k7").query(&mut c).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while info_field(&mut c, "basalt_raft_purged_index") < 100 {
-        assert!(
-            Instant::now() < deadline,
-            "the leader never compacted its log"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    g.nodes.push(Node {
-        id: 4,
-        port: free_port(),
-        raft_port: free_port(),
-        http_port: free_port(),
-        child: None,
+    until("the leader compacted its log", || {
+        info_field(&mut c, "basalt_raft_purged_index") >= 100
     });
-    g.spawn(3);
+    g.add_node();
     let (code, out) = g.cluster(
         l,
         &["add", &format!("4@127.0.0.1:{}", g.nodes[3].raft_port)],
@@ -1479,11 +1484,7 @@ fn a_node_added_after_the_log_was_compacted_installs_a_snapshot_of_every_type() 
     assert_eq!(code, 0, "cluster add: {out}");
     let mut n4 = g.conn(3);
     let _: () = redis::cmd("READONLY").query(&mut n4).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while get(&mut n4, "k299").is_none() {
-        assert!(Instant::now() < deadline, "node 4 did not catch up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    until("node 4 caught up", || get(&mut n4, "k299").is_some());
     assert!(info_field(&mut n4, "basalt_raft_snapshot_index") > 0);
     let check = |n: &mut Connection| {
         assert_eq!(get(n, "s").as_deref(), Some("v"));
@@ -1536,14 +1537,9 @@ fn a_node_added_after_the_log_was_compacted_installs_a_snapshot_of_every_type() 
     g.spawn(3);
     let mut n4 = g.conn(3);
     let _: () = redis::cmd("READONLY").query(&mut n4).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while get(&mut n4, "after").is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "node 4 did not catch up after restart"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    until("node 4 caught up after its restart", || {
+        get(&mut n4, "after").is_some()
+    });
     check(&mut n4);
 }
 

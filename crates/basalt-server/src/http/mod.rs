@@ -488,7 +488,7 @@ impl ApiError {
 }
 
 /// An answer in plain parts: what a replicated HTTP write's entry returns
-/// to the node that proposed it (`keys::KeyWrite`).
+/// to the node that proposed it (`keys::KeyWrite`, `queues::QueueWrite`).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Answer {
     status: u16,

@@ -709,25 +709,20 @@ enum QueueOp {
 /// What a queue operation answers.
 #[derive(Debug, Serialize, Deserialize)]
 enum QueueOut {
-    /// A JSON body (as text) with its status.
-    Json(u16, String),
+    /// A JSON answer.
+    Json(super::Answer),
     /// A take attempt: the delivery, or when to look again (unix ms).
     Take(Option<Delivery>, Option<u64>),
 }
 
 impl QueueOut {
     fn json(status: StatusCode, v: Value) -> QueueOut {
-        QueueOut::Json(status.as_u16(), v.to_string())
+        QueueOut::Json(super::Answer::json(status, v, None))
     }
 
     fn into_response(self) -> axum::response::Response {
         match self {
-            QueueOut::Json(status, body) => (
-                StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-                [(axum::http::header::CONTENT_TYPE, "application/json")],
-                body,
-            )
-                .into_response(),
+            QueueOut::Json(answer) => answer.into_response(),
             QueueOut::Take(Some(d), _) => super::json_ok(d.json()),
             QueueOut::Take(None, _) => StatusCode::NO_CONTENT.into_response(),
         }
@@ -736,7 +731,7 @@ impl QueueOut {
     fn into_attempt(self) -> Attempt<Delivery> {
         match self {
             QueueOut::Take(d, at) => Ok((d, at)),
-            QueueOut::Json(..) => Err(ApiError::new(
+            QueueOut::Json(_) => Err(ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "INTERNAL",
                 "a take answered something else",
