@@ -56,6 +56,12 @@ pub struct EngineArgs {
     /// RocksDB write buffer (memtable) size in MiB.
     #[arg(long, default_value_t = 64)]
     rocksdb_write_buffer_mb: usize,
+    /// RocksDB block cache in MiB. Default: the data size and a quarter, so
+    /// reads are served from RAM as Basalt's are when the data fits; set it
+    /// (small) when the run has less memory than data (a memory cgroup:
+    /// `scripts/bench_cold.py --engines`).
+    #[arg(long)]
+    rocksdb_block_cache_mb: Option<usize>,
     /// Seed for key order, key choice and values.
     #[arg(long, default_value_t = 0x5eed)]
     seed: u64,
@@ -151,6 +157,7 @@ pub fn run(args: EngineArgs) -> Result<()> {
         data_bytes: args.keys * (args.key_size + args.value_size) as u64,
         basalt_sync: args.basalt_sync,
         rocksdb_write_buffer: args.rocksdb_write_buffer_mb << 20,
+        rocksdb_block_cache: args.rocksdb_block_cache_mb.map(|mb| mb << 20),
     };
     let setup = Setup {
         keys: args.keys,

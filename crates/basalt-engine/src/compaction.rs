@@ -21,7 +21,7 @@ use crate::format::{
 };
 use crate::keydir::Loc;
 use crate::options::SyncPolicy;
-use crate::recovery::{scan_records, ScanEnd};
+use crate::recovery::{scan_records, scan_records_with, ScanEnd};
 use crate::vfs::VFile;
 use crate::{Error, Result};
 
@@ -575,7 +575,9 @@ pub(crate) fn compact_files(
     for (fid, handle, len) in &inputs {
         let fid = *fid;
         let path = shard.data_path(fid);
-        let end = scan_records(&**handle, *len, &path, |off, h, bytes| {
+        // Read once: its pages leave the page cache as the scan passes
+        // them, so compaction does not push out what clients read.
+        let end = scan_records_with(&**handle, *len, &path, true, |off, h, bytes| {
             read += bytes.len() as u64;
             if rate > 0 && read >= next_check {
                 next_check = read + THROTTLE_STEP;

@@ -38,11 +38,11 @@ use crate::vfs::{FileMap, VFile};
 use crate::{Error, Result};
 
 /// A value's file, location and expiry, as `Db::locate_value` finds them.
-type Located = (Arc<DataFile>, Loc, Option<u64>);
+pub(crate) type Located = (Arc<DataFile>, Loc, Option<u64>);
 
 /// Where `Db::locate_value` found a value: one record, or the segments of
 /// a segmented value (`segmented.rs`).
-enum Found {
+pub(crate) enum Found {
     Record(Located),
     Segments { version: u64 },
 }
@@ -213,7 +213,7 @@ impl DataFile {
     /// `loc` must come from the index (under its lock) of the shard owning
     /// this file, so the record was fully written before `loc` was published
     /// and is never written again.
-    unsafe fn mapped(&self, loc: Loc) -> Option<&[u8]> {
+    pub(crate) unsafe fn mapped(&self, loc: Loc) -> Option<&[u8]> {
         let map = self.map.as_ref()?;
         // SAFETY: the caller promises `loc` is an index entry: its bytes were
         // written (their `pwrite` returned) before the entry was published,
@@ -221,6 +221,11 @@ impl DataFile {
         // them again; nothing truncates a file that is open (see
         // `FileMap::range`).
         unsafe { map.range(loc.offset as u64, loc.len as usize) }
+    }
+
+    /// The file's map, if it has one.
+    pub(crate) fn map_ref(&self) -> Option<&FileMap> {
+        self.map.as_ref()
     }
 
     /// Whether reads go through a memory map.
@@ -550,6 +555,8 @@ pub(crate) struct Inner {
     /// The background expiry sweep waits until this time (ms since the
     /// epoch, the engine's clock); 0 = not paused. [`Db::pause_expiry`].
     pub expiry_paused_until: AtomicU64,
+    /// How [`Db::get_or_cold`] decides residency ([`Residency`] as a byte).
+    pub residency: std::sync::atomic::AtomicU8,
     /// One compaction at a time (background or on demand).
     pub compaction: Mutex<()>,
     /// Held shared while compaction deletes its inputs, exclusively while
@@ -1300,7 +1307,7 @@ impl Db {
     }
 
     /// Where the value of `key` is: its file, location and expiry.
-    fn locate_value(&self, key: &[u8]) -> Result<Option<Found>> {
+    pub(crate) fn locate_value(&self, key: &[u8]) -> Result<Option<Found>> {
         let inner = &*self.inner;
         let shard = inner.shard(key);
         let idx = shard.index.read();
@@ -1330,7 +1337,7 @@ impl Db {
     }
 
     /// Reads the value record of `key` at `loc` and hands its value to `f`.
-    fn read_value<R>(
+    pub(crate) fn read_value<R>(
         &self,
         key: &[u8],
         file: &DataFile,

@@ -55,6 +55,7 @@
 mod batch;
 mod check;
 mod checkpoint;
+mod cold;
 mod compaction;
 mod db;
 mod error;
@@ -73,6 +74,7 @@ pub use check::{
     RepairReport, Severity,
 };
 pub use checkpoint::CheckpointFile;
+pub use cold::{ColdRead, Lookup, Residency};
 pub use compaction::CompactionReport;
 pub use db::{Db, FileStats, KeyKind, KeyMeta, Stats, Versioned};
 pub use error::{Error, Result};

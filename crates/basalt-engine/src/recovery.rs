@@ -42,6 +42,9 @@ pub(crate) struct SeqReader<'a> {
     len: u64,
     start: u64,
     buf: Vec<u8>,
+    /// Drop each chunk's cached pages once the reader moves past it (a
+    /// file read once: compaction's inputs).
+    drop_behind: bool,
 }
 
 impl<'a> SeqReader<'a> {
@@ -51,12 +54,16 @@ impl<'a> SeqReader<'a> {
             len,
             start: 0,
             buf: Vec::new(),
+            drop_behind: false,
         }
     }
     /// Bytes `[off, off + n)`; the caller keeps `off + n <= len`.
     pub fn get(&mut self, off: u64, n: usize) -> io::Result<&[u8]> {
         let end = self.start + self.buf.len() as u64;
         if off < self.start || off + n as u64 > end {
+            if self.drop_behind && !self.buf.is_empty() {
+                self.file.drop_cache(self.start, self.buf.len() as u64);
+            }
             let want = (n.max(READ_CHUNK) as u64).min(self.len - off) as usize;
             self.buf.resize(want, 0);
             self.file.read_exact_at(&mut self.buf, off)?;
@@ -82,12 +89,39 @@ pub(crate) fn scan_records(
     file: &dyn VFile,
     len: u64,
     path: &Path,
+    f: impl FnMut(u64, &RecordHeader, &[u8]) -> Result<()>,
+) -> Result<ScanEnd> {
+    scan_records_with(file, len, path, false, f)
+}
+
+/// [`scan_records`] that, with `drop_behind`, drops the pages it has read
+/// from the page cache as it goes ([`VFile::drop_cache`]), the last ones
+/// included: for a file read once.
+pub(crate) fn scan_records_with(
+    file: &dyn VFile,
+    len: u64,
+    path: &Path,
+    drop_behind: bool,
     mut f: impl FnMut(u64, &RecordHeader, &[u8]) -> Result<()>,
 ) -> Result<ScanEnd> {
     let mut r = SeqReader::new(file, len);
+    r.drop_behind = drop_behind;
+    let end = scan_with(&mut r, len, path, &mut f);
+    if drop_behind {
+        file.drop_cache(0, len);
+    }
+    end
+}
+
+fn scan_with(
+    r: &mut SeqReader<'_>,
+    len: u64,
+    path: &Path,
+    f: &mut impl FnMut(u64, &RecordHeader, &[u8]) -> Result<()>,
+) -> Result<ScanEnd> {
     let mut off = FILE_HEADER_LEN as u64;
     while off < len {
-        match check_record_at(&mut r, off, len) {
+        match check_record_at(r, off, len) {
             Ok(Ok(h)) => {
                 let n = h.record_len() as usize;
                 let bytes = r.get(off, n).map_err(|e| Error::io("read", path, e))?;
@@ -1134,6 +1168,7 @@ impl Db {
             wake: Condvar::new(),
             counters: Counters::default(),
             expiry_paused_until: AtomicU64::new(0),
+            residency: std::sync::atomic::AtomicU8::new(crate::cold::Residency::InPlace as u8),
             compaction: Mutex::new(()),
             deleting: parking_lot::RwLock::new(()),
             lock_file,

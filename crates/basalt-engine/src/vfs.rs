@@ -24,6 +24,16 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 
+/// The size of a memory page.
+fn page_size() -> usize {
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    // SAFETY: sysconf has no preconditions.
+    *PAGE.get_or_init(|| match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        n if n > 0 => n as usize,
+        _ => 4096,
+    })
+}
+
 /// One open file.
 pub trait VFile: Send + Sync + fmt::Debug {
     /// Reads exactly `buf.len()` bytes at `offset`.
@@ -56,6 +66,14 @@ pub trait VFile: Send + Sync + fmt::Debug {
     fn map_mut(&self, len: u64) -> Option<FileMap> {
         let _ = len;
         None
+    }
+    /// Tells the kernel the cached pages of `[offset, offset + len)` will
+    /// not be read again soon (`POSIX_FADV_DONTNEED`): compaction reads its
+    /// inputs once, and their pages would otherwise push values clients
+    /// read out of the page cache. Clean, unmapped pages go; others stay.
+    /// Advice only; the default does nothing.
+    fn drop_cache(&self, offset: u64, len: u64) {
+        let _ = (offset, len);
     }
     /// Allocates disk space for `[offset, offset + len)`, extending the file
     /// (with zeros) if it is shorter, like `fallocate(fd, 0, offset, len)`.
@@ -152,6 +170,48 @@ impl FileMap {
             crate::keydir::prefetch_read(base.wrapping_add(at));
             at = (at | 63) + 1;
         }
+    }
+
+    /// Whether every page of `[offset, offset + len)` is in memory now
+    /// (`mincore`), so reading the range through the map takes no disk read.
+    /// A range the mapping does not cover, or a failed call, counts as not
+    /// resident. The answer can be stale by the time the caller reads: a
+    /// page may be evicted in between (the read then faults, as it would
+    /// without the check).
+    pub fn resident(&self, offset: u64, len: usize) -> bool {
+        let Ok(start) = usize::try_from(offset) else {
+            return false;
+        };
+        let Some(end) = start.checked_add(len.max(1)) else {
+            return false;
+        };
+        if end > self.map.len() {
+            return false;
+        }
+        let page = page_size();
+        let first = start / page * page;
+        let pages = (end - first).div_ceil(page);
+        // One byte per page; records above 64 pages (256 KiB) are rare
+        // enough to pay for a heap vector.
+        let mut small = [0u8; 64];
+        let mut large = Vec::new();
+        let vec: &mut [u8] = if pages <= small.len() {
+            &mut small[..pages]
+        } else {
+            large.resize(pages, 0);
+            &mut large
+        };
+        // SAFETY: `first..first + pages * page` starts at a page boundary
+        // inside the mapping (the mapping starts at one) and `vec` has one
+        // byte per page; mincore reads page tables only, never the pages.
+        let rc = unsafe {
+            libc::mincore(
+                self.map.as_ptr().add(first) as *mut libc::c_void,
+                pages * page,
+                vec.as_mut_ptr(),
+            )
+        };
+        rc == 0 && vec.iter().all(|b| b & 1 == 1)
     }
 
     /// The bytes `[offset, offset + len)`, or `None` if the mapping does not
@@ -256,6 +316,15 @@ pub struct StdFs;
 struct StdFile(File);
 
 impl VFile for StdFile {
+    fn drop_cache(&self, offset: u64, len: u64) {
+        let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+            return;
+        };
+        // SAFETY: a valid descriptor; advice has no memory effects.
+        let _ = unsafe {
+            libc::posix_fadvise(self.0.as_raw_fd(), offset, len, libc::POSIX_FADV_DONTNEED)
+        };
+    }
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         FileExt::read_exact_at(&self.0, buf, offset)
     }
@@ -353,10 +422,24 @@ impl Vfs for StdFs {
             .write(true)
             .create_new(true)
             .open(path)?;
-        Ok(Arc::new(StdFile(f)))
+        Ok(Arc::new(StdFile::random(f)))
     }
     fn open(&self, path: &Path) -> io::Result<Arc<dyn VFile>> {
         let f = OpenOptions::new().read(true).write(true).open(path)?;
-        Ok(Arc::new(StdFile(f)))
+        Ok(Arc::new(StdFile::random(f)))
+    }
+}
+
+impl StdFile {
+    /// Wraps `f`, telling the kernel its `pread`s are random
+    /// (`POSIX_FADV_RANDOM`): a cold read of one record (`ColdRead`) then
+    /// reads that record's pages, not a read-ahead window around them.
+    /// Sequential scans (recovery, compaction, hint files) read in large
+    /// chunks of their own and lose nothing. Advice only: a refusal changes
+    /// nothing we rely on.
+    fn random(f: File) -> StdFile {
+        // SAFETY: a valid descriptor; advice has no memory effects.
+        let _ = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+        StdFile(f)
     }
 }

@@ -160,7 +160,8 @@ pub struct ServerArgs {
     /// appendfsync, databases, threads, loglevel, notify-keyspace-events,
     /// client-output-buffer-limit, http-port, requirepass, protected-mode,
     /// maxclients, proto-max-bulk-len, client-query-buffer-limit,
-    /// data-file-size, slowlog-log-slower-than, slowlog-max-len,
+    /// data-file-size, cold-readers, read-residency,
+    /// slowlog-log-slower-than, slowlog-max-len,
     /// latency-monitor-threshold); flags and environment win over it
     #[arg(long, env = "BASALT_CONFIG")]
     pub config: Option<PathBuf>,
@@ -184,6 +185,16 @@ pub struct ServerArgs {
     /// only sealed files are compacted [default: 32mb]
     #[arg(long, env = "BASALT_DATA_FILE_SIZE")]
     pub data_file_size: Option<String>,
+    /// Threads that read values not in memory, so a disk read never stalls
+    /// a worker; 0 = every read in place [default: 32]
+    #[arg(long, env = "BASALT_COLD_READERS")]
+    pub cold_readers: Option<usize>,
+    /// When a GET checks that its value is in memory before reading it in
+    /// place: auto (while the data files exceed half the memory budget),
+    /// check, in-place (never), all-cold (every GET through the readers)
+    /// [default: auto]
+    #[arg(long, env = "BASALT_READ_RESIDENCY")]
+    pub read_residency: Option<String>,
     // --- Slow log and latency monitor (crate::cmdstats).
     /// Log commands that run at least this many microseconds (SLOWLOG); -1 = off, 0 = all [default: 10000]
     #[arg(
@@ -250,6 +261,10 @@ struct FileConfig {
     client_query_buffer_limit: Option<String>,
     #[serde(rename = "data-file-size")]
     data_file_size: Option<String>,
+    #[serde(rename = "cold-readers")]
+    cold_readers: Option<usize>,
+    #[serde(rename = "read-residency")]
+    read_residency: Option<String>,
     // Slow log and latency monitor (crate::cmdstats).
     #[serde(rename = "slowlog-log-slower-than")]
     slowlog_log_slower_than: Option<i64>,
@@ -319,6 +334,11 @@ pub struct Config {
     /// `data-file-size`: the largest data file of each shard, in bytes
     /// (4 KiB to 4 GiB - 1). Default: 32 MiB ([`crate::keyspace::DATA_FILE_SIZE`]).
     pub data_file_size: u64,
+    /// `cold-readers`: threads reading values that are not in memory
+    /// (`crate::readers`); 0 = none. Default: 32.
+    pub cold_readers: usize,
+    /// `read-residency`: when GET checks residency. Default: auto.
+    pub read_residency: crate::readers::Policy,
     /// `slowlog-log-slower-than` in µs (SLOWLOG): -1 = off, 0 = every
     /// command. Default: 10000.
     pub slowlog_log_slower_than: i64,
@@ -364,6 +384,8 @@ impl Default for Config {
             proto_max_bulk_len: 512 << 20,
             client_query_buffer_limit: 1 << 30,
             data_file_size: crate::keyspace::DATA_FILE_SIZE,
+            cold_readers: 32,
+            read_residency: crate::readers::Policy::Auto,
             slowlog_log_slower_than: 10_000,
             slowlog_max_len: 128,
             latency_monitor_threshold: 0,
@@ -477,6 +499,17 @@ impl Config {
                 })?,
             None => d.data_file_size,
         };
+        let cold_readers = match args.cold_readers.or(file.cold_readers) {
+            Some(n) if n > 1024 => anyhow::bail!("cold-readers {n}: at most 1024"),
+            Some(n) => n,
+            None => d.cold_readers,
+        };
+        let read_residency = match args.read_residency.or(file.read_residency) {
+            Some(v) => crate::readers::Policy::parse(&v).ok_or_else(|| {
+                anyhow::anyhow!("read-residency {v:?}: must be auto, check, in-place or all-cold")
+            })?,
+            None => d.read_residency,
+        };
         // Slow log and latency monitor, checked as CONFIG SET checks them.
         let monitor = |name: &str, v: Option<i64>, default: i64| -> anyhow::Result<i64> {
             match v {
@@ -539,6 +572,8 @@ impl Config {
             slowlog_max_len,
             latency_monitor_threshold,
             data_file_size,
+            cold_readers,
+            read_residency,
             requirepass,
             protected_mode,
             maxclients,

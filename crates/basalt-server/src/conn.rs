@@ -37,6 +37,7 @@ use crate::blocking::Unblock;
 use crate::commands::{flags::BLOCKING, After, Conn};
 use crate::config::Appendfsync;
 use crate::pubsub;
+use crate::readers::{self, Deferred};
 use crate::repl::{self, Route, WouldBlock};
 use crate::state::{now_ms, now_ns, ClientInfo, Shared};
 use crate::tx;
@@ -137,6 +138,8 @@ pub(crate) async fn serve(
         batch_clock: 0,
         tick: 0,
         script: Vec::new(),
+        may_defer: false,
+        deferred: Vec::new(),
     };
     let moving = Moving {
         conn,
@@ -206,8 +209,11 @@ async fn flush(
     shared: &Shared,
     info: &ClientInfo,
     out: &mut Vec<u8>,
+    deferred: &mut Vec<Deferred>,
     wrote: &mut bool,
 ) -> std::io::Result<()> {
+    // Cold reads' replies take their places first (crate::readers).
+    readers::settle(out, deferred).await;
     if *wrote && shared.settings.appendfsync() == Appendfsync::Always {
         *wrote = false;
         // LATENCY's `aof-fsync-always` event, as Redis records its fsync.
@@ -352,7 +358,15 @@ async fn run(
                         let pause = &shared.pubsub.pause;
                         if pause.holds_command(&args).is_some() {
                             gate.release();
-                            flush(stream, shared, &info, &mut out, &mut wrote).await?;
+                            flush(
+                                stream,
+                                shared,
+                                &info,
+                                &mut out,
+                                &mut conn.deferred,
+                                &mut wrote,
+                            )
+                            .await?;
                             while let Some(until) = pause.holds_command(&args) {
                                 tokio::select! {
                                     biased;
@@ -495,7 +509,15 @@ async fn run(
                         }
                         ran
                     } else {
-                        tx::run(shared, conn, &mut out, args, &mut gate)
+                        // A GET whose value is not in memory may leave its
+                        // reply to a reader thread (crate::readers) when
+                        // nothing rewrites this reply after it: no CLIENT
+                        // REPLY/CACHING mode, no pending pushes.
+                        conn.may_defer = info.pubsub.modes.load(Ordering::Relaxed) == 0
+                            && !info.pubsub.has_pending();
+                        let ran = tx::run(shared, conn, &mut out, args, &mut gate);
+                        conn.may_defer = false;
+                        ran
                     }
                 }
                 Ok(Parsed::Incomplete { consumed }) => {
@@ -571,6 +593,7 @@ async fn run(
                             }
                         }
                     }
+                    readers::settle(&mut out, &mut conn.deferred).await;
                     // The replies go straight into this batch's output.
                     let Some(done) = shared.scripts.offload(conn, std::mem::take(&mut out)).await
                     else {
@@ -598,7 +621,15 @@ async fn run(
                 }
                 Some(After::Block) => {
                     gate.release();
-                    flush(stream, shared, &info, &mut out, &mut wrote).await?;
+                    flush(
+                        stream,
+                        shared,
+                        &info,
+                        &mut out,
+                        &mut conn.deferred,
+                        &mut wrote,
+                    )
+                    .await?;
                     let parked =
                         park(stream, shared, &info, conn.protocol, buf, &mut shutdown).await?;
                     conn.batch_clock = 0;
@@ -631,6 +662,19 @@ async fn run(
                 shared.blocking.finish(info.id);
             }
             let modes = info.pubsub.modes.load(Ordering::Relaxed);
+            if !conn.deferred.is_empty()
+                && (modes != 0
+                    || info.pubsub.has_pending()
+                    || conn.deferred.len() >= readers::MAX_DEFERRED)
+            {
+                // What follows edits the output before this reply, or the
+                // client has enough reads in flight: the cold replies take
+                // their places now.
+                gate.release();
+                readers::settle(&mut out, &mut conn.deferred).await;
+                conn.batch_clock = 0;
+                conn.tick = now_ns();
+            }
             if modes != 0 {
                 after_modes(&info, modes, &mut out, reply_at, found, conn.tx.in_multi());
             }
@@ -646,7 +690,15 @@ async fn run(
             }
             if out.len() >= OUTPUT_FLUSH {
                 gate.release();
-                flush(stream, shared, &info, &mut out, &mut wrote).await?;
+                flush(
+                    stream,
+                    shared,
+                    &info,
+                    &mut out,
+                    &mut conn.deferred,
+                    &mut wrote,
+                )
+                .await?;
                 conn.batch_clock = 0;
                 conn.tick = now_ns();
             }
@@ -686,7 +738,15 @@ async fn run(
             // this turn of the worker (crate::workers, `Turn`).
             workers::end_of_turn().await;
         }
-        flush(stream, shared, &info, &mut out, &mut wrote).await?;
+        flush(
+            stream,
+            shared,
+            &info,
+            &mut out,
+            &mut conn.deferred,
+            &mut wrote,
+        )
+        .await?;
         buf.drain(..pos);
         if shutdown_after {
             shared.request_shutdown();

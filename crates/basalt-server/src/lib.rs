@@ -41,6 +41,7 @@ pub mod monitor;
 pub mod notify;
 pub mod pubsub;
 pub mod rdb;
+pub mod readers;
 pub mod repl;
 pub mod script;
 mod state;
@@ -187,6 +188,7 @@ fn start_inner(
     let addr = listener.local_addr()?;
     let shared = Arc::new(Shared::new(config, addr, keyspace, hub, scripts));
     shared.cmdstats.configure(&shared.config);
+    shared.apply_residency();
     shared.scripts.attach(&shared);
     if shared.config.node_id.is_some() {
         let repl = runtime
@@ -245,6 +247,7 @@ fn start_inner(
         loop {
             tokio::select! {
                 _ = tick.tick() => {
+                    resumer.apply_residency();
                     // The batch log follows the databases' everysec fsync.
                     if let Err(e) = resumer.keyspace.sync_batch_log() {
                         tracing::error!(error = %e, "fsync of the batch log failed");

@@ -1139,6 +1139,8 @@ impl ReplApplier {
             batch_clock: time_ms,
             tick: crate::state::now_ns(),
             script: Vec::new(),
+            may_defer: false,
+            deferred: Vec::new(),
         }
     }
 }

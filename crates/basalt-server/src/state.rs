@@ -298,10 +298,35 @@ pub struct Shared {
     pub scripts: crate::script::Scripts,
     /// This node's Raft group membership, if replicated (`crate::repl`).
     pub repl: std::sync::OnceLock<crate::repl::Repl>,
+    /// Threads for reads of values not in memory (`crate::readers`).
+    pub readers: crate::readers::ColdReaders,
     shutdown: watch::Sender<bool>,
 }
 
 impl Shared {
+    /// Sets every open database's residency mode from `read-residency`,
+    /// the data files' size and the memory budget (`crate::readers`).
+    /// Called at start-up and every second.
+    pub(crate) fn apply_residency(&self) {
+        let policy = self.config.read_residency;
+        let data: u64 = (0..self.keyspace.len())
+            .filter_map(|n| self.keyspace.read(n).db().map(|db| db.data_bytes()))
+            .sum();
+        let mode = if self.readers.enabled() {
+            policy.residency(data, crate::readers::memory_budget())
+        } else {
+            basalt_engine::Residency::InPlace
+        };
+        for n in 0..self.keyspace.len() {
+            if let Some(db) = self.keyspace.read(n).db() {
+                if db.residency() != mode {
+                    tracing::info!(db = n, data_bytes = data, ?mode, "read residency");
+                    db.set_residency(mode);
+                }
+            }
+        }
+    }
+
     pub(crate) fn new(
         config: Config,
         addr: SocketAddr,
@@ -320,6 +345,7 @@ impl Shared {
             .map(|_| char::from(b"0123456789abcdef"[(rng.next_u64() % 16) as usize]))
             .collect();
         Shared {
+            readers: crate::readers::ColdReaders::start(config.cold_readers),
             security: crate::auth::Security::new(&config),
             config,
             addr,

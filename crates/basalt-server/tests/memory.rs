@@ -84,3 +84,40 @@ fn memory_errors_are_redis_errors() {
     );
     assert!(matches!(r.cmd(&["MEMORY", "HELP"]), Frame::Array(l) if l.len() > 2));
 }
+
+fn info_field(info: &str, name: &str) -> u64 {
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}:")))
+        .unwrap_or_else(|| panic!("INFO memory lacks {name}:\n{info}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn info_memory_counts_allocations_apart_from_the_mapped_data_pages() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    // 32 MiB of values, written through and read back through the maps.
+    let value = "v".repeat(1 << 20);
+    for i in 0..32 {
+        r.cmd(&["SET", &format!("k{i}"), &value]);
+    }
+    for i in 0..32 {
+        assert!(matches!(r.cmd(&["GET", &format!("k{i}")]), Frame::Bulk(_)));
+    }
+    let Frame::Bulk(info) = r.cmd(&["INFO", "memory"]) else {
+        panic!()
+    };
+    let info = String::from_utf8(info).unwrap();
+    let used = info_field(&info, "used_memory");
+    let rss = info_field(&info, "used_memory_rss");
+    let file = info_field(&info, "basalt_rss_file_bytes");
+    let anon = info_field(&info, "basalt_rss_anon_bytes");
+    // The data pages are resident through the maps and counted there, not
+    // in used_memory (this test process's own allocations are in both).
+    assert!(file >= 24 << 20, "mapped resident bytes {file}:\n{info}");
+    assert!(used < rss, "used_memory {used} >= rss {rss}:\n{info}");
+    assert!(anon + file <= rss + (1 << 20), "{anon} + {file} > {rss}");
+    assert!(used > 0);
+}

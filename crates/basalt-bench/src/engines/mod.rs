@@ -54,6 +54,8 @@ pub struct EngineConfig {
     pub basalt_sync: BasaltSync,
     /// RocksDB memtable size in bytes.
     pub rocksdb_write_buffer: usize,
+    /// RocksDB block cache in bytes; `None`: sized from `data_bytes`.
+    pub rocksdb_block_cache: Option<usize>,
 }
 
 impl EngineKind {

@@ -17,6 +17,9 @@ pub struct RocksEngine {
 }
 
 fn cache_bytes(cfg: &EngineConfig) -> usize {
+    if let Some(n) = cfg.rocksdb_block_cache {
+        return n;
+    }
     // The data plus a quarter for block overhead, at least 8 MiB.
     let want = cfg.data_bytes + cfg.data_bytes / 4;
     usize::try_from(want).unwrap_or(usize::MAX).max(8 << 20)
@@ -25,7 +28,7 @@ fn cache_bytes(cfg: &EngineConfig) -> usize {
 pub fn describe(cfg: &EngineConfig) -> String {
     format!(
         "rocksdb {}: WAL on, sync=false (every write reaches the OS, no fsync per write), \
-         write_buffer={} MiB, block cache={} MiB (LRU, ~data size), bloom 10 bits/key, \
+         write_buffer={} MiB, block cache={} MiB (LRU), bloom 10 bits/key, \
          no compression, otherwise default options",
         ROCKSDB_VERSION,
         cfg.rocksdb_write_buffer >> 20,

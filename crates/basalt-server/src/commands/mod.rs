@@ -425,6 +425,13 @@ pub struct Conn {
     /// ([`After::Script`]); the buffer travels with the connection and is
     /// reused.
     pub script: Vec<u8>,
+    /// Whether the running command may leave a cold read's reply to the
+    /// reader threads (`crate::readers`): set by the connection loop around
+    /// a plain command whose reply goes straight into the output, never in
+    /// EXEC, scripts, HTTP or replicated applies.
+    pub may_defer: bool,
+    /// Replies the reader threads are producing, in output order.
+    pub deferred: Vec<crate::readers::Deferred>,
 }
 
 /// Everything a handler needs.

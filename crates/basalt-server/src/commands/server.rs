@@ -1084,6 +1084,37 @@ fn human(bytes: u64) -> String {
 }
 
 /// Resident set size from /proc (0 where unavailable).
+/// Bytes the allocator has handed out and not had back: glibc's
+/// `mallinfo2` (in-use chunks of every arena plus the chunks it mapped on
+/// their own). What Redis calls `used_memory`; 0 where it is unknown.
+pub(crate) fn allocated_bytes() -> u64 {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo2 only reads the allocator's statistics.
+        let m = unsafe { libc::mallinfo2() };
+        (m.uordblks + m.hblkhd) as u64
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        0
+    }
+}
+
+/// `(anonymous, file-backed)` resident bytes of this process
+/// (`RssAnon`, `RssFile` of /proc/self/status): the heap and stacks, and
+/// the data files' pages seen through their maps.
+pub(crate) fn resident_split() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    };
+    (field("RssAnon:"), field("RssFile:"))
+}
+
 pub(crate) fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
         .ok()
@@ -1261,13 +1292,23 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
         let index: u64 = (0..sh.keyspace.len())
             .map(|n| sh.keyspace.figures(n).index_bytes)
             .sum();
-        // Basalt has no allocator statistics: used_memory is the process's
-        // resident size; basalt_index_bytes is the engines' key index.
-        kv!(out, "used_memory", rss);
-        kv!(out, "used_memory_human", human(rss));
+        // used_memory is what the allocator holds (the index, caches,
+        // buffers), as in Redis; the resident size also counts the data
+        // files' pages mapped in, which the kernel may drop at any time,
+        // so it is split out: basalt_rss_file_bytes (the maps) and
+        // basalt_rss_anon_bytes (heap and stacks).
+        let used = match allocated_bytes() {
+            0 => rss,
+            n => n,
+        };
+        let (anon, file) = resident_split();
+        kv!(out, "used_memory", used);
+        kv!(out, "used_memory_human", human(used));
         kv!(out, "used_memory_rss", rss);
         kv!(out, "used_memory_rss_human", human(rss));
         kv!(out, "basalt_index_bytes", index);
+        kv!(out, "basalt_rss_anon_bytes", anon);
+        kv!(out, "basalt_rss_file_bytes", file);
         let (scripts, libraries, functions) = crate::script::info(&sh.scripts);
         kv!(
             out,
@@ -1352,6 +1393,11 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             out,
             "basalt_client_worker_moves",
             st.client_moves.load(Ordering::Relaxed)
+        );
+        kv!(
+            out,
+            "basalt_cold_reads",
+            sh.readers.served.load(Ordering::Relaxed)
         );
         kv!(out, "evicted_keys", 0);
         kv!(out, "pubsub_channels", sh.pubsub.channel_count());
@@ -1488,6 +1534,8 @@ const PARAMS: &[(&str, Kind, &str)] = &[
     ("dir", Kind::Immutable, ""),
     ("http-port", Kind::Immutable, ""),
     ("data-file-size", Kind::Immutable, ""),
+    ("cold-readers", Kind::Immutable, ""),
+    ("read-residency", Kind::Immutable, ""),
     ("databases", Kind::Immutable, ""),
     ("loglevel", Kind::Immutable, ""),
     ("appendfsync", Kind::Appendfsync, ""),
@@ -1548,6 +1596,8 @@ fn param_value(ctx: &Ctx<'_>, name: &'static str, kind: Kind, default: &str) -> 
         // The bound port (0 = the HTTP API is off).
         "http-port" => c.http_port.unwrap_or(0).to_string(),
         "data-file-size" => c.data_file_size.to_string(),
+        "cold-readers" => c.cold_readers.to_string(),
+        "read-residency" => c.read_residency.name().to_string(),
         "loglevel" => c.loglevel.clone(),
         "appendfsync" => ctx.shared.settings.appendfsync().as_str().to_string(),
         "notify-keyspace-events" => crate::notify::render(ctx.shared.pubsub.events()),

@@ -5,7 +5,7 @@
 //! keep the key's TTL; commands that replace it (SET, GETSET) drop it unless
 //! KEEPTTL.
 
-use basalt_engine::Db;
+use basalt_engine::{Db, Lookup};
 use basalt_resp::{Args, Encoder};
 
 use super::cnum::LongDouble;
@@ -62,11 +62,28 @@ fn read_with_ttl(db: &Db, key: &[u8]) -> Result<Option<(Vec<u8>, Option<u64>)>> 
 
 fn get(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     // The value goes from the engine's mapped file straight into the reply.
+    // One that is not in memory is read by a reader thread instead
+    // (crate::readers), or here when this command may not wait for one.
     let found = {
         let slot = ctx.slot();
-        let mut enc = Encoder::new(ctx.out, ctx.conn.protocol);
+        let protocol = ctx.conn.protocol;
+        let mut enc = Encoder::new(ctx.out, protocol);
         match slot.db() {
-            Some(db) => db.get_with(&args[1], |v| enc.bulk(v))?,
+            Some(db) => match db.get_or_cold(&args[1], |v| enc.bulk(v))? {
+                Lookup::Absent => None,
+                Lookup::Here(()) => Some(()),
+                Lookup::Cold(read) => {
+                    let at = ctx.out.len();
+                    if !ctx.conn.may_defer || !ctx.shared.readers.enabled() {
+                        read.read_with(|v| Encoder::new(ctx.out, protocol).bulk(v))?;
+                    } else if let Some(d) = ctx.shared.readers.submit(read, protocol, at) {
+                        ctx.conn.deferred.push(d);
+                    } else {
+                        return Err(Error::err("cold read could not be queued"));
+                    }
+                    Some(())
+                }
+            },
             None => None,
         }
     };

@@ -737,6 +737,8 @@ impl Req {
             batch_clock: 0,
             tick: crate::state::now_ns(),
             script: Vec::new(),
+            may_defer: false,
+            deferred: Vec::new(),
         };
         let mut out = Vec::new();
         let (found, _) = self.locked(|sh| Ok(commands::execute(sh, &mut conn, &mut out, args)))?;
@@ -829,6 +831,8 @@ pub(crate) fn run_program<T>(
             batch_clock: now_ms,
             tick: now_ns,
             script: Vec::new(),
+            may_defer: false,
+            deferred: Vec::new(),
         },
         out: Vec::new(),
         wire: Vec::new(),

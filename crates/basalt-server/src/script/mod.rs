@@ -425,6 +425,8 @@ impl Scripts {
             batch_clock: 0,
             tick: 0,
             script: Vec::new(),
+            may_defer: false,
+            deferred: Vec::new(),
         };
         let owned = std::mem::replace(conn, stand_in);
         let (done, wait) = tokio::sync::oneshot::channel();

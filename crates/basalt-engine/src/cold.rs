@@ -1,0 +1,173 @@
+//! Reads a caller may run elsewhere: values whose bytes are not in memory.
+//!
+//! The one idea a reader needs: a value is read in place from the file's
+//! memory map, which is a memory copy when its pages are cached and a page
+//! fault that waits for the disk when they are not. A server thread that
+//! takes that fault stops serving every client it carries. So
+//! [`Db::get_or_cold`] looks first: a record whose pages are all resident
+//! (`mincore`, [`crate::vfs::FileMap::resident`]) is read in place as
+//! before, and one that is not comes back as a [`ColdRead`], a detached
+//! read the caller hands to a thread that may wait (`pread`, so a failing
+//! disk is an error for that key, not a `SIGBUS` for the process).
+//!
+//! The check costs a system call per read, which a data set that fits in
+//! memory should not pay: [`Residency`] says when to look, and the caller
+//! (who knows the memory budget) sets it with [`Db::set_residency`].
+//!
+//! A `ColdRead` holds the file (an `Arc`, so compaction may delete the file
+//! meanwhile: the open descriptor keeps its bytes) and the record's place,
+//! which no one writes again: the value it returns is the one the key held
+//! when it was looked up, as an in-place read at that moment would have.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::db::{DataFile, Found};
+use crate::format::Record;
+use crate::keydir::Loc;
+use crate::{Db, Error, Result};
+
+/// When [`Db::get_or_cold`] checks whether a record is in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Residency {
+    /// Never: every read is served in place (the data set fits in memory).
+    InPlace = 0,
+    /// Every read asks the kernel which pages are resident (`mincore`).
+    Check = 1,
+    /// Every read of one record is handed back as cold, resident or not:
+    /// for tests and for measuring the cost of the detour.
+    AllCold = 2,
+}
+
+impl Residency {
+    fn from_u8(b: u8) -> Residency {
+        match b {
+            1 => Residency::Check,
+            2 => Residency::AllCold,
+            _ => Residency::InPlace,
+        }
+    }
+}
+
+/// What [`Db::get_or_cold`] found.
+#[derive(Debug)]
+pub enum Lookup<R> {
+    /// The key does not exist (or has expired).
+    Absent,
+    /// The value was in memory: the caller's function's result.
+    Here(R),
+    /// The value is on disk only: read it with [`ColdRead::read_with`],
+    /// where waiting for the disk harms no one.
+    Cold(ColdRead),
+}
+
+/// A read of one value record, detached from the index: `Send`, and valid
+/// whatever happens to the key or its file afterwards.
+#[derive(Debug)]
+pub struct ColdRead {
+    file: Arc<DataFile>,
+    loc: Loc,
+    key: Box<[u8]>,
+    path: PathBuf,
+}
+
+impl ColdRead {
+    /// Reads the record from the file (`pread`: a read error is an
+    /// [`Error::Io`] naming the file, never a signal), checks it (CRC, the
+    /// key) and calls `f` with the value.
+    pub fn read_with<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        let corrupt = |reason: &str| Error::Corrupt {
+            path: self.path.clone(),
+            offset: self.loc.offset as u64,
+            reason: reason.into(),
+        };
+        let mut buf = vec![0u8; self.loc.len as usize];
+        self.file
+            .file
+            .read_exact_at(&mut buf, self.loc.offset as u64)
+            .map_err(|e| Error::io("read", self.path.clone(), e))?;
+        let rec = Record::from_bytes(&buf).map_err(corrupt)?;
+        if rec.key() != &*self.key {
+            return Err(corrupt("record holds another key than the index says"));
+        }
+        let value = rec.value_ref().map_err(corrupt)?;
+        Ok(f(&value))
+    }
+
+    /// The record's length in bytes (what the read will fetch).
+    pub fn len(&self) -> usize {
+        self.loc.len as usize
+    }
+
+    /// Whether the record is empty (never: a record has a header).
+    pub fn is_empty(&self) -> bool {
+        self.loc.len == 0
+    }
+}
+
+impl Db {
+    /// Sets when [`Db::get_or_cold`] checks residency. Takes effect for the
+    /// next lookup on any thread.
+    pub fn set_residency(&self, r: Residency) {
+        self.inner.residency.store(r as u8, Ordering::Relaxed);
+    }
+
+    /// Bytes of every data file (live and garbage): what reads may touch,
+    /// to compare with the memory the page cache can hold. Cheap: one read
+    /// lock per shard and a sum over its files.
+    pub fn data_bytes(&self) -> u64 {
+        self.inner
+            .shards
+            .iter()
+            .map(|s| s.index.read().files.values().map(|f| f.total).sum::<u64>())
+            .sum()
+    }
+
+    /// The current [`Residency`].
+    pub fn residency(&self) -> Residency {
+        Residency::from_u8(self.inner.residency.load(Ordering::Relaxed))
+    }
+
+    /// Like [`Db::get_with`], but a value whose record is not in memory is
+    /// not read here: it comes back as [`Lookup::Cold`] for the caller to
+    /// read where waiting is harmless. Under [`Residency::InPlace`] (the
+    /// default) nothing is checked and this is `get_with`. A segmented value
+    /// is assembled here (its segments are small records read in place); a
+    /// file without a map is cold (its read is a `pread`).
+    pub fn get_or_cold<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Lookup<R>> {
+        let mode = self.residency();
+        if mode == Residency::InPlace {
+            return Ok(match self.get_with(key, f)? {
+                Some(r) => Lookup::Here(r),
+                None => Lookup::Absent,
+            });
+        }
+        let (file, loc, _) = loop {
+            match self.locate_value(key)? {
+                None => return Ok(Lookup::Absent),
+                Some(Found::Record(r)) => break r,
+                Some(Found::Segments { .. }) => {
+                    if let Some((v, _)) = self.assemble(key)? {
+                        return Ok(Lookup::Here(f(&v)));
+                    }
+                }
+            }
+        };
+        let resident = mode == Residency::Check
+            && file
+                .map_ref()
+                .is_some_and(|m| m.resident(loc.offset as u64, loc.len as usize));
+        if resident {
+            return self.read_value(key, &file, loc, f).map(Lookup::Here);
+        }
+        let path = self.inner.shard(key).data_path(loc.file);
+        Ok(Lookup::Cold(ColdRead {
+            file,
+            loc,
+            key: key.into(),
+            path,
+        }))
+    }
+}

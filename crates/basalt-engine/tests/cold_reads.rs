@@ -1,0 +1,249 @@
+//! Cold reads (`Db::get_or_cold`): a value whose pages are not in memory
+//! comes back as a detached read that returns what the key held when it
+//! was looked up, whatever happens to the key and its file afterwards; a
+//! resident value is read in place; a failing disk read is an error for
+//! that key, and reads go on.
+
+use std::fmt;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use basalt_engine::vfs::{FileMap, StdFs, VFile, Vfs};
+use basalt_engine::{Db, Error, Lookup, Options, Residency, SyncPolicy};
+
+fn opts() -> Options {
+    Options::default()
+        .shards(1)
+        .max_file_size(16 << 10)
+        .background_compaction(false)
+        .active_expiry(false)
+        .sync(SyncPolicy::Never)
+}
+
+fn value(i: u64, gen: u64) -> Vec<u8> {
+    let mut v = format!("v{gen}-{i}-").into_bytes();
+    v.resize(3000 + (i as usize * 131) % 5000, b'a' + (gen % 26) as u8);
+    v
+}
+
+fn read_cold(db: &Db, key: &[u8]) -> Vec<u8> {
+    match db.get_or_cold(key, |v| v.to_vec()).unwrap() {
+        Lookup::Cold(c) => c.read_with(|v| v.to_vec()).unwrap(),
+        other => panic!("expected a cold read of {key:?}, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_cold_read_returns_what_the_key_held_at_lookup_after_overwrite_and_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), opts()).unwrap();
+    db.set_residency(Residency::AllCold);
+    for i in 0..40 {
+        db.put(format!("k{i}").as_bytes(), &value(i, 1)).unwrap();
+    }
+    // Looked up now, read later.
+    let pending: Vec<_> = (0..40)
+        .map(
+            |i| match db.get_or_cold(format!("k{i}").as_bytes(), |_| ()).unwrap() {
+                Lookup::Cold(c) => c,
+                other => panic!("k{i}: {other:?}"),
+            },
+        )
+        .collect();
+    // Every key overwritten or deleted, and the files that held the first
+    // values compacted away.
+    for i in 0..40 {
+        if i % 3 == 0 {
+            db.delete(format!("k{i}").as_bytes()).unwrap();
+        } else {
+            db.put(format!("k{i}").as_bytes(), &value(i, 2)).unwrap();
+        }
+    }
+    let report = db.compact().unwrap();
+    assert!(
+        report.files_compacted > 0,
+        "compaction removed no file: {report:?}"
+    );
+    for (i, c) in pending.iter().enumerate() {
+        let got = c.read_with(|v| v.to_vec()).unwrap();
+        assert_eq!(got, value(i as u64, 1), "k{i}");
+    }
+    // New lookups see the new state.
+    for i in 0..40u64 {
+        let key = format!("k{i}");
+        if i % 3 == 0 {
+            assert!(matches!(
+                db.get_or_cold(key.as_bytes(), |_| ()).unwrap(),
+                Lookup::Absent
+            ));
+        } else {
+            assert_eq!(read_cold(&db, key.as_bytes()), value(i, 2));
+        }
+    }
+}
+
+#[test]
+fn in_place_mode_never_hands_a_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), opts()).unwrap();
+    assert_eq!(db.residency(), Residency::InPlace);
+    db.put(b"k", &value(7, 1)).unwrap();
+    match db.get_or_cold(b"k", |v| v.to_vec()).unwrap() {
+        Lookup::Here(v) => assert_eq!(v, value(7, 1)),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Drops the clean cached pages of every data file under `dir`.
+fn drop_cached_pages(dir: &Path) {
+    for shard in std::fs::read_dir(dir).unwrap() {
+        let shard = shard.unwrap().path();
+        if !shard.is_dir() {
+            continue;
+        }
+        for f in std::fs::read_dir(&shard).unwrap() {
+            let p = f.unwrap().path();
+            if p.extension().is_some_and(|e| e == "data") {
+                let file = File::open(&p).unwrap();
+                file.sync_all().unwrap();
+                // SAFETY: a valid descriptor; advice has no memory effects.
+                let rc = unsafe {
+                    libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED)
+                };
+                assert_eq!(rc, 0);
+            }
+        }
+    }
+}
+
+#[test]
+fn under_check_a_value_out_of_memory_is_cold_and_once_read_is_served_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = Db::open(dir.path(), opts()).unwrap();
+        for i in 0..20 {
+            db.put(format!("k{i}").as_bytes(), &value(i, 1)).unwrap();
+        }
+        db.close().unwrap();
+    }
+    // Reopened: the files are mapped but no page was touched through the
+    // maps, so advice can drop them from the page cache.
+    let db = Db::open(dir.path(), opts()).unwrap();
+    db.set_residency(Residency::Check);
+    drop_cached_pages(dir.path());
+    let mut cold = 0;
+    for i in 0..20u64 {
+        let key = format!("k{i}");
+        match db.get_or_cold(key.as_bytes(), |v| v.to_vec()).unwrap() {
+            Lookup::Cold(c) => {
+                cold += 1;
+                assert_eq!(c.read_with(|v| v.to_vec()).unwrap(), value(i, 1));
+                // The read brought its pages into the page cache.
+                match db.get_or_cold(key.as_bytes(), |v| v.to_vec()).unwrap() {
+                    Lookup::Here(v) => assert_eq!(v, value(i, 1)),
+                    other => panic!("{key} after its cold read: {other:?}"),
+                }
+            }
+            Lookup::Here(v) => assert_eq!(v, value(i, 1)),
+            Lookup::Absent => panic!("{key} absent"),
+        }
+    }
+    // Some file systems (tmpfs) cannot drop pages; there every read is warm.
+    if cold == 0 {
+        eprintln!("no page could be dropped here; the cold branch was not taken");
+    }
+}
+
+/// `StdFs` whose reads fail with EIO while `failing` is set.
+#[derive(Debug)]
+struct FailingReads {
+    failing: Arc<AtomicBool>,
+}
+
+struct FailingFile {
+    inner: Arc<dyn VFile>,
+    failing: Arc<AtomicBool>,
+}
+
+impl fmt::Debug for FailingFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("FailingFile")
+    }
+}
+
+impl VFile for FailingFile {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        self.inner.read_exact_at(buf, offset)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.inner.write_all_at(buf, offset)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.inner.sync_data()
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn map(&self, len: u64) -> Option<FileMap> {
+        self.inner.map(len)
+    }
+}
+
+impl Vfs for FailingReads {
+    fn create(&self, path: &Path) -> io::Result<Arc<dyn VFile>> {
+        Ok(Arc::new(FailingFile {
+            inner: StdFs.create(path)?,
+            failing: self.failing.clone(),
+        }))
+    }
+    fn open(&self, path: &Path) -> io::Result<Arc<dyn VFile>> {
+        Ok(Arc::new(FailingFile {
+            inner: StdFs.open(path)?,
+            failing: self.failing.clone(),
+        }))
+    }
+}
+
+#[test]
+fn a_failing_disk_read_is_an_error_for_that_key_and_reads_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let failing = Arc::new(AtomicBool::new(false));
+    let db = Db::open(
+        dir.path(),
+        opts().vfs(Arc::new(FailingReads {
+            failing: failing.clone(),
+        })),
+    )
+    .unwrap();
+    db.put(b"a", &value(1, 1)).unwrap();
+    db.put(b"b", &value(2, 1)).unwrap();
+    db.set_residency(Residency::AllCold);
+    let Lookup::Cold(a) = db.get_or_cold(b"a", |_| ()).unwrap() else {
+        panic!("not cold")
+    };
+    failing.store(true, Ordering::SeqCst);
+    match a.read_with(|v| v.to_vec()) {
+        Err(Error::Io { path, source, .. }) => {
+            assert_eq!(source.raw_os_error(), Some(libc::EIO));
+            assert!(path.extension().is_some_and(|e| e == "data"), "{path:?}");
+        }
+        other => panic!("expected an I/O error, got {other:?}"),
+    }
+    failing.store(false, Ordering::SeqCst);
+    // The same read and others succeed once the disk answers again; writes
+    // were never affected.
+    assert_eq!(a.read_with(|v| v.to_vec()).unwrap(), value(1, 1));
+    assert_eq!(read_cold(&db, b"b"), value(2, 1));
+    db.put(b"c", b"after").unwrap();
+    assert_eq!(read_cold(&db, b"c"), b"after");
+}

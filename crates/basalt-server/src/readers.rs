@@ -1,0 +1,275 @@
+//! Cold reads off the worker threads.
+//!
+//! The one idea a reader needs: a GET whose value is not in memory
+//! (`basalt_engine::Db::get_or_cold`) is not read by the worker thread
+//! that runs the command, because a disk read there stalls every client
+//! the worker carries. The command hands the read to this pool and leaves
+//! a placeholder in its connection's output ([`Deferred`]); the pool's
+//! threads read with `pread`, many at once (as many as there are threads),
+//! and send back the encoded reply; the connection splices the replies in,
+//! in order, before it writes ([`settle`]). Other connections of the worker
+//! run meanwhile, and so do the later commands of the same pipeline, whose
+//! replies wait behind the placeholder.
+//!
+//! When reads are checked at all is the residency policy (`read-residency`,
+//! [`Policy`]): `auto` asks the kernel only while the data files are larger
+//! than half of the memory the process may use, because a data set that
+//! fits stays cached and the check would be a system call per GET for
+//! nothing.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+
+use basalt_engine::{ColdRead, Residency};
+use basalt_resp::{Encoder, Protocol};
+use parking_lot::Mutex;
+use tokio::sync::oneshot;
+
+/// A reply that a reader thread is producing, and where it goes in the
+/// connection's output buffer.
+#[derive(Debug)]
+pub struct Deferred {
+    /// Offset in the output buffer: the reply goes before the byte that is
+    /// there now (the next command's reply).
+    pub at: usize,
+    rx: oneshot::Receiver<Vec<u8>>,
+}
+
+/// Most placeholders one connection keeps before it waits for them: the
+/// reads in flight for one client, and the memory its batch may hold.
+pub const MAX_DEFERRED: usize = 512;
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The reader threads.
+#[derive(Debug)]
+pub struct ColdReaders {
+    tx: Option<Mutex<mpsc::Sender<Job>>>,
+    /// Cold reads served (INFO `basalt_cold_reads`).
+    pub served: Arc<AtomicU64>,
+}
+
+impl ColdReaders {
+    /// Starts `threads` readers; 0 starts none, and every read is then made
+    /// in place by the thread that runs the command.
+    pub fn start(threads: usize) -> ColdReaders {
+        let served = Arc::new(AtomicU64::new(0));
+        if threads == 0 {
+            return ColdReaders { tx: None, served };
+        }
+        let (tx, rx) = mpsc::channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..threads {
+            let rx = rx.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("basalt-read-{i}"))
+                // A reader holds one record at a time.
+                .stack_size(256 << 10)
+                .spawn(move || loop {
+                    // One thread waits in `recv`, the others for the lock;
+                    // the channel closes when the server's state is dropped.
+                    let job = rx.lock().recv();
+                    match job {
+                        Ok(job) => job(),
+                        Err(_) => return,
+                    }
+                });
+            if let Err(e) = spawned {
+                tracing::warn!(error = %e, started = i, "could not start every cold reader");
+                if i == 0 {
+                    return ColdReaders { tx: None, served };
+                }
+                break;
+            }
+        }
+        ColdReaders {
+            tx: Some(Mutex::new(tx)),
+            served,
+        }
+    }
+
+    /// Whether reads may be handed over at all.
+    pub fn enabled(&self) -> bool {
+        self.tx.is_some()
+    }
+
+    /// Hands `read` to a reader; its reply (the value as a bulk string, or
+    /// the error line) is to be placed at `at` of the caller's output.
+    /// `None` when there are no readers (the caller reads in place).
+    pub fn submit(&self, read: ColdRead, protocol: Protocol, at: usize) -> Option<Deferred> {
+        let tx = self.tx.as_ref()?;
+        let (done, rx) = oneshot::channel();
+        let served = self.served.clone();
+        let job: Job = Box::new(move || {
+            let mut out = Vec::with_capacity(read.len() + 16);
+            if let Err(e) = read.read_with(|v| Encoder::new(&mut out, protocol).bulk(v)) {
+                tracing::error!(error = %e, "cold read failed");
+                out.clear();
+                let e = crate::commands::Error::from(e);
+                Encoder::new(&mut out, protocol).error(e.message().as_bytes());
+            }
+            served.fetch_add(1, Ordering::Relaxed);
+            // The connection may have gone; its reply goes nowhere.
+            let _ = done.send(out);
+        });
+        tx.lock().send(job).ok()?;
+        Some(Deferred { at, rx })
+    }
+}
+
+/// Waits for every placeholder's reply and puts each at its place in `out`.
+/// A reader that vanished (it cannot: readers never end while the server
+/// runs) leaves an error line rather than a missing reply.
+pub async fn settle(out: &mut Vec<u8>, deferred: &mut Vec<Deferred>) {
+    if deferred.is_empty() {
+        return;
+    }
+    let mut replies = Vec::with_capacity(deferred.len());
+    let mut extra = 0;
+    for d in deferred.iter_mut() {
+        let r = (&mut d.rx)
+            .await
+            .unwrap_or_else(|_| b"-ERR cold read abandoned\r\n".to_vec());
+        extra += r.len();
+        replies.push(r);
+    }
+    let mut joined = Vec::with_capacity(out.len() + extra);
+    let mut from = 0;
+    for (d, r) in deferred.drain(..).zip(replies) {
+        joined.extend_from_slice(&out[from..d.at]);
+        joined.extend_from_slice(&r);
+        from = d.at;
+    }
+    joined.extend_from_slice(&out[from..]);
+    *out = joined;
+}
+
+/// `read-residency`: when reads check whether their value is in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// Check while the data files exceed half the memory budget.
+    Auto,
+    /// Always check (`mincore` per GET).
+    Check,
+    /// Never check: every read in place, as before cold reads existed.
+    InPlace,
+    /// Hand every GET of a one-record value to the readers (tests, and
+    /// measuring the detour's cost).
+    AllCold,
+}
+
+impl Policy {
+    /// Parses a setting's value.
+    pub fn parse(s: &str) -> Option<Policy> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "auto" => Policy::Auto,
+            "check" => Policy::Check,
+            "in-place" => Policy::InPlace,
+            "all-cold" => Policy::AllCold,
+            _ => return None,
+        })
+    }
+
+    /// The setting's value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Auto => "auto",
+            Policy::Check => "check",
+            Policy::InPlace => "in-place",
+            Policy::AllCold => "all-cold",
+        }
+    }
+
+    /// The engine's mode for `data_bytes` of data files when the process
+    /// may use `budget` bytes of memory.
+    pub fn residency(self, data_bytes: u64, budget: u64) -> Residency {
+        match self {
+            Policy::Auto if data_bytes > budget / 2 => Residency::Check,
+            Policy::Auto | Policy::InPlace => Residency::InPlace,
+            Policy::Check => Residency::Check,
+            Policy::AllCold => Residency::AllCold,
+        }
+    }
+}
+
+/// The memory this process may use: the machine's, or less if its cgroup
+/// (v1 `memory.limit_in_bytes` or v2 `memory.max`) says so.
+pub fn memory_budget() -> u64 {
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(u64::MAX, |kb| kb * 1024);
+    total.min(cgroup_limit().unwrap_or(u64::MAX))
+}
+
+fn cgroup_limit() -> Option<u64> {
+    let groups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let mut best: Option<u64> = None;
+    for line in groups.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let file = if controllers.is_empty() {
+            format!("/sys/fs/cgroup{path}/memory.max")
+        } else if controllers.split(',').any(|c| c == "memory") {
+            format!("/sys/fs/cgroup/memory{path}/memory.limit_in_bytes")
+        } else {
+            continue;
+        };
+        if let Some(n) = std::fs::read_to_string(file)
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+        {
+            best = Some(best.map_or(n, |b| b.min(n)));
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_checks_only_when_the_data_outgrows_half_the_budget() {
+        let gib = 1u64 << 30;
+        assert_eq!(Policy::Auto.residency(gib, 4 * gib), Residency::InPlace);
+        assert_eq!(Policy::Auto.residency(3 * gib, 4 * gib), Residency::Check);
+        assert_eq!(Policy::InPlace.residency(9 * gib, gib), Residency::InPlace);
+        assert_eq!(Policy::Check.residency(0, gib), Residency::Check);
+        assert_eq!(Policy::AllCold.residency(0, gib), Residency::AllCold);
+        for p in [
+            Policy::Auto,
+            Policy::Check,
+            Policy::InPlace,
+            Policy::AllCold,
+        ] {
+            assert_eq!(Policy::parse(p.name()), Some(p));
+        }
+        assert_eq!(Policy::parse("sometimes"), None);
+    }
+
+    #[test]
+    fn the_memory_budget_is_read_from_the_machine() {
+        let b = memory_budget();
+        assert!(b > 0 && b < u64::MAX, "{b}");
+    }
+
+    #[tokio::test]
+    async fn settled_replies_land_where_their_commands_were() {
+        let mut out = b"+A\r\n+C\r\n".to_vec();
+        let (t1, r1) = oneshot::channel();
+        let (t2, r2) = oneshot::channel();
+        let mut deferred = vec![Deferred { at: 0, rx: r1 }, Deferred { at: 4, rx: r2 }];
+        // Answered out of order.
+        t2.send(b"$1\r\nb\r\n".to_vec()).unwrap();
+        t1.send(b"$1\r\na\r\n".to_vec()).unwrap();
+        settle(&mut out, &mut deferred).await;
+        assert_eq!(out, b"$1\r\na\r\n+A\r\n$1\r\nb\r\n+C\r\n");
+        assert!(deferred.is_empty());
+    }
+}

@@ -1,0 +1,252 @@
+//! GETs whose values are read by the reader threads (`crate::readers`):
+//! with `read-residency all-cold` every GET of a one-record value takes
+//! that path, so these tests drive it on a small data set. Replies keep
+//! the connection's order, each GET sees the value at its turn in the
+//! pipeline, the paths that cannot wait (EXEC, scripts, CLIENT REPLY) still
+//! answer correctly, values stay whole while writers and compaction move
+//! them, and a damaged record is an error for its key only.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use basalt_server::readers::Policy;
+use basalt_server::Config;
+use common::{bulk, ok, TestServer};
+use redis::Value;
+
+fn cold_server(file_size: u64) -> TestServer {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::ephemeral(dir.path());
+    config.read_residency = Policy::AllCold;
+    config.cold_readers = 4;
+    config.data_file_size = file_size;
+    TestServer::start_with(config, dir)
+}
+
+fn value(key: usize, gen: usize) -> String {
+    // Long enough to span pages, and naming its key and generation.
+    let body = format!("{key}:{gen};");
+    body.repeat(1 + (key * 7 + gen) % 900)
+}
+
+#[test]
+fn a_pipeline_of_cold_gets_answers_in_order_with_the_value_at_each_turn() {
+    let server = cold_server(1 << 20);
+    let mut c = server.client();
+    let mut pipe = redis::pipe();
+    let mut expected: Vec<Value> = Vec::new();
+    let mut model: std::collections::HashMap<usize, String> = Default::default();
+    for i in 0..3000usize {
+        let key = i % 97;
+        match i % 5 {
+            0 | 3 => {
+                let v = value(key, i);
+                pipe.cmd("SET").arg(format!("k{key}")).arg(&v);
+                expected.push(Value::Okay);
+                model.insert(key, v);
+            }
+            4 if i % 2 == 0 => {
+                pipe.cmd("DEL").arg(format!("k{key}"));
+                expected.push(Value::Int(model.remove(&key).is_some() as i64));
+            }
+            _ => {
+                pipe.cmd("GET").arg(format!("k{key}"));
+                expected.push(match model.get(&key) {
+                    Some(v) => Value::BulkString(v.clone().into_bytes()),
+                    None => Value::Nil,
+                });
+            }
+        }
+    }
+    let got: Vec<Value> = pipe.query(&mut c).unwrap();
+    assert_eq!(got.len(), expected.len());
+    for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+        assert_eq!(g, e, "reply {i}");
+    }
+    let info: String = redis::cmd("INFO").arg("stats").query(&mut c).unwrap();
+    let served: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("basalt_cold_reads:"))
+        .expect("basalt_cold_reads in INFO stats")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(served >= 500, "only {served} GETs went through the readers");
+    let settings: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("cold-readers")
+        .arg("read-residency")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(
+        settings,
+        ["cold-readers", "4", "read-residency", "all-cold"]
+    );
+}
+
+#[test]
+fn transactions_scripts_reply_modes_and_resp3_read_cold_values_correctly() {
+    let server = cold_server(1 << 20);
+    let mut raw = server.raw();
+    let v = value(1, 1);
+    assert_eq!(raw.cmd(&["SET", "k", &v]), ok());
+    // In EXEC: read in place by the thread running the transaction.
+    raw.send(&common::resp(&["MULTI"]));
+    raw.send(&common::resp(&["GET", "k"]));
+    raw.send(&common::resp(&["SET", "k", "after"]));
+    raw.send(&common::resp(&["GET", "k"]));
+    raw.send(&common::resp(&["EXEC"]));
+    assert_eq!(raw.read(), ok());
+    assert_eq!(raw.read(), basalt_resp::Frame::Simple(b"QUEUED".to_vec()));
+    assert_eq!(raw.read(), basalt_resp::Frame::Simple(b"QUEUED".to_vec()));
+    assert_eq!(raw.read(), basalt_resp::Frame::Simple(b"QUEUED".to_vec()));
+    assert_eq!(
+        raw.read(),
+        basalt_resp::Frame::Array(vec![bulk(&v), ok(), bulk("after")])
+    );
+    // A script's redis.call.
+    assert_eq!(
+        raw.cmd(&["EVAL", "return redis.call('get', KEYS[1])", "1", "k"]),
+        bulk("after")
+    );
+    // CLIENT REPLY SKIP drops the next reply only, cold or not.
+    raw.send(&common::resp(&["CLIENT", "REPLY", "SKIP"]));
+    raw.send(&common::resp(&["GET", "k"]));
+    raw.send(&common::resp(&["SET", "k2", "second"]));
+    raw.send(&common::resp(&["GET", "k2"]));
+    assert_eq!(raw.read(), ok());
+    assert_eq!(raw.read(), bulk("second"));
+    // RESP3: the same bulk strings, a null for a missing key.
+    raw.cmd(&["HELLO", "3"]);
+    assert_eq!(raw.cmd(&["GET", "k"]), bulk("after"));
+    assert_eq!(raw.cmd(&["GET", "nothing"]), basalt_resp::Frame::Null);
+}
+
+#[test]
+fn cold_reads_return_whole_values_while_writers_and_compaction_move_them() {
+    // Small data files: rotations and compactions all the time.
+    let server = cold_server(64 << 10);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let writers: Vec<_> = (0..2)
+        .map(|w| {
+            let mut c = server.client();
+            std::thread::spawn(move || {
+                let mut gen = 0;
+                while Instant::now() < deadline && gen < 20_000 {
+                    gen += 1;
+                    let key = (gen * 13 + w) % 50;
+                    if gen % 9 == 0 {
+                        let _: i64 = redis::cmd("DEL")
+                            .arg(format!("k{key}"))
+                            .query(&mut c)
+                            .unwrap();
+                    } else {
+                        let _: () = redis::cmd("SET")
+                            .arg(format!("k{key}"))
+                            .arg(value(key, gen))
+                            .query(&mut c)
+                            .unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let mut c = server.client();
+            std::thread::spawn(move || {
+                let mut seen = 0;
+                let mut rounds = 0;
+                while Instant::now() < deadline && rounds < 5_000 {
+                    rounds += 1;
+                    let mut pipe = redis::pipe();
+                    for key in 0..50 {
+                        pipe.cmd("GET").arg(format!("k{key}"));
+                    }
+                    let got: Vec<Option<String>> = pipe.query(&mut c).unwrap();
+                    for (key, v) in got.into_iter().enumerate() {
+                        let Some(v) = v else { continue };
+                        seen += 1;
+                        let (head, _) = v.split_once(';').expect("a generation mark");
+                        let (k, gen) = head.split_once(':').unwrap();
+                        assert_eq!(k.parse::<usize>().unwrap(), key, "k{key} holds {head}");
+                        assert_eq!(v, value(key, gen.parse().unwrap()), "k{key} torn");
+                    }
+                }
+                seen
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    let seen: usize = readers.into_iter().map(|r| r.join().unwrap()).sum();
+    assert!(seen > 100, "only {seen} values read");
+}
+
+#[test]
+fn a_damaged_record_is_an_error_for_its_key_and_the_server_keeps_serving() {
+    let server = cold_server(1 << 20);
+    let mut c = server.client();
+    let marked = "DAMAGE-ME-".repeat(50);
+    let _: () = redis::cmd("SET")
+        .arg("bad")
+        .arg(&marked)
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("good")
+        .arg("fine")
+        .query(&mut c)
+        .unwrap();
+    // Flip a byte of the value where it lies in its data file.
+    let mut damaged = 0;
+    for entry in walk(server.dir.path()) {
+        if entry.extension().is_none_or(|e| e != "data") {
+            continue;
+        }
+        let mut bytes = std::fs::read(&entry).unwrap();
+        if let Some(at) = find(&bytes, marked.as_bytes()) {
+            bytes[at + 7] ^= 0x20;
+            use std::os::unix::fs::FileExt;
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&entry)
+                .unwrap();
+            f.write_all_at(&bytes[at + 7..at + 8], (at + 7) as u64)
+                .unwrap();
+            damaged += 1;
+        }
+    }
+    assert_eq!(damaged, 1, "the value's record was not found");
+    let bad: redis::RedisResult<Option<String>> = redis::cmd("GET").arg("bad").query(&mut c);
+    let e = bad.unwrap_err();
+    assert!(e.to_string().contains("corrupt"), "{e}");
+    let good: Option<String> = redis::cmd("GET").arg("good").query(&mut c).unwrap();
+    assert_eq!(good.as_deref(), Some("fine"));
+    let _: () = redis::cmd("SET")
+        .arg("new")
+        .arg("value")
+        .query(&mut c)
+        .unwrap();
+    let new: Option<String> = redis::cmd("GET").arg("new").query(&mut c).unwrap();
+    assert_eq!(new.as_deref(), Some("value"));
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
