@@ -160,7 +160,7 @@ pub struct ServerArgs {
     /// appendfsync, databases, threads, loglevel, notify-keyspace-events,
     /// client-output-buffer-limit, http-port, requirepass, protected-mode,
     /// maxclients, proto-max-bulk-len, client-query-buffer-limit,
-    /// data-file-size, cold-readers, read-residency,
+    /// data-file-size, maxmemory, cold-readers, read-residency,
     /// slowlog-log-slower-than, slowlog-max-len,
     /// latency-monitor-threshold); flags and environment win over it
     #[arg(long, env = "BASALT_CONFIG")]
@@ -185,6 +185,11 @@ pub struct ServerArgs {
     /// only sealed files are compacted [default: 32mb]
     #[arg(long, env = "BASALT_DATA_FILE_SIZE")]
     pub data_file_size: Option<String>,
+    /// Budget for the memory Basalt holds (index, buffers; not the page
+    /// cache), e.g. 2gb: over it, commands that may grow memory answer
+    /// -OOM (Redis's noeviction); 0 = none [default: 0]
+    #[arg(long, env = "BASALT_MAXMEMORY")]
+    pub maxmemory: Option<String>,
     /// Threads that read values not in memory, so a disk read never stalls
     /// a worker; 0 = every read in place [default: 32]
     #[arg(long, env = "BASALT_COLD_READERS")]
@@ -261,6 +266,7 @@ struct FileConfig {
     client_query_buffer_limit: Option<String>,
     #[serde(rename = "data-file-size")]
     data_file_size: Option<String>,
+    maxmemory: Option<String>,
     #[serde(rename = "cold-readers")]
     cold_readers: Option<usize>,
     #[serde(rename = "read-residency")]
@@ -334,6 +340,8 @@ pub struct Config {
     /// `data-file-size`: the largest data file of each shard, in bytes
     /// (4 KiB to 4 GiB - 1). Default: 32 MiB ([`crate::keyspace::DATA_FILE_SIZE`]).
     pub data_file_size: u64,
+    /// `maxmemory` in bytes (`crate::maxmemory`); 0 = none. Default: 0.
+    pub maxmemory: u64,
     /// `cold-readers`: threads reading values that are not in memory
     /// (`crate::readers`); 0 = none. Default: 32.
     pub cold_readers: usize,
@@ -384,6 +392,7 @@ impl Default for Config {
             proto_max_bulk_len: 512 << 20,
             client_query_buffer_limit: 1 << 30,
             data_file_size: crate::keyspace::DATA_FILE_SIZE,
+            maxmemory: 0,
             cold_readers: 32,
             read_residency: crate::readers::Policy::Auto,
             slowlog_log_slower_than: 10_000,
@@ -499,6 +508,12 @@ impl Config {
                 })?,
             None => d.data_file_size,
         };
+        let maxmemory = match args.maxmemory.or(file.maxmemory) {
+            Some(v) => crate::auth::parse_size(&v).ok_or_else(|| {
+                anyhow::anyhow!("maxmemory {v:?}: must be a memory value such as 2gb")
+            })?,
+            None => d.maxmemory,
+        };
         let cold_readers = match args.cold_readers.or(file.cold_readers) {
             Some(n) if n > 1024 => anyhow::bail!("cold-readers {n}: at most 1024"),
             Some(n) => n,
@@ -572,6 +587,7 @@ impl Config {
             slowlog_max_len,
             latency_monitor_threshold,
             data_file_size,
+            maxmemory,
             cold_readers,
             read_residency,
             requirepass,

@@ -422,6 +422,16 @@ async fn run(
                         }
                         Some(repl) => match repl.route(shared, conn, &args) {
                             Route::Local => None,
+                            // maxmemory: the node a write is sent to refuses
+                            // it before it is proposed (an apply never does).
+                            Route::Propose(_)
+                                if shared.maxmemory.over()
+                                    && crate::commands::lookup(&args[0]).is_some_and(|c| {
+                                        c.flags & crate::commands::flags::DENYOOM != 0
+                                    }) =>
+                            {
+                                Some(Route::Refuse(crate::maxmemory::OOM.to_string()))
+                            }
                             r => Some(r),
                         },
                     };

@@ -37,6 +37,7 @@ pub mod glob;
 pub mod http;
 pub mod hyperloglog;
 pub mod keyspace;
+pub mod maxmemory;
 pub mod monitor;
 pub mod notify;
 pub mod pubsub;
@@ -257,6 +258,19 @@ fn start_inner(
                         let _ = tokio::task::spawn_blocking(move || ks.keyspace.resume_writes()).await;
                     }
                 }
+                _ = shutdown.changed() => break,
+            }
+        }
+    });
+    // The maxmemory flag follows the allocator ten times a second (a
+    // command reads the flag only: crate::maxmemory).
+    let watcher = shared.clone();
+    runtime.spawn(async move {
+        let mut shutdown = watcher.shutdown_rx();
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => watcher.maxmemory.refresh(),
                 _ = shutdown.changed() => break,
             }
         }

@@ -300,6 +300,8 @@ pub struct Shared {
     pub repl: std::sync::OnceLock<crate::repl::Repl>,
     /// Threads for reads of values not in memory (`crate::readers`).
     pub readers: crate::readers::ColdReaders,
+    /// The `maxmemory` budget (`crate::maxmemory`).
+    pub maxmemory: crate::maxmemory::MaxMemory,
     shutdown: watch::Sender<bool>,
 }
 
@@ -346,6 +348,7 @@ impl Shared {
             .collect();
         Shared {
             readers: crate::readers::ColdReaders::start(config.cold_readers),
+            maxmemory: crate::maxmemory::MaxMemory::new(config.maxmemory),
             security: crate::auth::Security::new(&config),
             config,
             addr,

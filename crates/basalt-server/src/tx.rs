@@ -536,6 +536,32 @@ pub fn run(
         Encoder::new(out, conn.protocol).error(b"ERR Command not allowed inside a transaction");
         return (None, None, 0);
     }
+    if shared.maxmemory.over() {
+        // Over maxmemory a queue may not grow, and an EXEC that would run
+        // a command that may grow memory is refused, as in Redis.
+        let refuse = match cmd.name {
+            "exec" => queue_denyoom(conn),
+            "discard" | "multi" | "watch" | "quit" | "reset" => false,
+            _ => true,
+        };
+        if refuse {
+            if let Some((_, idx)) = commands::lookup_indexed(&args[0]) {
+                shared.cmdstats.reject(idx);
+            }
+            if cmd.name == "exec" {
+                conn.tx.clear(&conn.info);
+                let line = format!(
+                    "EXECABORT Transaction discarded because of: {}",
+                    crate::maxmemory::OOM
+                );
+                Encoder::new(out, conn.protocol).error(line.as_bytes());
+            } else {
+                conn.tx.flag();
+                Encoder::new(out, conn.protocol).error(crate::maxmemory::OOM.as_bytes());
+            }
+            return (None, None, 0);
+        }
+    }
     match cmd.name {
         "exec" => {
             let at = out.len();
@@ -622,6 +648,23 @@ pub(crate) fn queue_writes(conn: &Conn) -> bool {
 /// Watched keys as (database, key, version), as a replicated EXEC carries
 /// them.
 pub(crate) type Watched = Vec<(u32, Vec<u8>, u64)>;
+
+/// Whether `conn`'s queued transaction holds a command that may grow
+/// memory (`denyoom`), which maxmemory refuses.
+fn queue_denyoom(conn: &Conn) -> bool {
+    let Some(queue) = &conn.tx.multi else {
+        return false;
+    };
+    let mut parser = RequestParser::new(Limits::default());
+    let mut pos = 0;
+    while let Ok(Parsed::Command { args, consumed }) = parser.parse(&queue.bytes[pos..]) {
+        pos += consumed;
+        if commands::lookup(&args[0]).is_some_and(|c| c.flags & flags::DENYOOM != 0) {
+            return true;
+        }
+    }
+    false
+}
 
 /// Takes `conn`'s transaction out for a replicated EXEC: the queued
 /// commands (RESP) and the watched keys with their versions; the

@@ -121,3 +121,74 @@ fn info_memory_counts_allocations_apart_from_the_mapped_data_pages() {
     assert!(anon + file <= rss + (1 << 20), "{anon} + {file} > {rss}");
     assert!(used > 0);
 }
+
+fn oom() -> Frame {
+    err("OOM command not allowed when used memory > 'maxmemory'.")
+}
+
+#[test]
+fn over_maxmemory_commands_that_grow_memory_are_refused_and_the_rest_run() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    let mut other = s.raw();
+    assert_eq!(r.cmd(&["SET", "k", "v"]), common::ok());
+    // A transaction queued while under the budget.
+    assert_eq!(other.cmd(&["MULTI"]), common::ok());
+    assert_eq!(
+        other.cmd(&["SET", "queued", "1"]),
+        Frame::Simple(b"QUEUED".to_vec())
+    );
+    // Any process has more than one byte allocated.
+    assert_eq!(r.cmd(&["CONFIG", "SET", "maxmemory", "1"]), common::ok());
+    assert_eq!(
+        r.cmd(&["CONFIG", "GET", "maxmemory"]),
+        Frame::Array(vec![common::bulk("maxmemory"), common::bulk("1")])
+    );
+    assert_eq!(r.cmd(&["SET", "x", "1"]), oom());
+    assert_eq!(r.cmd(&["INCR", "n"]), oom());
+    assert_eq!(r.cmd(&["RPUSH", "l", "a"]), oom());
+    // Reads and deletions go on; nothing was written.
+    assert_eq!(r.cmd(&["GET", "k"]), common::bulk("v"));
+    assert_eq!(r.cmd(&["EXISTS", "x", "n", "l"]), Frame::Integer(0));
+    assert_eq!(r.cmd(&["DEL", "k"]), Frame::Integer(1));
+    // EXEC of a queue holding a write is refused whole.
+    assert_eq!(
+        other.cmd(&["EXEC"]),
+        err("EXECABORT Transaction discarded because of: OOM command not allowed when used memory > 'maxmemory'.")
+    );
+    assert_eq!(other.cmd(&["EXISTS", "queued"]), Frame::Integer(0));
+    // A queue may not grow; the transaction is then aborted.
+    assert_eq!(r.cmd(&["MULTI"]), common::ok());
+    assert_eq!(r.cmd(&["GET", "k"]), oom());
+    assert_eq!(
+        r.cmd(&["EXEC"]),
+        err("EXECABORT Transaction discarded because of previous errors.")
+    );
+    // A script's write call is refused; the script sees the error.
+    let Frame::Error(e) = r.cmd(&["EVAL", "return redis.call('set', 's', '1')", "0"]) else {
+        panic!("a script's write under OOM did not fail")
+    };
+    assert!(String::from_utf8_lossy(&e).starts_with("OOM "), "{e:?}");
+    // Unless the script says it may.
+    assert_eq!(
+        r.cmd(&[
+            "EVAL",
+            "#!lua flags=allow-oom\nreturn redis.call('set', 's', '1')",
+            "0"
+        ]),
+        common::ok()
+    );
+    let Frame::Bulk(info) = r.cmd(&["INFO", "memory"]) else {
+        panic!()
+    };
+    let info = String::from_utf8(info).unwrap();
+    assert_eq!(info_field(&info, "maxmemory"), 1);
+    // Bad values change nothing; 0 lifts the budget.
+    assert_eq!(
+        r.cmd(&["CONFIG", "SET", "maxmemory", "lots"]),
+        err("ERR CONFIG SET failed (possibly related to argument 'maxmemory') - argument must be a memory value")
+    );
+    assert_eq!(r.cmd(&["CONFIG", "SET", "maxmemory", "0"]), common::ok());
+    assert_eq!(r.cmd(&["SET", "x", "1"]), common::ok());
+    assert_eq!(r.cmd(&["GET", "x"]), common::bulk("1"));
+}

@@ -648,6 +648,17 @@ pub fn execute_found(
         Encoder::new(out, conn.protocol).error(crate::auth::noauth_reply(cmd.name).as_bytes());
         return (None, None);
     }
+    // maxmemory (noeviction): refused before it runs. On a replicated
+    // group the node that proposes decides (conn.rs); applies never refuse.
+    if cmd.flags & flags::DENYOOM != 0
+        && shared.maxmemory.over()
+        && shared.repl.get().is_none()
+        && !crate::maxmemory::skipped()
+    {
+        shared.cmdstats.reject(row);
+        Encoder::new(out, conn.protocol).error(crate::maxmemory::OOM.as_bytes());
+        return (None, None);
+    }
     if conn.protocol == Protocol::Resp2
         && conn.info.pubsub.subscribed()
         && !pubsub::allowed_while_subscribed(cmd.name)

@@ -1318,8 +1318,9 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
         kv!(out, "number_of_cached_scripts", scripts);
         kv!(out, "number_of_functions", functions);
         kv!(out, "number_of_libraries", libraries);
-        kv!(out, "maxmemory", 0);
-        kv!(out, "maxmemory_human", "0B");
+        let max = sh.maxmemory.limit();
+        kv!(out, "maxmemory", max);
+        kv!(out, "maxmemory_human", human(max));
         kv!(out, "maxmemory_policy", "noeviction");
         kv!(out, "mem_allocator", "libc");
     }
@@ -1524,6 +1525,8 @@ enum Kind {
     BusyMs,
     /// Slow log and latency monitor thresholds (`crate::cmdstats`).
     Monitor,
+    /// maxmemory (`crate::maxmemory`).
+    MaxMemory,
 }
 
 /// Settings CONFIG knows: (name, kind, default). Immutable ones read their
@@ -1544,7 +1547,7 @@ const PARAMS: &[(&str, Kind, &str)] = &[
     ("client-query-buffer-limit", Kind::Security, ""),
     ("requirepass", Kind::Security, ""),
     ("protected-mode", Kind::Security, ""),
-    ("maxmemory", Kind::Immutable, "0"),
+    ("maxmemory", Kind::MaxMemory, ""),
     ("maxmemory-policy", Kind::Immutable, "noeviction"),
     ("maxclients", Kind::Security, ""),
     ("save", Kind::Str, ""),
@@ -1604,6 +1607,7 @@ fn param_value(ctx: &Ctx<'_>, name: &'static str, kind: Kind, default: &str) -> 
         "client-output-buffer-limit" => ctx.shared.pubsub.limits().render(),
         _ if kind == Kind::BusyMs => ctx.shared.gate.busy().threshold_ms().to_string(),
         _ if kind == Kind::Monitor => ctx.shared.cmdstats.config_get(name).unwrap_or_default(),
+        _ if kind == Kind::MaxMemory => ctx.shared.maxmemory.limit().to_string(),
         _ if kind == Kind::Security => crate::auth::config_get(&ctx.shared.security, name),
         _ if kind == Kind::Immutable => default.to_string(),
         _ => ctx
@@ -1697,6 +1701,9 @@ fn config(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                     crate::cmdstats::CommandStats::config_check(pname, value.as_bytes())
                         .map_err(|why| set_failed(pname, why))?;
                 }
+                Kind::MaxMemory if crate::auth::parse_size(&value).is_none() => {
+                    return Err(set_failed(pname, "argument must be a memory value"))
+                }
                 Kind::Security => {
                     let setting = crate::auth::config_check(pname, &args[j + 1])
                         .map_err(|why| set_failed(pname, &why))?;
@@ -1726,6 +1733,11 @@ fn config(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                 Kind::Monitor => {
                     if let Ok(v) = value.parse::<i64>() {
                         ctx.shared.cmdstats.config_set(name, v);
+                    }
+                }
+                Kind::MaxMemory => {
+                    if let Some(n) = crate::auth::parse_size(&value) {
+                        ctx.shared.maxmemory.set_limit(n);
                     }
                 }
                 Kind::BusyMs => {

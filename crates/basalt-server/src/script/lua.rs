@@ -50,6 +50,8 @@ pub(crate) struct CallEnv<'a> {
     pub conn: &'a mut Conn,
     /// EVAL_RO, FCALL_RO or a `no-writes` script: write commands fail.
     pub read_only: bool,
+    /// An `allow-oom` script: its calls ignore maxmemory.
+    pub allow_oom: bool,
     /// `redis.setresp(3)`: commands reply in RESP3 and their replies are
     /// converted with the RESP3 rules.
     pub resp3: bool,
@@ -1077,6 +1079,16 @@ fn run_command(
     if env.read_only && (cmd.is_write() || cmd.flags & flags::MAY_REPLICATE != 0) {
         return Err("ERR Write commands are not allowed from read-only scripts.");
     }
+    // maxmemory: a call that may grow memory fails as the command would
+    // (not on a replicated group, where every node runs the script and
+    // must run it alike).
+    if cmd.flags & flags::DENYOOM != 0
+        && !env.allow_oom
+        && env.shared.maxmemory.over()
+        && env.shared.repl.get().is_none()
+    {
+        return Err(crate::maxmemory::OOM);
+    }
     if cmd.is_write() {
         env.wrote.store(true, std::sync::atomic::Ordering::Relaxed);
     }
@@ -1092,7 +1104,10 @@ fn run_command(
     // so EVAL is charged its whole run, nested commands included (Redis).
     let script_tick = env.conn.tick;
     env.conn.tick = crate::state::now_ns();
-    let (found, after) = commands::execute_found(env.shared, env.conn, out, args, cmd, idx);
+    // Checked above, against the script's flags.
+    let (found, after) = crate::maxmemory::unchecked(|| {
+        commands::execute_found(env.shared, env.conn, out, args, cmd, idx)
+    });
     env.conn.tick = script_tick;
     env.conn.protocol = saved;
     if after == Some(After::Block) {

@@ -749,6 +749,7 @@ fn run(
     name: &str,
     function: bool,
     read_only: bool,
+    allow_oom: bool,
     args: &Args<'_>,
     nkeys: usize,
     command: Option<Vec<Vec<u8>>>,
@@ -773,6 +774,7 @@ fn run(
             shared: ctx.shared,
             conn: ctx.conn,
             read_only,
+            allow_oom,
             resp3: false,
             wrote: &scripts.running.wrote,
             killed: &scripts.running.killed,
@@ -830,7 +832,10 @@ fn eval(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     }
     let read_only = ro_cmd || flags & functions::NO_WRITES != 0;
     let name = std::str::from_utf8(&sha).unwrap_or_default();
-    run(ctx, &engine, &f, name, false, read_only, &args, nkeys, None);
+    let allow_oom = flags & functions::ALLOW_OOM != 0;
+    run(
+        ctx, &engine, &f, name, false, read_only, allow_oom, &args, nkeys, None,
+    );
     drop(engine);
     Ok(())
 }
@@ -851,8 +856,9 @@ fn fcall(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     }
     let read_only = ro_cmd || def.flags & functions::NO_WRITES != 0;
     let command = Some(args.to_vec());
+    let allow_oom = def.flags & functions::ALLOW_OOM != 0;
     run(
-        ctx, &engine, &def.f, &fname, true, read_only, &args, nkeys, command,
+        ctx, &engine, &def.f, &fname, true, read_only, allow_oom, &args, nkeys, command,
     );
     Ok(())
 }
