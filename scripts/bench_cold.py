@@ -172,22 +172,37 @@ def sectors_read(path):
     return 0
 
 
-def get_run(port, keys, requests, clients, pipeline, data):
+def get_run(port, keys, requests, clients, pipeline, data, mix=False, value=8000):
+    """Random GETs; with `mix`, a tenth of the clients send SETs of the same
+    keys meanwhile (a tenth of the requests): a 90/10 read/update mix."""
     before = sectors_read(data)
     lat = []
     running = [True]
     t = threading.Thread(target=probe, args=(port, running, lat))
     # The probe runs while redis-benchmark does; it ends when it returns.
     t.start()
+    writer = None
+    if mix:
+        wc = max(1, clients // 10)
+        clients -= wc
+        writer = subprocess.Popen(
+            ["redis-benchmark", "-p", str(port), "-t", "set", "-r", str(keys), "-d", str(value),
+             "-n", str(requests // 9), "-c", str(wc), "-P", str(pipeline), "--csv"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     out = subprocess.run(
         ["redis-benchmark", "-p", str(port), "-t", "get", "-r", str(keys),
          "-n", str(requests), "-c", str(clients), "-P", str(pipeline), "--csv"],
         capture_output=True, text=True, check=True).stdout
+    set_rps = 0.0
+    if writer:
+        wout, _ = writer.communicate()
+        set_rps = float(next(csv.DictReader(io.StringIO(wout)))["rps"])
     running.clear()
     t.join()
     row = next(csv.DictReader(io.StringIO(out)))
     read_kb = (sectors_read(data) - before) * 512 / 1024
     return {
+        "set_rps": set_rps,
         "disk_kb_per_get": read_kb / requests,
         "rps": float(row["rps"]),
         "p50": float(row["p50_latency_ms"]),
@@ -218,7 +233,7 @@ def fio(dirpath, size, bs, seconds):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--binary", action="append", required=True,
+    ap.add_argument("--binary", action="append", default=[],
                     help="name=path of a basalt binary; repeat to compare")
     ap.add_argument("--limit-mb", type=int, default=512)
     ap.add_argument("--ratios", default="4",
@@ -232,6 +247,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--fio-seconds", type=int, default=10)
     ap.add_argument("--dir", default=None, help="parent of the data directory")
+    ap.add_argument("--mix", action="store_true",
+                    help="90/10: a tenth of the clients SET random keys (a ninth as many "
+                         "requests as the GETs) while the others GET")
     ap.add_argument("--json", default=None)
     ap.add_argument("--engines", default=None, metavar="BASALT_BENCH",
                     help="instead of the servers: run this basalt-bench binary's engine "
@@ -242,9 +260,13 @@ def main():
                     help="engine benchmark threads (with --engines)")
     ap.add_argument("--block-cache-mb", type=int, default=64,
                     help="RocksDB block cache (with --engines)")
+    ap.add_argument("--basalt-residency", default="check", choices=["check", "in-place"],
+                    help="Basalt engine's residency check (with --engines)")
     a = ap.parse_args()
     if a.engines:
         return engines(a)
+    if not a.binary:
+        sys.exit("--binary name=path is required (or --engines)")
     if os.geteuid() != 0:
         sys.exit("needs root (memory cgroup, drop_caches)")
     for tool in ("redis-benchmark", "redis-cli", "fio"):
@@ -286,26 +308,30 @@ def main():
                         port = free_port()
                         p = start(path, port, data, cg)
                         try:
-                            res = get_run(port, keys, a.requests, a.clients, pl, data)
+                            res = get_run(port, keys, a.requests, a.clients, pl, data, a.mix, a.value)
                         finally:
                             stop(p, port)
                         runs[name][pl].append(res)
-                        print(f"round {r + 1} {name} P{pl}: {res['rps']:.0f} GET/s "
+                        sets = f" + {res['set_rps']:.0f} SET/s" if a.mix else ""
+                        print(f"round {r + 1} {name} P{pl}: {res['rps']:.0f} GET/s{sets} "
                               f"p50 {res['p50']:.2f} p99 {res['p99']:.2f} ms, hot probe "
                               f"p50 {res['probe_p50']:.2f} p99 {res['probe_p99']:.2f} "
                               f"max {res['probe_max']:.1f} ms, "
                               f"disk {res['disk_kb_per_get']:.1f} KiB/GET", flush=True)
             results.append({"keys": keys, "disk_bytes": size, "ratio": ratio, "runs": runs})
         print()
-        print("| data/limit | binary | P | GET/s | x fio QD32 | p50 ms | p99 ms "
+        setcol = " SET/s |" if a.mix else ""
+        print("| data/limit | binary | P | GET/s |" + setcol + " x fio QD32 | p50 ms | p99 ms "
               "| hot p50 ms | hot p99 ms | hot max ms | disk KiB/GET |")
-        print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("|---:|---|---:|---:|" + ("---:|" if a.mix else "")
+              + "---:|---:|---:|---:|---:|---:|---:|")
         for step in results:
             for name, _ in binaries:
                 for pl in pipelines:
                     rs = step["runs"][name][pl]
                     med = {k: statistics.median(x[k] for x in rs) for k in rs[0]}
-                    print(f"| {step['ratio']:.1f}x | {name} | {pl} | {med['rps']:.0f} "
+                    sets = f"| {med['set_rps']:.0f} " if a.mix else ""
+                    print(f"| {step['ratio']:.1f}x | {name} | {pl} | {med['rps']:.0f} {sets}"
                           f"| {med['rps'] / disk['qd32']:.2f} | {med['p50']:.2f} "
                           f"| {med['p99']:.2f} | {med['probe_p50']:.2f} "
                           f"| {med['probe_p99']:.2f} | {med['probe_max']:.1f} "
@@ -331,7 +357,8 @@ def engines(a):
         procs = os.path.join(cg.path, "cgroup.procs")
         cmd = [a.engines, "engine", "--keys", str(keys), "--value-size", str(a.value),
                "--threads", str(a.threads), "--rounds", str(a.rounds), "--dir", work,
-               "--rocksdb-block-cache-mb", str(a.block_cache_mb), "--basalt-sync", "everysec"]
+               "--rocksdb-block-cache-mb", str(a.block_cache_mb), "--basalt-sync", "everysec",
+               "--basalt-residency", a.basalt_residency]
         if a.json:
             cmd += ["--json", a.json]
         print(f"{keys} keys x {a.value} B ({keys * a.value / limit:.1f}x the "

@@ -62,6 +62,12 @@ pub struct EngineArgs {
     /// `scripts/bench_cold.py --engines`).
     #[arg(long)]
     rocksdb_block_cache_mb: Option<usize>,
+    /// Basalt's residency check (`Db::set_residency`): `check` reads a
+    /// record that is not in memory with one `pread` instead of faulting
+    /// its pages in one by one; what an embedder with more data than RAM
+    /// sets. Default: in-place (no check).
+    #[arg(long, default_value = "in-place")]
+    basalt_residency: String,
     /// Seed for key order, key choice and values.
     #[arg(long, default_value_t = 0x5eed)]
     seed: u64,
@@ -158,6 +164,11 @@ pub fn run(args: EngineArgs) -> Result<()> {
         basalt_sync: args.basalt_sync,
         rocksdb_write_buffer: args.rocksdb_write_buffer_mb << 20,
         rocksdb_block_cache: args.rocksdb_block_cache_mb.map(|mb| mb << 20),
+        basalt_check_residency: match args.basalt_residency.as_str() {
+            "check" => true,
+            "in-place" => false,
+            other => anyhow::bail!("--basalt-residency {other:?}: check or in-place"),
+        },
     };
     let setup = Setup {
         keys: args.keys,

@@ -10,6 +10,11 @@
 //! read the caller hands to a thread that may wait (`pread`, so a failing
 //! disk is an error for that key, not a `SIGBUS` for the process).
 //!
+//! Under a mode other than `InPlace` every other read checks as well
+//! (`Inner::read_with`) and reads a record that is not resident with one
+//! `pread` on the calling thread, instead of faulting its pages in one
+//! after the other.
+//!
 //! The check costs a system call per read, which a data set that fits in
 //! memory should not pay: [`Residency`] says when to look, and the caller
 //! (who knows the memory budget) sets it with [`Db::set_residency`].
@@ -160,7 +165,10 @@ impl Db {
                 .map_ref()
                 .is_some_and(|m| m.resident(loc.offset as u64, loc.len as usize));
         if resident {
-            return self.read_value(key, &file, loc, f).map(Lookup::Here);
+            // Checked just now: no second look.
+            return self
+                .read_value_checked(key, &file, loc, false, f)
+                .map(Lookup::Here);
         }
         let path = self.inner.shard(key).data_path(loc.file);
         Ok(Lookup::Cold(ColdRead {

@@ -898,14 +898,43 @@ impl Inner {
         loc: Loc,
         f: impl FnOnce(Record<'_>) -> std::result::Result<R, &'static str>,
     ) -> Result<R> {
+        let check = self.residency.load(Ordering::Relaxed) != crate::cold::Residency::InPlace as u8;
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.read_with_checked(shard, file, loc, check, f) }
+    }
+
+    /// [`Inner::read_with`]; with `check`, a record whose pages are not all
+    /// in memory is read with one `pread` rather than through the map,
+    /// where each of its pages would be a fault and a disk read in turn
+    /// (and a failing disk a `SIGBUS` rather than an error).
+    ///
+    /// # Safety
+    /// As for [`Inner::read_with`].
+    pub unsafe fn read_with_checked<R>(
+        &self,
+        shard: &Shard,
+        file: &DataFile,
+        loc: Loc,
+        check: bool,
+        f: impl FnOnce(Record<'_>) -> std::result::Result<R, &'static str>,
+    ) -> Result<R> {
         let corrupt = |reason: &str| Error::Corrupt {
             path: shard.data_path(loc.file),
             offset: loc.offset as u64,
             reason: reason.into(),
         };
         let buf;
-        // SAFETY: the caller promises `loc` is an index entry of this file.
-        let bytes = match unsafe { file.mapped(loc) } {
+        let cold = check
+            && file
+                .map_ref()
+                .is_some_and(|m| !m.resident(loc.offset as u64, loc.len as usize));
+        let mapped = if cold {
+            None
+        } else {
+            // SAFETY: the caller promises `loc` is an index entry of this file.
+            unsafe { file.mapped(loc) }
+        };
+        let bytes = match mapped {
             Some(b) => b,
             None => {
                 let mut b = vec![0u8; loc.len as usize];
@@ -1344,12 +1373,27 @@ impl Db {
         loc: Loc,
         f: impl FnOnce(&[u8]) -> R,
     ) -> Result<R> {
+        let check =
+            self.inner.residency.load(Ordering::Relaxed) != crate::cold::Residency::InPlace as u8;
+        self.read_value_checked(key, file, loc, check, f)
+    }
+
+    /// [`Db::read_value`] with the residency check on or off
+    /// ([`Inner::read_with_checked`]).
+    pub(crate) fn read_value_checked<R>(
+        &self,
+        key: &[u8],
+        file: &DataFile,
+        loc: Loc,
+        check: bool,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R> {
         let inner = &*self.inner;
         let shard = inner.shard(key);
         // SAFETY: `loc` and `file` were read from this shard's index
         // (`locate_value`).
         unsafe {
-            inner.read_with(shard, file, loc, |rec| {
+            inner.read_with_checked(shard, file, loc, check, |rec| {
                 if rec.key() != key {
                     return Err("record holds another key than the index says");
                 }

@@ -21,8 +21,13 @@ fn sync_policy(cfg: &EngineConfig) -> SyncPolicy {
 pub fn describe(cfg: &EngineConfig) -> String {
     format!(
         "basalt: sync={:?} (every write reaches the OS before put returns; no fsync per write), \
-         default options otherwise (8 shards, compression off)",
-        sync_policy(cfg)
+         residency {}, default options otherwise (8 shards, compression off)",
+        sync_policy(cfg),
+        if cfg.basalt_check_residency {
+            "check (cold records read with pread)"
+        } else {
+            "in-place"
+        }
     )
 }
 
@@ -34,6 +39,9 @@ impl BasaltEngine {
         };
         let db =
             Db::open(dir, opts).with_context(|| format!("open basalt at {}", dir.display()))?;
+        if cfg.basalt_check_residency {
+            db.set_residency(basalt_engine::Residency::Check);
+        }
         Ok(BasaltEngine { db })
     }
 }

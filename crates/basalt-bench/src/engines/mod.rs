@@ -56,6 +56,8 @@ pub struct EngineConfig {
     pub rocksdb_write_buffer: usize,
     /// RocksDB block cache in bytes; `None`: sized from `data_bytes`.
     pub rocksdb_block_cache: Option<usize>,
+    /// Basalt checks residency before reading in place.
+    pub basalt_check_residency: bool,
 }
 
 impl EngineKind {
