@@ -50,6 +50,23 @@ fn a_pipeline_of_cold_gets_answers_in_order_with_the_value_at_each_turn() {
                 pipe.cmd("DEL").arg(format!("k{key}"));
                 expected.push(Value::Int(model.remove(&key).is_some() as i64));
             }
+            4 => {
+                // Three keys at once, cold values in their places.
+                let keys = [key, (key + 1) % 97, (key + 40) % 97];
+                let mut cmd = redis::cmd("MGET");
+                for k in keys {
+                    cmd.arg(format!("k{k}"));
+                }
+                pipe.add_command(cmd);
+                expected.push(Value::Array(
+                    keys.iter()
+                        .map(|k| match model.get(k) {
+                            Some(v) => Value::BulkString(v.clone().into_bytes()),
+                            None => Value::Nil,
+                        })
+                        .collect(),
+                ));
+            }
             _ => {
                 pipe.cmd("GET").arg(format!("k{key}"));
                 expected.push(match model.get(&key) {
@@ -225,6 +242,18 @@ fn a_damaged_record_is_an_error_for_its_key_and_the_server_keeps_serving() {
     assert!(e.to_string().contains("corrupt"), "{e}");
     let good: Option<String> = redis::cmd("GET").arg("good").query(&mut c).unwrap();
     assert_eq!(good.as_deref(), Some("fine"));
+    // In MGET the damaged value is an error in its place, the others whole.
+    let mut raw = server.raw();
+    let basalt_resp::Frame::Array(items) = raw.cmd(&["MGET", "good", "bad", "missing"]) else {
+        panic!("MGET did not answer an array")
+    };
+    assert_eq!(items[0], bulk("fine"));
+    assert!(
+        matches!(&items[1], basalt_resp::Frame::Error(e) if String::from_utf8_lossy(e).contains("corrupt")),
+        "{:?}",
+        items[1]
+    );
+    assert_eq!(items[2], basalt_resp::Frame::NullBulk);
     let _: () = redis::cmd("SET")
         .arg("new")
         .arg("value")

@@ -61,37 +61,41 @@ fn read_with_ttl(db: &Db, key: &[u8]) -> Result<Option<(Vec<u8>, Option<u64>)>> 
 }
 
 fn get(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
-    // The value goes from the engine's mapped file straight into the reply.
-    // One that is not in memory is read by a reader thread instead
-    // (crate::readers), or here when this command may not wait for one.
-    let found = {
-        let slot = ctx.slot();
-        let protocol = ctx.conn.protocol;
-        let mut enc = Encoder::new(ctx.out, protocol);
-        match slot.db() {
-            Some(db) => match db.get_or_cold(&args[1], |v| enc.bulk(v))? {
-                Lookup::Absent => None,
-                Lookup::Here(()) => Some(()),
-                Lookup::Cold(read) => {
-                    let at = ctx.out.len();
-                    if !ctx.conn.may_defer || !ctx.shared.readers.enabled() {
-                        read.read_with(|v| Encoder::new(ctx.out, protocol).bulk(v))?;
-                    } else if let Some(d) = ctx.shared.readers.submit(read, protocol, at) {
-                        ctx.conn.deferred.push(d);
-                    } else {
-                        return Err(Error::err("cold read could not be queued"));
-                    }
-                    Some(())
-                }
-            },
-            None => None,
-        }
+    let slot = ctx.slot();
+    let found = match slot.db() {
+        Some(db) => reply_value(ctx, db, &args[1])?,
+        None => false,
     };
-    if found.is_none() {
+    if !found {
         ctx.keymiss(&args[1]);
         ctx.null();
     }
     Ok(())
+}
+
+/// Writes the value of `key` as a bulk reply and says whether it exists
+/// (nothing is written when it does not). The value goes from the
+/// engine's mapped file straight into the reply; one that is not in
+/// memory is read by a reader thread instead (crate::readers), its reply
+/// left to come, or here when this command may not wait for one.
+fn reply_value(ctx: &mut Ctx<'_>, db: &Db, key: &[u8]) -> Result<bool> {
+    let protocol = ctx.conn.protocol;
+    let mut enc = Encoder::new(ctx.out, protocol);
+    Ok(match db.get_or_cold(key, |v| enc.bulk(v))? {
+        Lookup::Absent => false,
+        Lookup::Here(()) => true,
+        Lookup::Cold(read) => {
+            let at = ctx.out.len();
+            if !ctx.conn.may_defer || !ctx.shared.readers.enabled() {
+                read.read_with(|v| Encoder::new(ctx.out, protocol).bulk(v))?;
+            } else if let Some(d) = ctx.shared.readers.submit(read, protocol, at) {
+                ctx.conn.deferred.push(d);
+            } else {
+                return Err(Error::err("cold read could not be queued"));
+            }
+            true
+        }
+    })
 }
 
 /// Which expiry option a SET / GETEX carries.
@@ -346,16 +350,22 @@ fn mget(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let db = slot.db();
     ctx.array(args.len() - 1);
     for key in args.iter().skip(1) {
-        // Keys of other types read as nil, as in Redis (and are found).
-        let v = match db.map(|db| db.get(key)) {
-            Some(Ok(Some(v))) => Some(v),
-            Some(Err(_)) => None,
-            Some(Ok(None)) | None => {
-                ctx.keymiss(key);
-                None
+        // Each value as GET writes it (a cold one may come from a reader
+        // thread, in its place in the array). Keys of other types read as
+        // nil, as in Redis (and are found); a value that cannot be read
+        // (a disk error, a damaged record) is an error in its place.
+        match db.map(|db| reply_value(ctx, db, key)) {
+            Some(Ok(true)) => {}
+            Some(Err(Error::WrongType)) => ctx.null(),
+            Some(Err(e)) => {
+                let line = e.message().into_owned();
+                ctx.error_line(&line);
             }
-        };
-        ctx.opt_bulk(v.as_deref());
+            Some(Ok(false)) | None => {
+                ctx.keymiss(key);
+                ctx.null();
+            }
+        }
     }
     Ok(())
 }
