@@ -31,7 +31,7 @@ use std::sync::Arc;
 use crate::db::{DataFile, Found};
 use crate::format::Record;
 use crate::keydir::Loc;
-use crate::{Db, Error, Result};
+use crate::{Db, Error, Result, Versioned};
 
 /// When [`Db::get_or_cold`] checks whether a record is in memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +66,22 @@ pub enum Lookup<R> {
     /// The value is on disk only: read it with [`ColdRead::read_with`],
     /// where waiting for the disk harms no one.
     Cold(ColdRead),
+}
+
+/// What [`Db::get_versioned_or_cold`] found for a key that exists.
+#[derive(Debug)]
+pub enum VersionedLookup {
+    /// The value was in memory.
+    Here(Versioned),
+    /// The value is on disk only; its version and expiry are known.
+    Cold {
+        /// The read to make where waiting is harmless.
+        read: ColdRead,
+        /// The key's version (the record's sequence number).
+        version: u64,
+        /// The key's expiry, ms since the epoch.
+        expires_at: Option<u64>,
+    },
 }
 
 /// A read of one value record, detached from the index: `Send`, and valid
@@ -117,6 +133,52 @@ impl Db {
     /// next lookup on any thread.
     pub fn set_residency(&self, r: Residency) {
         self.inner.residency.store(r as u8, Ordering::Relaxed);
+    }
+
+    /// Like [`Db::get_versioned`], but a value whose record is not in
+    /// memory comes back as a [`ColdRead`] with the version and expiry it
+    /// belongs to, for the caller to read elsewhere. Under
+    /// [`Residency::InPlace`] nothing is checked.
+    pub fn get_versioned_or_cold(&self, key: &[u8]) -> Result<Option<VersionedLookup>> {
+        let mode = self.residency();
+        if mode == Residency::InPlace {
+            return Ok(self.get_versioned(key)?.map(VersionedLookup::Here));
+        }
+        let (file, loc, expires_at) = loop {
+            match self.locate_value(key)? {
+                None => return Ok(None),
+                Some(Found::Record(r)) => break r,
+                Some(Found::Segments { .. }) => {
+                    if let Some(v) = self.get_versioned(key)? {
+                        return Ok(Some(VersionedLookup::Here(v)));
+                    }
+                }
+            }
+        };
+        let resident = mode == Residency::Check
+            && file
+                .map_ref()
+                .is_some_and(|m| m.resident(loc.offset as u64, loc.len as usize));
+        if resident {
+            let value = self.read_value_checked(key, &file, loc, false, |v| v.to_vec())?;
+            return Ok(Some(VersionedLookup::Here(Versioned {
+                value,
+                version: loc.seq,
+                expires_at,
+            })));
+        }
+        let path = self.inner.shard(key).data_path(loc.file);
+        let read = ColdRead {
+            file,
+            loc,
+            key: key.into(),
+            path,
+        };
+        Ok(Some(VersionedLookup::Cold {
+            read,
+            version: loc.seq,
+            expires_at,
+        }))
     }
 
     /// Bytes of every data file (live and garbage): what reads may touch,

@@ -74,7 +74,7 @@ pub use check::{
     RepairReport, Severity,
 };
 pub use checkpoint::CheckpointFile;
-pub use cold::{ColdRead, Lookup, Residency};
+pub use cold::{ColdRead, Lookup, Residency, VersionedLookup};
 pub use compaction::CompactionReport;
 pub use db::{Db, FileStats, KeyKind, KeyMeta, Stats, Versioned};
 pub use error::{Error, Result};

@@ -94,6 +94,30 @@ impl ColdReaders {
         self.tx.is_some()
     }
 
+    /// Reads `read` on a reader thread and returns the value (for callers
+    /// that can await: the HTTP API). Without readers, reads here.
+    pub async fn read_value(&self, read: ColdRead) -> basalt_engine::Result<Vec<u8>> {
+        let Some(tx) = self.tx.as_ref() else {
+            return read.read_with(|v| v.to_vec());
+        };
+        let (done, rx) = oneshot::channel();
+        let served = self.served.clone();
+        let job: Job = Box::new(move || {
+            let r = read.read_with(|v| v.to_vec());
+            served.fetch_add(1, Ordering::Relaxed);
+            let _ = done.send(r);
+        });
+        let gone = || basalt_engine::Error::Io {
+            op: "read",
+            path: std::path::PathBuf::new(),
+            source: std::io::Error::other("the cold read was abandoned"),
+        };
+        if tx.lock().send(job).is_err() {
+            return Err(gone());
+        }
+        rx.await.unwrap_or_else(|_| Err(gone()))
+    }
+
     /// Hands `read` to a reader; its reply (the value as a bulk string, or
     /// the error line) is to be placed at `at` of the caller's output.
     /// `None` when there are no readers (the caller reads in place).

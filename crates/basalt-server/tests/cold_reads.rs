@@ -279,3 +279,44 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
+
+#[test]
+fn http_get_of_a_cold_value_answers_the_value_and_its_version() {
+    let h = common::http::Http::start_with(|c| {
+        c.read_residency = Policy::AllCold;
+        c.cold_readers = 2;
+    });
+    let mut c = h.redis();
+    let v = value(3, 3);
+    let _: () = redis::cmd("SET").arg("k").arg(&v).query(&mut c).unwrap();
+    let version: u64 = redis::cmd("VERSION").arg("k").query(&mut c).unwrap();
+    let (status, headers, body) = h.send(reqwest::Method::GET, "/v1/keys/k", &[], None);
+    assert_eq!(status, reqwest::StatusCode::OK);
+    assert_eq!(body, v.as_bytes());
+    assert_eq!(
+        headers.get("etag").unwrap().to_str().unwrap(),
+        format!("\"{version}\"")
+    );
+    // The JSON form and a conditional GET go the same way.
+    let (status, json) = h.json(reqwest::Method::GET, "/v1/keys/k?format=json", None);
+    assert_eq!(status, reqwest::StatusCode::OK);
+    assert_eq!(json["value"], serde_json::json!(v));
+    let etag = format!("\"{version}\"");
+    let (status, _, _) = h.send(
+        reqwest::Method::GET,
+        "/v1/keys/k",
+        &[("if-none-match", &etag)],
+        None,
+    );
+    assert_eq!(status, reqwest::StatusCode::NOT_MODIFIED);
+    let info: String = redis::cmd("INFO").arg("stats").query(&mut c).unwrap();
+    let served: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("basalt_cold_reads:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // The two reads; the 304 needed no value.
+    assert_eq!(served, 2, "{served} cold reads");
+}

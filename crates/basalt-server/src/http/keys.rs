@@ -8,6 +8,7 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::IntoResponse;
+use basalt_engine::VersionedLookup;
 use serde_json::json;
 
 use serde::{Deserialize, Serialize};
@@ -26,7 +27,7 @@ pub(crate) async fn get(req: Req) -> ApiResult {
     let found = req.locked(|sh| -> ApiResult<_> {
         let slot = sh.keyspace.read(req.db);
         let v = match slot.db() {
-            Some(db) => db.get_versioned(key)?,
+            Some(db) => db.get_versioned_or_cold(key)?,
             None => None,
         };
         if v.is_none() {
@@ -34,16 +35,32 @@ pub(crate) async fn get(req: Req) -> ApiResult {
         }
         Ok(v)
     })?;
-    let Some(v) = found else {
-        return Err(ApiError::not_found("key"));
+    let version = match &found {
+        None => return Err(ApiError::not_found("key")),
+        Some(VersionedLookup::Here(v)) => v.version,
+        Some(VersionedLookup::Cold { version, .. }) => *version,
     };
     if let Some(h) = req.headers.get(header::IF_NONE_MATCH) {
-        if parse_etags(h).is_none_or(|tags| tags.contains(&v.version)) {
-            return Ok(
-                (StatusCode::NOT_MODIFIED, [(header::ETAG, etag(v.version))]).into_response(),
-            );
+        if parse_etags(h).is_none_or(|tags| tags.contains(&version)) {
+            return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, etag(version))]).into_response());
         }
     }
+    let v = match found {
+        Some(VersionedLookup::Here(v)) => v,
+        // Not in memory: a reader thread reads it (crate::readers), after
+        // the gate, while this runtime thread serves other requests. The
+        // value is the one this version names, whatever happened since.
+        Some(VersionedLookup::Cold {
+            read,
+            version,
+            expires_at,
+        }) => basalt_engine::Versioned {
+            value: req.shared.readers.read_value(read).await?,
+            version,
+            expires_at,
+        },
+        None => unreachable!("answered 404 above"),
+    };
     let ttl_ms = v.expires_at.map(|at| at.saturating_sub(now_ms()));
     let mut resp = if req.param("format").is_some_and(|f| f == b"json") {
         let t = Texts::for_all([key, v.value.as_slice()]);
