@@ -135,6 +135,40 @@ impl Db {
         self.inner.residency.store(r as u8, Ordering::Relaxed);
     }
 
+    /// Like [`Db::get_field`], but a field whose record is not in memory
+    /// comes back as [`Lookup::Cold`]; a resident one as [`Lookup::Here`]
+    /// with its bytes. Under [`Residency::InPlace`] nothing is checked.
+    pub fn get_field_or_cold(&self, key: &[u8], field: &[u8]) -> Result<Lookup<Vec<u8>>> {
+        let mode = self.residency();
+        if mode == Residency::InPlace {
+            return Ok(match self.get_field(key, field)? {
+                Some(v) => Lookup::Here(v),
+                None => Lookup::Absent,
+            });
+        }
+        let Some((file, loc)) = self.locate_field(key, field)? else {
+            return Ok(Lookup::Absent);
+        };
+        let resident = mode == Residency::Check
+            && file
+                .map_ref()
+                .is_some_and(|m| m.resident(loc.offset as u64, loc.len as usize));
+        let inner = &*self.inner;
+        let shard = inner.shard(key);
+        if resident {
+            // SAFETY: `loc` and `file` were read from this shard's index.
+            let v =
+                unsafe { inner.read_with_checked(shard, &file, loc, false, |rec| rec.value()) }?;
+            return Ok(Lookup::Here(v));
+        }
+        Ok(Lookup::Cold(ColdRead {
+            file,
+            loc,
+            key: key.into(),
+            path: shard.data_path(loc.file),
+        }))
+    }
+
     /// Like [`Db::get_versioned`], but a value whose record is not in
     /// memory comes back as a [`ColdRead`] with the version and expiry it
     /// belongs to, for the caller to read elsewhere. Under

@@ -1612,18 +1612,29 @@ impl Db {
     pub fn get_field(&self, key: &[u8], field: &[u8]) -> Result<Option<Vec<u8>>> {
         let inner = &*self.inner;
         let shard = inner.shard(key);
-        let (file, loc) = {
-            let idx = shard.index.read();
-            let Some(m) = Self::live_map(inner, &idx, key)? else {
-                return Ok(None);
-            };
-            let Some(loc) = m.fields.get(field) else {
-                return Ok(None);
-            };
-            (idx.files[&loc.file].handle.clone(), loc)
+        let Some((file, loc)) = self.locate_field(key, field)? else {
+            return Ok(None);
         };
-        // SAFETY: `loc` and `file` were read from this shard's index above.
+        // SAFETY: `loc` and `file` were read from this shard's index.
         unsafe { inner.read_with(shard, &file, loc, |rec| rec.value()) }.map(Some)
+    }
+
+    /// Where field `field` of the map at `key` is: its file and location.
+    pub(crate) fn locate_field(
+        &self,
+        key: &[u8],
+        field: &[u8],
+    ) -> Result<Option<(Arc<DataFile>, Loc)>> {
+        let inner = &*self.inner;
+        let shard = inner.shard(key);
+        let idx = shard.index.read();
+        let Some(m) = Self::live_map(inner, &idx, key)? else {
+            return Ok(None);
+        };
+        let Some(loc) = m.fields.get(field) else {
+            return Ok(None);
+        };
+        Ok(Some((idx.files[&loc.file].handle.clone(), loc)))
     }
 
     /// Reads several fields of the map at `key` in one pass: one lookup of

@@ -247,3 +247,34 @@ fn a_failing_disk_read_is_an_error_for_that_key_and_reads_go_on() {
     db.put(b"c", b"after").unwrap();
     assert_eq!(read_cold(&db, b"c"), b"after");
 }
+
+#[test]
+fn a_cold_field_read_returns_the_field_at_lookup_after_it_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), opts()).unwrap();
+    db.set_residency(Residency::AllCold);
+    db.put_field(b"h", b"f", &value(1, 1)).unwrap();
+    db.put_field(b"h", b"g", &value(2, 1)).unwrap();
+    let Lookup::Cold(f) = db.get_field_or_cold(b"h", b"f").unwrap() else {
+        panic!("not cold")
+    };
+    db.put_field(b"h", b"f", &value(1, 2)).unwrap();
+    assert_eq!(f.read_with(|v| v.to_vec()).unwrap(), value(1, 1));
+    match db.get_field_or_cold(b"h", b"f").unwrap() {
+        Lookup::Cold(c) => assert_eq!(c.read_with(|v| v.to_vec()).unwrap(), value(1, 2)),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        db.get_field_or_cold(b"h", b"missing").unwrap(),
+        Lookup::Absent
+    ));
+    assert!(matches!(
+        db.get_field_or_cold(b"nothing", b"f").unwrap(),
+        Lookup::Absent
+    ));
+    db.set_residency(Residency::InPlace);
+    match db.get_field_or_cold(b"h", b"g").unwrap() {
+        Lookup::Here(v) => assert_eq!(v, value(2, 1)),
+        other => panic!("{other:?}"),
+    }
+}

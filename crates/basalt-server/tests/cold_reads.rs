@@ -320,3 +320,53 @@ fn http_get_of_a_cold_value_answers_the_value_and_its_version() {
     // The two reads; the 304 needed no value.
     assert_eq!(served, 2, "{served} cold reads");
 }
+
+#[test]
+fn hget_of_cold_fields_answers_in_pipeline_order() {
+    let server = cold_server(1 << 20);
+    let mut c = server.client();
+    let mut pipe = redis::pipe();
+    for i in 0..300usize {
+        let field = format!("f{}", i % 13);
+        if i % 4 == 0 {
+            pipe.cmd("HSET").arg("h").arg(&field).arg(value(i % 13, i));
+        } else {
+            pipe.cmd("HGET").arg("h").arg(&field);
+        }
+    }
+    let got: Vec<Value> = pipe.query(&mut c).unwrap();
+    // Replay the model: the last HSET of each field before the HGET.
+    let mut model: std::collections::HashMap<String, String> = Default::default();
+    for (i, g) in got.iter().enumerate() {
+        let field = format!("f{}", i % 13);
+        if i % 4 == 0 {
+            let created = model.insert(field, value(i % 13, i)).is_none();
+            assert_eq!(g, &Value::Int(created as i64), "HSET {i}");
+        } else {
+            let want = match model.get(&field) {
+                Some(v) => Value::BulkString(v.clone().into_bytes()),
+                None => Value::Nil,
+            };
+            assert_eq!(g, &want, "HGET {i}");
+        }
+    }
+    let info: String = redis::cmd("INFO").arg("stats").query(&mut c).unwrap();
+    assert!(
+        !info.contains("basalt_cold_reads:0\r\n"),
+        "no HGET went through the readers"
+    );
+    let mut raw = server.raw();
+    assert_eq!(raw.cmd(&["SET", "s", "x"]), ok());
+    assert_eq!(
+        raw.cmd(&["HGET", "s", "f"]),
+        common::err("WRONGTYPE Operation against a key holding the wrong kind of value")
+    );
+    assert_eq!(
+        raw.cmd(&["HGET", "h", "nothing"]),
+        basalt_resp::Frame::NullBulk
+    );
+    assert_eq!(
+        raw.cmd(&["HGET", "nokey", "f"]),
+        basalt_resp::Frame::NullBulk
+    );
+}

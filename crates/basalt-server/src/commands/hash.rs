@@ -8,7 +8,7 @@
 //! ([`collection_len`]), HSCAN/SSCAN's cursor ([`scan_args`],
 //! [`scan_names`]) and the OBJECT ENCODING answers.
 
-use basalt_engine::{Db, KeyKind};
+use basalt_engine::{Db, KeyKind, Lookup};
 use basalt_resp::Args;
 
 use super::cnum::LongDouble;
@@ -128,12 +128,20 @@ fn hsetnx(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 
 fn hget(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let slot = ctx.slot();
-    let v = match read_len(ctx, slot.db(), &args[1], TAG_HASH)? {
-        Some(_) => slot.db().expect("exists").get_field(&args[1], &args[2])?,
-        None => None,
-    };
-    drop(slot);
-    ctx.opt_bulk(v.as_deref());
+    if read_len(ctx, slot.db(), &args[1], TAG_HASH)?.is_none() {
+        ctx.null();
+        return Ok(());
+    }
+    // A field not in memory is read by a reader thread (crate::readers).
+    match slot
+        .db()
+        .expect("exists")
+        .get_field_or_cold(&args[1], &args[2])?
+    {
+        Lookup::Absent => ctx.null(),
+        Lookup::Here(v) => ctx.bulk(&v),
+        Lookup::Cold(read) => ctx.cold_bulk(read)?,
+    }
     Ok(())
 }
 

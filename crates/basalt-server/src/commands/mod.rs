@@ -493,6 +493,22 @@ impl<'a> Ctx<'a> {
         self.enc().error(line.as_bytes())
     }
 
+    /// Writes a value that is not in memory as a bulk reply: left to a
+    /// reader thread when this command may defer (`crate::readers`; its
+    /// reply comes in this place later), else read here with `pread`.
+    pub fn cold_bulk(&mut self, read: basalt_engine::ColdRead) -> Result<()> {
+        let protocol = self.conn.protocol;
+        let at = self.out.len();
+        if !self.conn.may_defer || !self.shared.readers.enabled() {
+            read.read_with(|v| Encoder::new(self.out, protocol).bulk(v))?;
+        } else if let Some(d) = self.shared.readers.submit(read, protocol, at) {
+            self.conn.deferred.push(d);
+        } else {
+            return Err(Error::err("cold read could not be queued"));
+        }
+        Ok(())
+    }
+
     /// Read access to the selected database (may be unopened = empty).
     pub fn slot(&self) -> RwLockReadGuard<'a, Slot> {
         self.shared.keyspace.read(self.conn.db)

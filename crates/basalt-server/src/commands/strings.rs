@@ -85,14 +85,7 @@ fn reply_value(ctx: &mut Ctx<'_>, db: &Db, key: &[u8]) -> Result<bool> {
         Lookup::Absent => false,
         Lookup::Here(()) => true,
         Lookup::Cold(read) => {
-            let at = ctx.out.len();
-            if !ctx.conn.may_defer || !ctx.shared.readers.enabled() {
-                read.read_with(|v| Encoder::new(ctx.out, protocol).bulk(v))?;
-            } else if let Some(d) = ctx.shared.readers.submit(read, protocol, at) {
-                ctx.conn.deferred.push(d);
-            } else {
-                return Err(Error::err("cold read could not be queued"));
-            }
+            ctx.cold_bulk(read)?;
             true
         }
     })
