@@ -33,13 +33,57 @@ use crate::format::Record;
 use crate::keydir::Loc;
 use crate::{Db, Error, Result, Versioned};
 
+/// Consecutive checks that must find their record resident before the
+/// check is sampled.
+const SAMPLE_AFTER: u32 = 64;
+/// While sampled, one read in this many is checked.
+const SAMPLE_EVERY: u32 = 16;
+
+thread_local! {
+    /// (resident checks in a row, reads left to skip) of this thread.
+    static SAMPLE: std::cell::Cell<(u32, u32)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// Whether `[offset, offset + len)` of `map` looks resident under
+/// [`Residency::Check`]. `mincore` costs about a third of a warm read, so
+/// once 64 checks in a row have found their pages resident only one read
+/// in 16 is checked (the others are read in place, as if resident); the
+/// first check that finds a page missing makes every read check again. A
+/// skipped read of a page that has just been evicted faults in place, as
+/// every read did before checks existed: at most the miss rate that 64
+/// resident checks in a row allow.
+pub(crate) fn looks_resident(map: &crate::vfs::FileMap, offset: u64, len: usize) -> bool {
+    SAMPLE.with(|s| {
+        let (streak, skip) = s.get();
+        if skip > 0 {
+            s.set((streak, skip - 1));
+            return true;
+        }
+        let resident = map.resident(offset, len);
+        if resident {
+            let streak = streak.saturating_add(1);
+            let skip = if streak >= SAMPLE_AFTER {
+                SAMPLE_EVERY - 1
+            } else {
+                0
+            };
+            s.set((streak, skip));
+        } else {
+            s.set((0, 0));
+        }
+        resident
+    })
+}
+
 /// When [`Db::get_or_cold`] checks whether a record is in memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Residency {
     /// Never: every read is served in place (the data set fits in memory).
     InPlace = 0,
-    /// Every read asks the kernel which pages are resident (`mincore`).
+    /// Reads ask the kernel which pages are resident (`mincore`): every
+    /// read, or one in 16 while the checks keep finding pages resident
+    /// ([`looks_resident`]).
     Check = 1,
     /// Every read of one record is handed back as cold, resident or not:
     /// for tests and for measuring the cost of the detour.
@@ -152,7 +196,7 @@ impl Db {
         let resident = mode == Residency::Check
             && file
                 .map_ref()
-                .is_some_and(|m| m.resident(loc.offset as u64, loc.len as usize));
+                .is_some_and(|m| looks_resident(m, loc.offset as u64, loc.len as usize));
         let inner = &*self.inner;
         let shard = inner.shard(key);
         if resident {
@@ -192,7 +236,7 @@ impl Db {
         let resident = mode == Residency::Check
             && file
                 .map_ref()
-                .is_some_and(|m| m.resident(loc.offset as u64, loc.len as usize));
+                .is_some_and(|m| looks_resident(m, loc.offset as u64, loc.len as usize));
         if resident {
             let value = self.read_value_checked(key, &file, loc, false, |v| v.to_vec())?;
             return Ok(Some(VersionedLookup::Here(Versioned {
@@ -259,7 +303,7 @@ impl Db {
         let resident = mode == Residency::Check
             && file
                 .map_ref()
-                .is_some_and(|m| m.resident(loc.offset as u64, loc.len as usize));
+                .is_some_and(|m| looks_resident(m, loc.offset as u64, loc.len as usize));
         if resident {
             // Checked just now: no second look.
             return self

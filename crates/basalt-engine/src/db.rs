@@ -925,9 +925,9 @@ impl Inner {
         };
         let buf;
         let cold = check
-            && file
-                .map_ref()
-                .is_some_and(|m| !m.resident(loc.offset as u64, loc.len as usize));
+            && file.map_ref().is_some_and(|m| {
+                !crate::cold::looks_resident(m, loc.offset as u64, loc.len as usize)
+            });
         let mapped = if cold {
             None
         } else {

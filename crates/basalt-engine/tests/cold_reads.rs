@@ -278,3 +278,61 @@ fn a_cold_field_read_returns_the_field_at_lookup_after_it_changes() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn after_a_run_of_resident_checks_only_a_sample_is_checked_until_one_misses() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = Db::open(dir.path(), opts().max_file_size(4 << 20)).unwrap();
+        for i in 0..200 {
+            db.put(format!("k{i:03}").as_bytes(), &value(i, 1)).unwrap();
+        }
+        db.close().unwrap();
+    }
+    let db = Db::open(dir.path(), opts().max_file_size(4 << 20)).unwrap();
+    db.set_residency(Residency::Check);
+    let read = |i: u64| match db
+        .get_or_cold(format!("k{i:03}").as_bytes(), |v| v.to_vec())
+        .unwrap()
+    {
+        Lookup::Here(v) => {
+            assert_eq!(v, value(i, 1));
+            true
+        }
+        Lookup::Cold(c) => {
+            assert_eq!(c.read_with(|v| v.to_vec()).unwrap(), value(i, 1));
+            false
+        }
+        Lookup::Absent => panic!("k{i} absent"),
+    };
+    // Just written: resident, and 64 resident checks in a row start sampling.
+    for i in 0..64 {
+        assert!(read(i), "k{i} not resident right after it was written");
+    }
+    drop_cached_pages(dir.path());
+    // Sampling: the next reads are mostly taken as resident (read in place)
+    // until a sampled check finds a page missing; from then on every read
+    // is checked and every dropped value is cold.
+    let here: Vec<bool> = (64..120).map(read).collect();
+    let first_cold = here.iter().position(|h| !h);
+    let Some(first_cold) = first_cold else {
+        eprintln!("no page could be dropped here; nothing to observe");
+        return;
+    };
+    assert!(
+        first_cold < 16,
+        "a missing page went unchecked for {first_cold} reads"
+    );
+    assert!(
+        first_cold > 0,
+        "the read right after 64 resident checks was checked"
+    );
+    // (A cold read's pages may hold the start of the next record, so a
+    // neighbour can be resident; a skipped run would be 15 in a row.)
+    let after = &here[first_cold..];
+    let resident = after.iter().filter(|h| **h).count();
+    assert!(
+        resident * 10 <= after.len(),
+        "after a miss every read is checked again: {here:?}"
+    );
+}

@@ -174,7 +174,8 @@ pub async fn settle(out: &mut Vec<u8>, deferred: &mut Vec<Deferred>) {
 pub enum Policy {
     /// Check while the data files exceed half the memory budget.
     Auto,
-    /// Always check (`mincore` per GET).
+    /// Always check (`mincore` per GET, sampled while GETs keep finding
+    /// their values resident).
     Check,
     /// Never check: every read in place, as before cold reads existed.
     InPlace,
