@@ -330,6 +330,13 @@ fn hget_of_cold_fields_answers_in_pipeline_order() {
         let field = format!("f{}", i % 13);
         if i % 4 == 0 {
             pipe.cmd("HSET").arg("h").arg(&field).arg(value(i % 13, i));
+        } else if i % 4 == 3 {
+            // HMGET: two fields (one maybe missing) in their places.
+            pipe.cmd("HMGET")
+                .arg("h")
+                .arg(&field)
+                .arg("never")
+                .arg(format!("f{}", (i + 5) % 13));
         } else {
             pipe.cmd("HGET").arg("h").arg(&field);
         }
@@ -339,9 +346,20 @@ fn hget_of_cold_fields_answers_in_pipeline_order() {
     let mut model: std::collections::HashMap<String, String> = Default::default();
     for (i, g) in got.iter().enumerate() {
         let field = format!("f{}", i % 13);
+        let val = |f: &str| match model.get(f) {
+            Some(v) => Value::BulkString(v.clone().into_bytes()),
+            None => Value::Nil,
+        };
         if i % 4 == 0 {
             let created = model.insert(field, value(i % 13, i)).is_none();
             assert_eq!(g, &Value::Int(created as i64), "HSET {i}");
+        } else if i % 4 == 3 {
+            let want = Value::Array(vec![
+                val(&field),
+                Value::Nil,
+                val(&format!("f{}", (i + 5) % 13)),
+            ]);
+            assert_eq!(g, &want, "HMGET {i}");
         } else {
             let want = match model.get(&field) {
                 Some(v) => Value::BulkString(v.clone().into_bytes()),

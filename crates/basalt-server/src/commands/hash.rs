@@ -148,19 +148,34 @@ fn hget(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 fn hmget(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let key = &args[1];
     let slot = ctx.slot();
+    // Every field looked up first (an error then fails the command before
+    // any of its reply is written); a field not in memory is read by a
+    // reader thread, in its place in the array (crate::readers).
     let mut vals = Vec::with_capacity(args.len() - 2);
     if read_len(ctx, slot.db(), key, TAG_HASH)?.is_some() {
         let db = slot.db().expect("exists");
         for f in args.iter().skip(2) {
-            vals.push(db.get_field(key, f)?);
+            vals.push(db.get_field_or_cold(key, f)?);
         }
-    } else {
-        vals.resize(args.len() - 2, None);
     }
     drop(slot);
-    ctx.array(vals.len());
-    for v in &vals {
-        ctx.opt_bulk(v.as_deref());
+    ctx.array(args.len() - 2);
+    for i in 0..args.len() - 2 {
+        match vals
+            .get_mut(i)
+            .map(|l| std::mem::replace(l, Lookup::Absent))
+        {
+            None | Some(Lookup::Absent) => ctx.null(),
+            Some(Lookup::Here(v)) => ctx.bulk(&v),
+            // A read made here that fails is an error in its place: the
+            // array's header is already written.
+            Some(Lookup::Cold(read)) => {
+                if let Err(e) = ctx.cold_bulk(read) {
+                    let line = e.message().into_owned();
+                    ctx.error_line(&line);
+                }
+            }
+        }
     }
     Ok(())
 }
