@@ -52,7 +52,7 @@ thread_local! {
 /// skipped read of a page that has just been evicted faults in place, as
 /// every read did before checks existed: at most the miss rate that 64
 /// resident checks in a row allow.
-pub(crate) fn looks_resident(map: &crate::vfs::FileMap, offset: u64, len: usize) -> bool {
+fn looks_resident(map: &crate::vfs::FileMap, offset: u64, len: usize) -> bool {
     SAMPLE.with(|s| {
         let (streak, skip) = s.get();
         if skip > 0 {
@@ -162,14 +162,17 @@ impl ColdRead {
     }
 
     /// The record's length in bytes (what the read will fetch).
-    pub fn len(&self) -> usize {
+    pub fn record_len(&self) -> usize {
         self.loc.len as usize
     }
+}
 
-    /// Whether the record is empty (never: a record has a header).
-    pub fn is_empty(&self) -> bool {
-        self.loc.len == 0
-    }
+/// Whether the record at `loc` of `file` looks resident under
+/// [`Residency::Check`] ([`looks_resident`]); a file without a map never
+/// does (its read is a `pread`).
+pub(crate) fn record_resident(file: &DataFile, loc: Loc) -> bool {
+    file.map_ref()
+        .is_some_and(|m| looks_resident(m, loc.offset as u64, loc.len as usize))
 }
 
 impl Db {
@@ -177,6 +180,27 @@ impl Db {
     /// next lookup on any thread.
     pub fn set_residency(&self, r: Residency) {
         self.inner.residency.store(r as u8, Ordering::Relaxed);
+    }
+
+    /// The detached read of the record at `loc` of `file` (which holds
+    /// `key`) when it is not to be read in place now under `mode` (not
+    /// [`Residency::InPlace`]); `None` when it looks resident.
+    fn cold_read(
+        &self,
+        mode: Residency,
+        key: &[u8],
+        file: &Arc<DataFile>,
+        loc: Loc,
+    ) -> Option<ColdRead> {
+        if mode == Residency::Check && record_resident(file, loc) {
+            return None;
+        }
+        Some(ColdRead {
+            file: file.clone(),
+            loc,
+            key: key.into(),
+            path: self.inner.shard(key).data_path(loc.file),
+        })
     }
 
     /// Like [`Db::get_field`], but a field whose record is not in memory
@@ -193,24 +217,16 @@ impl Db {
         let Some((file, loc)) = self.locate_field(key, field)? else {
             return Ok(Lookup::Absent);
         };
-        let resident = mode == Residency::Check
-            && file
-                .map_ref()
-                .is_some_and(|m| looks_resident(m, loc.offset as u64, loc.len as usize));
-        let inner = &*self.inner;
-        let shard = inner.shard(key);
-        if resident {
-            // SAFETY: `loc` and `file` were read from this shard's index.
-            let v =
-                unsafe { inner.read_with_checked(shard, &file, loc, false, |rec| rec.value()) }?;
-            return Ok(Lookup::Here(v));
+        if let Some(read) = self.cold_read(mode, key, &file, loc) {
+            return Ok(Lookup::Cold(read));
         }
-        Ok(Lookup::Cold(ColdRead {
-            file,
-            loc,
-            key: key.into(),
-            path: shard.data_path(loc.file),
-        }))
+        let inner = &*self.inner;
+        // SAFETY: `loc` and `file` were read from this shard's index; checked
+        // just now, so no second look.
+        let v = unsafe {
+            inner.read_with_checked(inner.shard(key), &file, loc, false, |rec| rec.value())
+        }?;
+        Ok(Lookup::Here(v))
     }
 
     /// Like [`Db::get_versioned`], but a value whose record is not in
@@ -233,30 +249,19 @@ impl Db {
                 }
             }
         };
-        let resident = mode == Residency::Check
-            && file
-                .map_ref()
-                .is_some_and(|m| looks_resident(m, loc.offset as u64, loc.len as usize));
-        if resident {
-            let value = self.read_value_checked(key, &file, loc, false, |v| v.to_vec())?;
-            return Ok(Some(VersionedLookup::Here(Versioned {
-                value,
+        if let Some(read) = self.cold_read(mode, key, &file, loc) {
+            return Ok(Some(VersionedLookup::Cold {
+                read,
                 version: loc.seq,
                 expires_at,
-            })));
+            }));
         }
-        let path = self.inner.shard(key).data_path(loc.file);
-        let read = ColdRead {
-            file,
-            loc,
-            key: key.into(),
-            path,
-        };
-        Ok(Some(VersionedLookup::Cold {
-            read,
+        let value = self.read_value_checked(key, &file, loc, false, |v| v.to_vec())?;
+        Ok(Some(VersionedLookup::Here(Versioned {
+            value,
             version: loc.seq,
             expires_at,
-        }))
+        })))
     }
 
     /// Bytes of every data file (live and garbage): what reads may touch,
@@ -300,22 +305,11 @@ impl Db {
                 }
             }
         };
-        let resident = mode == Residency::Check
-            && file
-                .map_ref()
-                .is_some_and(|m| looks_resident(m, loc.offset as u64, loc.len as usize));
-        if resident {
-            // Checked just now: no second look.
-            return self
-                .read_value_checked(key, &file, loc, false, f)
-                .map(Lookup::Here);
+        if let Some(read) = self.cold_read(mode, key, &file, loc) {
+            return Ok(Lookup::Cold(read));
         }
-        let path = self.inner.shard(key).data_path(loc.file);
-        Ok(Lookup::Cold(ColdRead {
-            file,
-            loc,
-            key: key.into(),
-            path,
-        }))
+        // Checked just now: no second look.
+        self.read_value_checked(key, &file, loc, false, f)
+            .map(Lookup::Here)
     }
 }

@@ -924,10 +924,8 @@ impl Inner {
             reason: reason.into(),
         };
         let buf;
-        let cold = check
-            && file.map_ref().is_some_and(|m| {
-                !crate::cold::looks_resident(m, loc.offset as u64, loc.len as usize)
-            });
+        // (A file without a map is read with `pread` anyway.)
+        let cold = check && file.map_ref().is_some() && !crate::cold::record_resident(file, loc);
         let mapped = if cold {
             None
         } else {

@@ -126,7 +126,7 @@ impl ColdReaders {
         let (done, rx) = oneshot::channel();
         let served = self.served.clone();
         let job: Job = Box::new(move || {
-            let mut out = Vec::with_capacity(read.len() + 16);
+            let mut out = Vec::with_capacity(read.record_len() + 16);
             if let Err(e) = read.read_with(|v| Encoder::new(&mut out, protocol).bulk(v)) {
                 tracing::error!(error = %e, "cold read failed");
                 out.clear();
@@ -223,12 +223,8 @@ impl Policy {
 pub fn memory_budget() -> u64 {
     let total = std::fs::read_to_string("/proc/meminfo")
         .ok()
-        .and_then(|m| {
-            m.lines()
-                .find_map(|l| l.strip_prefix("MemTotal:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        })
-        .map_or(u64::MAX, |kb| kb * 1024);
+        .and_then(|m| crate::commands::server::proc_kb_field(&m, "MemTotal:"))
+        .unwrap_or(u64::MAX);
     total.min(cgroup_limit().unwrap_or(u64::MAX))
 }
 

@@ -1105,14 +1105,17 @@ pub(crate) fn allocated_bytes() -> u64 {
 /// the data files' pages seen through their maps.
 pub(crate) fn resident_split() -> (u64, u64) {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map_or(0, |kb| kb * 1024)
-    };
+    let field = |name| proc_kb_field(&status, name).unwrap_or(0);
     (field("RssAnon:"), field("RssFile:"))
+}
+
+/// The `name` line of a /proc file in `kB` (/proc/meminfo,
+/// /proc/self/status), in bytes.
+pub(crate) fn proc_kb_field(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
 }
 
 pub(crate) fn rss_bytes() -> u64 {
