@@ -278,6 +278,44 @@ enum HintState {
 }
 
 /// One data file as scanned.
+/// Moves every patch record (`segmented.rs`) whose base is not a good full
+/// record of the same key and field earlier in the file, or whose runs do
+/// not fit it, from the good records to the bad: open would read it, but
+/// reading it would fail.
+fn check_patches(b: &[u8], f: &mut DataScan) {
+    let mut scratch = Vec::new();
+    let good = std::mem::take(&mut f.good);
+    for (off, h) in good {
+        if h.flags & format::FLAG_PATCH != 0 {
+            let bytes = &b[off as usize..(off + h.record_len()) as usize];
+            let read = |at: u64, buf: &mut [u8]| {
+                let at = at as usize;
+                match b.get(at..at + buf.len()) {
+                    Some(src) => {
+                        buf.copy_from_slice(src);
+                        true
+                    }
+                    None => false,
+                }
+            };
+            scratch.clear();
+            if let Err(reason) = crate::compaction::unpatch(off, &h, bytes, read, &mut scratch) {
+                let k0 = off as usize + RECORD_HEADER_LEN;
+                f.bad.push(BadRange {
+                    offset: off,
+                    len: h.record_len(),
+                    key: Some(b[k0..k0 + h.key_len as usize].to_vec()),
+                    reason: reason.into(),
+                    torn: false,
+                });
+                continue;
+            }
+        }
+        f.good.push((off, h));
+    }
+    f.bad.sort_by_key(|r| r.offset);
+}
+
 #[derive(Debug)]
 struct DataScan {
     id: u32,
@@ -700,6 +738,7 @@ fn scan_shard(
             hint: HintState::Absent,
         };
         scan_records(&b, &mut f);
+        check_patches(&b, &mut f);
         let handle = StdFs
             .open(&f.path)
             .map_err(|e| Error::io("open", &f.path, e))?;

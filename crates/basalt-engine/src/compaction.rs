@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use crate::db::{sync_dir, DataFile, Db, FileInfo, Inner, Shard};
 use crate::format::{
-    self, CommitKey, FileHeader, HintEntry, Kind, Origin, FILE_HEADER_LEN, FLAG_BATCH, HINT_MAGIC,
-    RECORD_HEADER_LEN,
+    self, CommitKey, FileHeader, HintEntry, Kind, Origin, Patch, Record, RecordHeader, RecordRef,
+    FILE_HEADER_LEN, FLAG_BATCH, FLAG_LZ4, FLAG_PATCH, HINT_MAGIC, RECORD_HEADER_LEN,
 };
 use crate::keydir::Loc;
 use crate::options::SyncPolicy;
@@ -549,6 +549,7 @@ pub(crate) fn compact_files(
         }
     }
     let mut unflagged = Vec::new();
+    let mut whole = Vec::new();
     let rate = if throttle {
         inner.opts.compaction_rate_mb << 20
     } else {
@@ -628,6 +629,23 @@ pub(crate) fn compact_files(
             if !keep {
                 return Ok(());
             }
+            // A live patch is copied as the full record it stands for; its
+            // base lies earlier in this same file (`segmented.rs`), which
+            // is read here with `pread` (the scan has dropped its pages).
+            let (bytes, h) = if h.flags & FLAG_PATCH != 0 {
+                whole.clear();
+                let read = |at: u64, buf: &mut [u8]| handle.read_exact_at(buf, at).is_ok();
+                let h =
+                    unpatch(off, h, bytes, read, &mut whole).map_err(|reason| Error::Corrupt {
+                        path: path.clone(),
+                        offset: off,
+                        reason: reason.into(),
+                    })?;
+                (&whole[..], h)
+            } else {
+                (bytes, *h)
+            };
+            let h = &h;
             // A committed, durable member is copied as a plain record.
             let (bytes, flags, flagged) = if flagged && h.seq < committed_below {
                 unflagged.clear();
@@ -904,4 +922,56 @@ impl Drop for Db {
             tracing::warn!(error = %e, "closing the database failed");
         }
     }
+}
+
+/// The full record a patch record (header `h`, bytes `bytes`, at offset
+/// `off` of its file) stands for, encoded into `out`: its base, read from
+/// the same file with `read(offset, buf)`, with the patch's runs applied,
+/// under the patch's sequence number. Returns the new record's header.
+pub(crate) fn unpatch(
+    off: u64,
+    h: &RecordHeader,
+    bytes: &[u8],
+    read: impl FnOnce(u64, &mut [u8]) -> bool,
+    out: &mut Vec<u8>,
+) -> std::result::Result<RecordHeader, &'static str> {
+    let k1 = RECORD_HEADER_LEN + h.key_len as usize;
+    let key = &bytes[RECORD_HEADER_LEN..k1];
+    let field = &bytes[k1..k1 + h.field_len as usize];
+    let p = Patch::decode(&bytes[k1 + h.field_len as usize..])?;
+    if u64::from(p.base_offset) + u64::from(p.base_len) > off {
+        return Err("patch names a base that does not precede it");
+    }
+    let mut base = vec![0u8; p.base_len as usize];
+    if !read(u64::from(p.base_offset), &mut base) {
+        return Err("patch base unreadable");
+    }
+    let rec = Record::from_bytes(&base).map_err(|_| "patch base is not a good record")?;
+    let bh = rec.header;
+    if bh.kind != Kind::Field
+        || bh.flags & (FLAG_PATCH | FLAG_LZ4) != 0
+        || rec.key() != key
+        || rec.field() != field
+    {
+        return Err("patch base is not a full record of its segment");
+    }
+    let mut value = rec.stored_value().to_vec();
+    p.apply(&mut value)?;
+    let flags = h.flags & !FLAG_PATCH;
+    RecordRef {
+        seq: h.seq,
+        expiry: h.expiry,
+        kind: h.kind,
+        flags,
+        tag: h.tag,
+        key,
+        field,
+        value: &value,
+    }
+    .encode_into(out);
+    Ok(RecordHeader {
+        flags,
+        value_len: value.len() as u32,
+        ..*h
+    })
 }

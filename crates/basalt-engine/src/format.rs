@@ -13,10 +13,12 @@ pub const HINT_MAGIC: [u8; 8] = *b"BSLTHINT";
 /// Magic that opens a hint file's footer.
 pub const HINT_FOOTER_MAGIC: [u8; 8] = *b"BSLTHEND";
 /// The on-disk format version written by this build.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 /// The oldest format version this build reads. Version 1 files are version 2
-/// files that hold no batch members and no commit records, so they are read
-/// as they are (and never rewritten just to change their version).
+/// files that hold no batch members and no commit records, and version 2
+/// files are version 3 files that hold no patch records ([`FLAG_PATCH`]),
+/// so they are read as they are (and never rewritten just to change their
+/// version).
 pub const OLDEST_READABLE_VERSION: u32 = 1;
 
 /// Size of a data or hint file header.
@@ -36,8 +38,12 @@ pub const FLAG_LZ4: u8 = 1;
 /// Record flag: the record is a member of a write batch and takes effect
 /// only if the batch's [`Kind::Commit`] record exists (see `batch.rs`).
 pub const FLAG_BATCH: u8 = 2;
+/// Record flag: a field record of a segmented value (`segmented.rs`) whose
+/// value is a [`Patch`]: the bytes that differ from an earlier full record
+/// of the same key and field in the same file, not the segment itself.
+pub const FLAG_PATCH: u8 = 4;
 /// Every flag bit a record may carry.
-pub const KNOWN_FLAGS: u8 = FLAG_LZ4 | FLAG_BATCH;
+pub const KNOWN_FLAGS: u8 = FLAG_LZ4 | FLAG_BATCH | FLAG_PATCH;
 /// Length of a commit record's key: first and last member sequence number
 /// (u64 LE each) and the number of members (u32 LE); 8 more bytes (a u64
 /// LE token) in a conditional commit, see [`CommitKey::token`].
@@ -457,6 +463,111 @@ impl<'a> Record<'a> {
     }
 }
 
+/// The value of a patch record ([`FLAG_PATCH`]): the location of its base,
+/// a full record of the same key and field earlier in the same data file,
+/// and runs of bytes that replace the base's bytes at their offsets.
+///
+/// Layout: base offset (u32 LE), base record length (u32 LE), then runs of
+/// offset (u16 LE), length (u16 LE) and that many bytes, in increasing
+/// offset order, none overlapping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Patch<'a> {
+    /// Offset of the base record in the patch's own file.
+    pub base_offset: u32,
+    /// Length of the base record.
+    pub base_len: u32,
+    /// The encoded runs.
+    pub runs: &'a [u8],
+}
+
+/// Bytes of a patch value before its runs.
+pub const PATCH_HEADER_LEN: usize = 8;
+/// Bytes of a run before its data.
+pub const PATCH_RUN_HEADER_LEN: usize = 4;
+
+impl<'a> Patch<'a> {
+    /// Reads a patch value; `Err` names what is malformed. The runs are
+    /// checked when applied.
+    pub fn decode(v: &'a [u8]) -> std::result::Result<Patch<'a>, &'static str> {
+        if v.len() < PATCH_HEADER_LEN {
+            return Err("patch shorter than its header");
+        }
+        Ok(Patch {
+            base_offset: u32::from_le_bytes(v[0..4].try_into().unwrap()),
+            base_len: u32::from_le_bytes(v[4..8].try_into().unwrap()),
+            runs: &v[PATCH_HEADER_LEN..],
+        })
+    }
+
+    /// Appends the runs where `new` differs from `base` (same length) to
+    /// `out`, after the header for `base_offset` and `base_len`. Runs closer
+    /// than a run header are joined (one run of a few equal bytes costs less
+    /// than two headers).
+    pub fn encode_diff(
+        base_offset: u32,
+        base_len: u32,
+        base: &[u8],
+        new: &[u8],
+        out: &mut Vec<u8>,
+    ) {
+        debug_assert_eq!(base.len(), new.len());
+        debug_assert!(new.len() <= u16::MAX as usize);
+        out.extend_from_slice(&base_offset.to_le_bytes());
+        out.extend_from_slice(&base_len.to_le_bytes());
+        let differs = |i: usize| base[i] != new[i];
+        // Equal stretches are skipped eight bytes at a time (a segment is
+        // mostly equal to its base; a byte loop was a fifth of a SETBIT's
+        // CPU).
+        let word = |s: &[u8], i: usize| u64::from_ne_bytes(s[i..i + 8].try_into().unwrap());
+        let mut i = 0;
+        while i < new.len() {
+            if i + 8 <= new.len() && word(base, i) == word(new, i) {
+                i += 8;
+                continue;
+            }
+            if !differs(i) {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            let mut end = i + 1;
+            // Extend while the next difference is near enough to join.
+            let mut j = end;
+            while j < new.len() && j < end + PATCH_RUN_HEADER_LEN {
+                if differs(j) {
+                    end = j + 1;
+                }
+                j += 1;
+            }
+            out.extend_from_slice(&(start as u16).to_le_bytes());
+            out.extend_from_slice(&((end - start) as u16).to_le_bytes());
+            out.extend_from_slice(&new[start..end]);
+            i = end;
+        }
+    }
+
+    /// Writes the runs over `base` (the base record's value): the patched
+    /// bytes. `Err` if a run is cut short or reaches past the base.
+    pub fn apply(&self, base: &mut [u8]) -> std::result::Result<(), &'static str> {
+        let mut r = self.runs;
+        while !r.is_empty() {
+            if r.len() < PATCH_RUN_HEADER_LEN {
+                return Err("patch run header cut short");
+            }
+            let at = u16::from_le_bytes([r[0], r[1]]) as usize;
+            let n = u16::from_le_bytes([r[2], r[3]]) as usize;
+            let data = r
+                .get(PATCH_RUN_HEADER_LEN..PATCH_RUN_HEADER_LEN + n)
+                .ok_or("patch run cut short")?;
+            base.get_mut(at..at + n)
+                .ok_or("patch run past the end of its base")?
+                .copy_from_slice(data);
+            r = &r[PATCH_RUN_HEADER_LEN + n..];
+        }
+        Ok(())
+    }
+}
+
 /// One hint entry: where a record is and what it did, without its value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HintEntry {
@@ -749,5 +860,57 @@ mod crc_tests {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod patch_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// A patch of the differences, applied to the base, gives the new
+        /// bytes; runs are sorted, in bounds, and never longer than needed
+        /// by more than the joins they save.
+        #[test]
+        fn a_diff_applied_to_its_base_gives_the_new_bytes(
+            base in proptest::collection::vec(any::<u8>(), 1..600),
+            edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..40),
+        ) {
+            let mut new = base.clone();
+            for (at, b) in edits {
+                let i = at % new.len();
+                new[i] = b;
+            }
+            let mut v = Vec::new();
+            Patch::encode_diff(7, 600, &base, &new, &mut v);
+            let p = Patch::decode(&v).unwrap();
+            prop_assert_eq!((p.base_offset, p.base_len), (7, 600));
+            let changed = base.iter().zip(&new).filter(|(a, b)| a != b).count();
+            prop_assert!(p.runs.len() <= changed * (PATCH_RUN_HEADER_LEN + 1));
+            let mut got = base.clone();
+            p.apply(&mut got).unwrap();
+            prop_assert_eq!(got, new);
+        }
+    }
+
+    #[test]
+    fn a_run_past_its_base_or_cut_short_is_refused() {
+        let mut b = vec![0u8; 8];
+        let run = |at: u16, n: u16, data: &[u8]| {
+            let mut v = vec![0u8; PATCH_HEADER_LEN];
+            v.extend_from_slice(&at.to_le_bytes());
+            v.extend_from_slice(&n.to_le_bytes());
+            v.extend_from_slice(data);
+            v
+        };
+        let past = run(6, 3, b"abc");
+        assert!(Patch::decode(&past).unwrap().apply(&mut b).is_err());
+        let short = run(0, 3, b"ab");
+        assert!(Patch::decode(&short).unwrap().apply(&mut b).is_err());
+        assert!(Patch::decode(&[0u8; 5]).is_err());
+        let ok = run(5, 3, b"abc");
+        Patch::decode(&ok).unwrap().apply(&mut b).unwrap();
+        assert_eq!(&b[5..], b"abc");
     }
 }

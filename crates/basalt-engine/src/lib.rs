@@ -46,7 +46,9 @@
 //! - **Segmented values.** A value written a range at a time
 //!   ([`Db::write_range`]) and longer than 4 KiB is kept in 512-byte
 //!   segments, so changing a few bytes of a large value appends one small
-//!   record; to every other call it is a plain value.
+//!   record (a patch of the changed bytes against an earlier copy of the
+//!   segment in the same file, or the segment); to every other call it is
+//!   a plain value.
 //! - **Hint files** list every record of a sealed file without its value;
 //!   open reads them (shards in parallel) instead of the data files.
 //!

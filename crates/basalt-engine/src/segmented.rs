@@ -8,12 +8,22 @@
 //! touches (two at a boundary) instead of the whole value, and the segments
 //! are a run of numbered fields (`fields.rs`), 24 bytes of index each.
 //!
+//! A write that changes a few bytes of a segment other than the last, with
+//! no batch open, appends a *patch* instead ([`FLAG_PATCH`]): the runs of
+//! bytes where the segment differs from a full record of it earlier in the
+//! active file (its base), up to [`PATCH_MAX`] bytes of runs. Each patch
+//! names the base, not the patch before it, so a read is at most two
+//! records; the next patch after a seal, or one that would carry too much,
+//! writes the whole segment again. A patch never names a record in another
+//! file, so compaction, which copies a live patch as the full segment it
+//! stands for, never meets a patch whose base is gone.
+//!
 //! To every other caller the key is a value: [`Db::get`] assembles it,
 //! [`Db::meta`] says [`crate::KeyKind::Value`], the map calls refuse it as
 //! they refuse any value, [`Db::put`] and [`Db::delete`] replace or remove
 //! it whole, and expiry works as for any key. No record kind is new: a
 //! segment is a field record and the map's expiry a map-metadata record,
-//! so recovery, hint files and compaction need nothing of their own.
+//! so recovery and hint files need nothing of their own.
 //!
 //! Invariants: segments `0..n` all exist; every segment but the last holds
 //! exactly [`SEGMENT_LEN`] bytes and the last `1..=SEGMENT_LEN`. A write
@@ -25,7 +35,9 @@
 use std::sync::Arc;
 
 use crate::db::{DataFile, MapEntry};
-use crate::format::{Kind, RecordRef, RECORD_HEADER_LEN};
+use crate::format::{
+    Kind, Patch, RecordRef, FLAG_BATCH, FLAG_LZ4, FLAG_PATCH, PATCH_HEADER_LEN, RECORD_HEADER_LEN,
+};
 use crate::keydir::{Loc, MAP_FILE};
 use crate::{Db, Error, Result};
 
@@ -41,6 +53,23 @@ pub const SEGMENT_LEN: usize = 512;
 /// (rewriting it costs no more than a few segments); a longer one becomes
 /// segmented.
 pub const SEGMENT_ABOVE: usize = 4096;
+
+/// The most bytes of runs a patch carries; a write that would need more
+/// writes the whole segment. A random bit flip costs a 5-byte run, so about
+/// 25 of them ride on one base before it is written again.
+pub const PATCH_MAX: usize = SEGMENT_LEN / 4;
+
+/// Where a patch of a segment would point: the segment's index entry as it
+/// was read, and the full record a patch may name, with its bytes.
+struct PatchFrom {
+    i: u64,
+    head: Loc,
+    base: Loc,
+    base_bytes: Vec<u8>,
+}
+
+/// A full record of a segment that a patch may name, and its bytes.
+type Base = (Loc, Vec<u8>);
 
 fn name(i: u64) -> [u8; 8] {
     i.to_be_bytes()
@@ -69,11 +98,10 @@ enum Shape {
     /// A plain value record.
     Plain,
     /// A segmented value: the segments asked for (index, file, location),
-    /// the last segment's location, the segment count, the value's length
+    /// the segment count, the value's length
     /// and its expiry.
     Segmented {
         wanted: Vec<(u64, Arc<DataFile>, Loc)>,
-        last: (Arc<DataFile>, Loc),
         count: u64,
         total: u64,
         expires_at: Option<u64>,
@@ -113,14 +141,14 @@ impl Db {
                 (i, f, l)
             })
             .collect();
-        let last = at(count - 1);
-        // Segments are stored uncompressed, so the last one's length is its
-        // record's length less the header, the key and the 8-byte name: the
-        // value's length comes from the index alone.
-        let tail = last.1.len as u64 - (RECORD_HEADER_LEN + key.len() + 8) as u64;
+        // Segments are stored uncompressed (and the last is never a patch),
+        // so the last one's length is its record's length less the header,
+        // the key and the 8-byte name: the value's length comes from the
+        // index alone.
+        let last = m.fields.get(&name(count - 1)).expect("segments form a run");
+        let tail = last.len as u64 - (RECORD_HEADER_LEN + key.len() + 8) as u64;
         Ok(Shape::Segmented {
             wanted,
-            last,
             count,
             total: (count - 1) * SEGMENT_LEN as u64 + tail,
             expires_at: if e.has_ttl { idx.expiry_of(key) } else { None },
@@ -128,10 +156,99 @@ impl Db {
     }
 
     fn read_segment(&self, key: &[u8], file: &DataFile, loc: Loc) -> Result<Vec<u8>> {
+        Ok(self.read_segment_from(key, file, loc, false)?.0)
+    }
+
+    /// The bytes of the segment whose record is at `loc`, a full record or
+    /// a patch applied to its base. With `want_base`, also the full record
+    /// a new patch of this segment may name, with its bytes: the record
+    /// itself or the patch's base, unless that is a batch member (a patch
+    /// is not one, and must not outlive a batch that never committed).
+    fn read_segment_from(
+        &self,
+        key: &[u8],
+        file: &DataFile,
+        loc: Loc,
+        want_base: bool,
+    ) -> Result<(Vec<u8>, Option<Base>)> {
+        enum Head {
+            Full(Vec<u8>, bool),
+            /// Base offset and length, the runs (at most `PATCH_MAX`
+            /// bytes, as this module writes them) and the field.
+            Patch(u32, u32, ([u8; PATCH_MAX], usize), [u8; 8]),
+        }
         let inner = &*self.inner;
+        let shard = inner.shard(key);
         // SAFETY: `file` and `loc` were read from this shard's index
         // (`shape`); the handle keeps the file mapped.
-        unsafe { inner.read_with(inner.shard(key), file, loc, |rec| rec.value()) }
+        let head = unsafe {
+            inner.read_with(shard, file, loc, |rec| {
+                if rec.header.flags & FLAG_PATCH == 0 {
+                    return Ok(Head::Full(rec.value()?, rec.header.flags & FLAG_BATCH == 0));
+                }
+                let p = Patch::decode(rec.stored_value())?;
+                let mut runs = [0u8; PATCH_MAX];
+                runs.get_mut(..p.runs.len())
+                    .ok_or("patch longer than a patch may be")?
+                    .copy_from_slice(p.runs);
+                let field = rec
+                    .field()
+                    .try_into()
+                    .map_err(|_| "segment name not 8 bytes")?;
+                Ok(Head::Patch(
+                    p.base_offset,
+                    p.base_len,
+                    (runs, p.runs.len()),
+                    field,
+                ))
+            })?
+        };
+        let (base_offset, base_len, runs, field) = match head {
+            Head::Full(v, may_base) => {
+                let base = (want_base && may_base).then(|| (loc, v.clone()));
+                return Ok((v, base));
+            }
+            Head::Patch(o, l, runs, field) => (o, l, runs, field),
+        };
+        let corrupt = |reason: &str| Error::Corrupt {
+            path: shard.data_path(loc.file),
+            offset: loc.offset as u64,
+            reason: reason.into(),
+        };
+        if u64::from(base_offset) + u64::from(base_len) > u64::from(loc.offset) {
+            return Err(corrupt("patch names a base that does not precede it"));
+        }
+        let base = Loc {
+            file: loc.file,
+            offset: base_offset,
+            len: base_len,
+            seq: 0,
+        };
+        // SAFETY: the base lies in the same file before the patch, which is
+        // an index entry: its bytes were written before the patch's, below
+        // the file's length, and are never written again.
+        let (mut bytes, may_base) = unsafe {
+            inner.read_with(shard, file, base, |rec| {
+                let h = rec.header;
+                if h.kind != Kind::Field
+                    || h.flags & (FLAG_PATCH | FLAG_LZ4) != 0
+                    || rec.key() != key
+                    || rec.field() != &field[..]
+                {
+                    return Err("patch base is not a full record of its segment");
+                }
+                Ok((rec.stored_value().to_vec(), h.flags & FLAG_BATCH == 0))
+            })?
+        };
+        let base_bytes = (want_base && may_base).then(|| bytes.clone());
+        Patch {
+            base_offset,
+            base_len,
+            runs: &runs.0[..runs.1],
+        }
+        .apply(&mut bytes)
+        .map_err(corrupt)?;
+        Ok((bytes, base_bytes.map(|b| (base, b))))
     }
 
     /// The whole of a segmented value (`None` if the key stopped being one
@@ -316,7 +433,7 @@ impl Db {
                     .map(|(i, c)| (i as u64, c))
                     .collect();
                 Ok(
-                    match self.put_segments(key, &segments, Some(at), auto_batch)? {
+                    match self.put_segments(key, &segments, Some(at), None, auto_batch)? {
                         Step::Done(_) => Step::Done((existed, v.len() as u64)),
                         other => other,
                     },
@@ -325,7 +442,6 @@ impl Db {
             Shape::Segmented {
                 wanted,
                 count,
-                last,
                 total,
                 ..
             } => {
@@ -344,11 +460,24 @@ impl Db {
                     (end - 1) / seg
                 };
                 let mut out: Vec<(u64, Vec<u8>)> = Vec::new();
+                // One segment, not the last (whose record's length gives
+                // the value's), and no growth: the write may be a patch.
+                let patchable = first == upto && end <= total && first + 1 < count;
+                let mut patch_from = None;
                 for i in first..=upto {
                     let mut bytes = if i < count {
                         match wanted.iter().find(|(j, ..)| *j == i) {
+                            Some((_, file, loc)) if patchable => {
+                                let (b, base) = self.read_segment_from(key, file, *loc, true)?;
+                                patch_from = base.map(|(base, base_bytes)| PatchFrom {
+                                    i,
+                                    head: *loc,
+                                    base,
+                                    base_bytes,
+                                });
+                                b
+                            }
                             Some((_, file, loc)) => self.read_segment(key, file, *loc)?,
-                            None if i == count - 1 => self.read_segment(key, &last.0, last.1)?,
                             None => self.get_segment_of(key, i)?,
                         }
                     } else {
@@ -383,10 +512,13 @@ impl Db {
                     }
                 }
                 let segments: Vec<(u64, &[u8])> = out.iter().map(|(i, b)| (*i, &b[..])).collect();
-                Ok(match self.put_segments(key, &segments, None, auto_batch)? {
-                    Step::Done(_) => Step::Done((true, new_total)),
-                    other => other,
-                })
+                let patch = patch_from.as_ref();
+                Ok(
+                    match self.put_segments(key, &segments, None, patch, auto_batch)? {
+                        Step::Done(_) => Step::Done((true, new_total)),
+                        other => other,
+                    },
+                )
             }
         }
     }
@@ -411,12 +543,15 @@ impl Db {
     /// With `replace: Some(expiry)` the key's plain value (or nothing) is
     /// replaced by these segments, which must then be all of them, and the
     /// expiry carried over. Several records form one write batch, and all
-    /// of them enter the index under one lock.
+    /// of them enter the index under one lock. With `patch`, one segment is
+    /// written as a patch of the base named there if it may be (see
+    /// [`Db::patch_of`]).
     fn put_segments(
         &self,
         key: &[u8],
         segments: &[(u64, &[u8])],
         replace: Option<Option<u64>>,
+        patch: Option<&PatchFrom>,
         auto_batch: bool,
     ) -> Result<Step> {
         let inner = &*self.inner;
@@ -464,11 +599,21 @@ impl Db {
         } else {
             None
         };
+        let patched = match (patch, segments) {
+            (Some(p), [one]) if replace.is_none() && batch.is_none() && !self.in_batch() => {
+                self.patch_of(shard, &w, key, p, *one)
+            }
+            _ => None,
+        };
         let mut locs = Vec::with_capacity(segments.len());
         for (i, bytes) in segments {
             // Never compressed: `shape` reads the value's length off the
             // last segment's record length.
             let seq = inner.next_seq();
+            let (flags, value) = match &patched {
+                Some(v) => (FLAG_PATCH, &v[..]),
+                None => (0, *bytes),
+            };
             let loc = inner.append(
                 shard,
                 &mut w,
@@ -476,11 +621,11 @@ impl Db {
                     seq,
                     expiry: 0,
                     kind: Kind::Field,
-                    flags: 0,
+                    flags,
                     tag: SEGMENTED_TAG,
                     key,
                     field: &name(*i),
-                    value: bytes,
+                    value,
                 },
             )?;
             locs.push((*i, loc));
@@ -558,5 +703,37 @@ impl Db {
             b.commit()?;
         }
         Ok(Step::Done((true, 0)))
+    }
+
+    /// The value of a patch record that writes `bytes` as segment `i`, if
+    /// one may: the segment's index entry is still the one read, its base
+    /// lies in the active file (a patch never names a record in another
+    /// file, so compaction always finds a patch's base in the file it
+    /// copies), the record fits there without sealing it, and the runs
+    /// come to at most [`PATCH_MAX`] bytes. The caller holds the writer
+    /// lock and no batch is open.
+    fn patch_of(
+        &self,
+        shard: &crate::db::Shard,
+        w: &crate::db::Writer,
+        key: &[u8],
+        p: &PatchFrom,
+        (i, bytes): (u64, &[u8]),
+    ) -> Option<Vec<u8>> {
+        if i != p.i || p.base.file != w.file_id || bytes.len() != p.base_bytes.len() {
+            return None;
+        }
+        let head = {
+            let idx = shard.index.read();
+            idx.maps.get(key).and_then(|m| m.fields.get(&name(i)))
+        };
+        if head != Some(p.head) {
+            return None;
+        }
+        let mut v = Vec::with_capacity(PATCH_HEADER_LEN + 32);
+        Patch::encode_diff(p.base.offset, p.base.len, &p.base_bytes, bytes, &mut v);
+        let record = (RECORD_HEADER_LEN + key.len() + 8 + v.len()) as u64;
+        let fits = w.len + record <= self.inner.opts.max_file_size;
+        (v.len() - PATCH_HEADER_LEN <= PATCH_MAX && fits).then_some(v)
     }
 }

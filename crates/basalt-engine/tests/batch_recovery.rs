@@ -391,7 +391,7 @@ fn set_version(dir: &Path, version: u32) {
 }
 
 #[test]
-fn a_version_1_directory_opens_and_a_newer_version_is_refused_by_name() {
+fn version_1_and_2_directories_open_and_a_newer_version_is_refused_by_name() {
     let tmp = tempfile::tempdir().unwrap();
     let v1 = tmp.path().join("v1");
     let db = Db::open(&v1, opts()).unwrap();
@@ -408,13 +408,21 @@ fn a_version_1_directory_opens_and_a_newer_version_is_refused_by_name() {
     db.close().unwrap();
     assert_eq!(reopen(&v1).get(b"new").unwrap().as_deref(), Some(&b"1"[..]));
 
-    let v3 = tmp.path().join("v3");
-    let db = Db::open(&v3, opts()).unwrap();
+    // Version 2 (before patch records) opens as it is, too.
+    let v2 = tmp.path().join("v2");
+    let db = Db::open(&v2, opts()).unwrap();
     base(&db);
     db.close().unwrap();
-    set_version(&v3, 3);
-    let e = Db::open(&v3, opts()).unwrap_err().to_string();
-    assert!(e.contains("format version 3"), "{e}");
+    set_version(&v2, 2);
+    assert_eq!(contents(&reopen(&v2)), before);
+
+    let v4 = tmp.path().join("v4");
+    let db = Db::open(&v4, opts()).unwrap();
+    base(&db);
+    db.close().unwrap();
+    set_version(&v4, 4);
+    let e = Db::open(&v4, opts()).unwrap_err().to_string();
+    assert!(e.contains("format version 4"), "{e}");
 }
 
 /// A commit log kept in memory that copies both databases' directories

@@ -1,0 +1,249 @@
+//! Patch records (`src/segmented.rs`, `FLAG_PATCH`): a write of a few bytes
+//! to a segment of a segmented value appends the bytes that differ from a
+//! full record of that segment in the active file, not the whole segment.
+//! These tests hold the value to a model through patches, seals,
+//! compaction, reopening with and without hint files, a crash at any byte
+//! of the patches, and `check`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use basalt_engine::{Db, ManualClock, Options, SyncPolicy, SEGMENT_LEN};
+
+fn opts(clock: &Arc<ManualClock>, max_file: u64) -> Options {
+    Options::default()
+        .shards(1)
+        .max_file_size(max_file)
+        .sync(SyncPolicy::Never)
+        .background_compaction(false)
+        .active_expiry(false)
+        .clock(clock.clone())
+}
+
+fn active_end(db: &Db) -> (u32, u64) {
+    let f = db.stats().files.into_iter().find(|f| f.active).unwrap();
+    (f.id, f.total_bytes)
+}
+
+fn data_bytes(db: &Db) -> u64 {
+    db.stats().files.iter().map(|f| f.total_bytes).sum()
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+fn copy_dir(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        let to = dst.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to);
+        } else if e.file_name() != "LOCK" {
+            std::fs::copy(e.path(), &to).unwrap();
+        }
+    }
+}
+
+/// The data file `id` under `dir` (one shard: `<dir>/0/<shard>/<id>.data`).
+fn data_file(dir: &Path, id: u32) -> PathBuf {
+    walk(dir)
+        .into_iter()
+        .find(|p| {
+            p.extension().is_some_and(|x| x == "data")
+                && p.file_stem()
+                    .and_then(|s| s.to_str())
+                    .and_then(|s| s.parse::<u32>().ok())
+                    == Some(id)
+        })
+        .expect("the data file")
+}
+
+/// A 64 KiB value (128 segments) of a fixed pattern.
+fn bitmap() -> Vec<u8> {
+    (0..128 * SEGMENT_LEN).map(|i| (i % 253) as u8).collect()
+}
+
+#[test]
+fn one_byte_writes_append_a_fraction_of_a_segment_and_read_back_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let db = Db::open(dir.path(), opts(&clock, 64 << 20)).unwrap();
+    let mut model = bitmap();
+    db.write_range(b"bm", 0, &model).unwrap();
+    let before = data_bytes(&db);
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let writes = 2000;
+    for _ in 0..writes {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        // Anywhere but the last segment (whose record gives the length).
+        let at = (x % (127 * SEGMENT_LEN as u64)) as usize;
+        let b = (x >> 32) as u8;
+        db.write_range(b"bm", at as u64, &[b]).unwrap();
+        model[at] = b;
+    }
+    let grew = data_bytes(&db) - before;
+    // A full segment record is SEGMENT_LEN + 46 bytes; a patch of one
+    // changed byte about 60, and every ~25th write to a segment rewrites it.
+    assert!(
+        grew < writes * 200,
+        "{writes} one-byte writes appended {grew} bytes"
+    );
+    assert_eq!(db.get(b"bm").unwrap().unwrap(), model, "read back live");
+    assert_eq!(
+        db.read_range(b"bm", 1000, 3000).unwrap().unwrap().0,
+        model[1000..4000].to_vec()
+    );
+    assert_eq!(db.value_len(b"bm").unwrap(), Some(model.len() as u64));
+    db.close().unwrap();
+    let report = basalt_engine::check(dir.path(), &Default::default()).unwrap();
+    assert!(report.is_clean(), "check: {report:?}");
+    let db = Db::open(dir.path(), opts(&clock, 64 << 20)).unwrap();
+    assert_eq!(db.get(b"bm").unwrap().unwrap(), model, "reopened by scan");
+}
+
+#[test]
+fn patches_survive_seals_compaction_and_reopening_with_and_without_hints() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_000));
+    // Small files: the writes seal many, so patches meet file boundaries
+    // and compaction copies live patches as whole segments.
+    let o = || opts(&clock, 48 << 10);
+    let db = Db::open(dir.path(), o()).unwrap();
+    let mut model = bitmap();
+    db.write_range(b"bm", 0, &model).unwrap();
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for step in 0..3000u64 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let at = (x % model.len() as u64) as usize;
+        let n = 1 + (x >> 40) as usize % 6;
+        let n = n.min(model.len() - at);
+        let data: Vec<u8> = (0..n).map(|i| (x >> (i * 8)) as u8).collect();
+        db.write_range(b"bm", at as u64, &data).unwrap();
+        model[at..at + n].copy_from_slice(&data);
+        if step % 700 == 699 {
+            db.compact().unwrap();
+            assert_eq!(db.get(b"bm").unwrap().unwrap(), model, "step {step}");
+        }
+    }
+    assert_eq!(db.get(b"bm").unwrap().unwrap(), model, "live");
+    db.close().unwrap();
+    assert!(basalt_engine::check(dir.path(), &Default::default())
+        .unwrap()
+        .is_clean());
+    let db = Db::open(dir.path(), o()).unwrap();
+    assert_eq!(db.get(b"bm").unwrap().unwrap(), model, "from hints");
+    db.compact().unwrap();
+    assert_eq!(db.get(b"bm").unwrap().unwrap(), model, "compacted again");
+    db.close().unwrap();
+    for p in walk(dir.path()) {
+        if p.extension().is_some_and(|x| x == "hint") {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+    let db = Db::open(dir.path(), o()).unwrap();
+    assert_eq!(db.get(b"bm").unwrap().unwrap(), model, "by scan");
+}
+
+#[test]
+fn patches_cut_at_any_byte_open_as_one_of_the_states_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let live = tmp.path().join("live");
+    let clock = Arc::new(ManualClock::new(1_000));
+    let o = || opts(&clock, 1 << 20);
+    let db = Db::open(&live, o()).unwrap();
+    let mut model = bitmap();
+    db.write_range(b"bm", 0, &model).unwrap();
+    let (id, start) = active_end(&db);
+    let mut states = vec![model.clone()];
+    for i in 0..40usize {
+        // Two segments, so patches and whole rewrites interleave.
+        let at = (i % 2) * SEGMENT_LEN + (i * 37) % SEGMENT_LEN;
+        model[at] ^= 0x5a;
+        db.write_range(b"bm", at as u64, &[model[at]]).unwrap();
+        states.push(model.clone());
+    }
+    let (id_after, end) = active_end(&db);
+    assert_eq!(id, id_after, "one file");
+    assert!(
+        end - start < 40 * 200,
+        "patches, not segments: {} bytes",
+        end - start
+    );
+    let after = tmp.path().join("after");
+    copy_dir(&live, &after);
+    drop(db);
+    let data = data_file(&after, id);
+    let rel = data.strip_prefix(&after).unwrap().to_path_buf();
+    let mut last = 0;
+    for cut in (start..end).step_by(37).chain([end]) {
+        let dir = tmp.path().join(format!("cut-{cut}"));
+        copy_dir(&after, &dir);
+        let mut bytes = std::fs::read(dir.join(&rel)).unwrap();
+        bytes[cut as usize..end as usize].fill(0);
+        std::fs::write(dir.join(&rel), &bytes).unwrap();
+        let db = Db::open(&dir, o()).unwrap();
+        let got = db.get(b"bm").unwrap().unwrap();
+        // A cut keeps a prefix of the writes: the state it opens as is
+        // never older than a shorter cut's.
+        let at = states
+            .iter()
+            .position(|s| *s == got)
+            .unwrap_or_else(|| panic!("cut at {cut}: not a state that was written"));
+        assert!(at >= last, "cut at {cut}: state {at} after state {last}");
+        last = at;
+        drop(db);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    assert_eq!(
+        last,
+        states.len() - 1,
+        "the uncut file opens as the last state"
+    );
+}
+
+#[test]
+fn check_reports_a_patch_whose_base_is_damaged() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let db = Db::open(dir.path(), opts(&clock, 1 << 20)).unwrap();
+    db.write_range(b"bm", 0, &bitmap()).unwrap();
+    // The conversion's records are batch members, which a patch never
+    // names; the first write of segment 0 rewrites it whole, unflagged.
+    let (id, seg0) = active_end(&db);
+    db.write_range(b"bm", 3, b"x").unwrap();
+    let (_, start) = active_end(&db);
+    assert!(start - seg0 > SEGMENT_LEN as u64, "a whole segment");
+    db.write_range(b"bm", 9, b"y").unwrap();
+    db.write_range(b"bm", 20, b"z").unwrap();
+    let (_, end) = active_end(&db);
+    assert!(end - start < 2 * 200, "two patches");
+    db.close().unwrap();
+    assert!(basalt_engine::check(dir.path(), &Default::default())
+        .unwrap()
+        .is_clean());
+    // Flip a byte of segment 0's full record: the record itself and both
+    // patches built on it are damage.
+    let data = data_file(dir.path(), id);
+    let mut bytes = std::fs::read(&data).unwrap();
+    bytes[seg0 as usize + 100] ^= 1;
+    std::fs::write(&data, &bytes).unwrap();
+    let report = basalt_engine::check(dir.path(), &Default::default()).unwrap();
+    let text = format!("{report:?}");
+    assert!(!report.is_clean());
+    assert!(text.contains("patch base"), "{text}");
+}
