@@ -179,14 +179,22 @@ pub(crate) struct MapEntry {
 pub(crate) struct DataFile {
     pub file: Arc<dyn VFile>,
     map: Option<FileMap>,
+    /// Unique in this process for as long as it runs (never reused, unlike
+    /// a file id, which is per shard and database, or an address): names
+    /// this file's records in caches that must not hold the file open.
+    pub uid: u64,
 }
+
+/// The next [`DataFile::uid`].
+static NEXT_FILE_UID: AtomicU64 = AtomicU64::new(1);
 
 impl DataFile {
     /// Wraps `file`, mapping its first `map_len` bytes read-only if the VFS
     /// can.
     pub fn new(file: Arc<dyn VFile>, map_len: u64) -> Arc<DataFile> {
         let map = if map_len > 0 { file.map(map_len) } else { None };
-        Arc::new(DataFile { file, map })
+        let uid = NEXT_FILE_UID.fetch_add(1, Ordering::Relaxed);
+        Arc::new(DataFile { file, map, uid })
     }
 
     /// Wraps a file that is to become a shard's active file, mapping its
@@ -194,7 +202,8 @@ impl DataFile {
     /// then stores into the map), else read-only, else not at all.
     pub fn appendable(file: Arc<dyn VFile>, map_len: u64) -> Arc<DataFile> {
         let map = file.map_mut(map_len).or_else(|| file.map(map_len));
-        Arc::new(DataFile { file, map })
+        let uid = NEXT_FILE_UID.fetch_add(1, Ordering::Relaxed);
+        Arc::new(DataFile { file, map, uid })
     }
 
     /// Length of the writable map, or `None` when appends must use `pwrite`.

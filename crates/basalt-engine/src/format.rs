@@ -549,6 +549,21 @@ impl<'a> Patch<'a> {
     /// Writes the runs over `base` (the base record's value): the patched
     /// bytes. `Err` if a run is cut short or reaches past the base.
     pub fn apply(&self, base: &mut [u8]) -> std::result::Result<(), &'static str> {
+        let n = base.len();
+        self.apply_window(base, 0, n)
+    }
+
+    /// [`Patch::apply`] to the bytes `from .. from + window.len()` of a base
+    /// value of `value_len` bytes: writes the parts of the runs that fall in
+    /// the window. `Err` as for `apply` (every run is checked, in the window
+    /// or not).
+    pub fn apply_window(
+        &self,
+        window: &mut [u8],
+        from: usize,
+        value_len: usize,
+    ) -> std::result::Result<(), &'static str> {
+        let to = from + window.len();
         let mut r = self.runs;
         while !r.is_empty() {
             if r.len() < PATCH_RUN_HEADER_LEN {
@@ -559,9 +574,13 @@ impl<'a> Patch<'a> {
             let data = r
                 .get(PATCH_RUN_HEADER_LEN..PATCH_RUN_HEADER_LEN + n)
                 .ok_or("patch run cut short")?;
-            base.get_mut(at..at + n)
-                .ok_or("patch run past the end of its base")?
-                .copy_from_slice(data);
+            if at + n > value_len {
+                return Err("patch run past the end of its base");
+            }
+            let (lo, hi) = (at.max(from), (at + n).min(to));
+            if lo < hi {
+                window[lo - from..hi - from].copy_from_slice(&data[lo - at..hi - at]);
+            }
             r = &r[PATCH_RUN_HEADER_LEN + n..];
         }
         Ok(())
@@ -876,6 +895,7 @@ mod patch_tests {
         fn a_diff_applied_to_its_base_gives_the_new_bytes(
             base in proptest::collection::vec(any::<u8>(), 1..600),
             edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..40),
+            edits_window in (any::<usize>(), any::<usize>()),
         ) {
             let mut new = base.clone();
             for (at, b) in edits {
@@ -890,7 +910,14 @@ mod patch_tests {
             prop_assert!(p.runs.len() <= changed * (PATCH_RUN_HEADER_LEN + 1));
             let mut got = base.clone();
             p.apply(&mut got).unwrap();
-            prop_assert_eq!(got, new);
+            prop_assert_eq!(&got, &new);
+            // Any window of the base, patched alone, is that window of the
+            // patched bytes.
+            let from = edits_window.0 % base.len();
+            let to = (from + edits_window.1 % 64).min(base.len());
+            let mut window = base[from..to].to_vec();
+            p.apply_window(&mut window, from, base.len()).unwrap();
+            prop_assert_eq!(&window[..], &new[from..to]);
         }
     }
 

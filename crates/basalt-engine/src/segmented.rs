@@ -71,6 +71,34 @@ struct PatchFrom {
 /// A full record of a segment that a patch may name, and its bytes.
 type Base = (Loc, Vec<u8>);
 
+/// Patched segments read lately on this thread, applied: a hot segment
+/// (a sketch's header, patched by every PFADD that raises a register) is
+/// then one lookup instead of two records read and checked. Keyed by the
+/// patch record's file ([`DataFile::uid`], never reused) and offset: a
+/// record never changes, so an entry never goes stale, it only stops
+/// being asked for. Direct-mapped, `PATCHED_SLOTS` entries per thread.
+struct Patched {
+    uid: u64,
+    offset: u32,
+    bytes: Box<[u8]>,
+    /// What [`Db::read_segment_from`] answers for the base: `None` when
+    /// the read that filled the entry did not ask (a write's read then
+    /// misses), `Some(None)` when the base may not be named.
+    base: Option<Option<(Loc, Box<[u8]>)>>,
+}
+
+const PATCHED_SLOTS: usize = 32;
+
+thread_local! {
+    static PATCHED: std::cell::RefCell<Vec<Option<Patched>>> =
+        std::cell::RefCell::new((0..PATCHED_SLOTS).map(|_| None).collect());
+}
+
+fn patched_slot(uid: u64, offset: u32) -> usize {
+    let h = (uid ^ (u64::from(offset) << 20)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (h >> 59) as usize % PATCHED_SLOTS
+}
+
 fn name(i: u64) -> [u8; 8] {
     i.to_be_bytes()
 }
@@ -159,6 +187,117 @@ impl Db {
         Ok(self.read_segment_from(key, file, loc, false)?.0)
     }
 
+    /// Appends bytes `from .. to` of the segment whose record is at `loc`
+    /// (fewer at its end) to `out`: what [`Db::read_segment`] gives, without
+    /// copying the rest of the segment (a GETBIT wants one byte of 512).
+    fn read_segment_window(
+        &self,
+        key: &[u8],
+        file: &DataFile,
+        loc: Loc,
+        from: usize,
+        to: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
+        let slot = patched_slot(file.uid, loc.offset);
+        let hit = PATCHED.with(|c| {
+            let c = c.borrow();
+            let e = c[slot].as_ref()?;
+            (e.uid == file.uid && e.offset == loc.offset).then(|| {
+                let to = to.min(e.bytes.len());
+                if from < to {
+                    out.extend_from_slice(&e.bytes[from..to]);
+                }
+            })
+        });
+        if hit.is_some() {
+            return Ok(());
+        }
+        let inner = &*self.inner;
+        let shard = inner.shard(key);
+        // SAFETY: as in `read_segment_from`.
+        let patch = unsafe {
+            inner.read_with(shard, file, loc, |rec| {
+                if rec.header.flags & FLAG_PATCH == 0 {
+                    let v = rec.value_ref()?;
+                    let to = to.min(v.len());
+                    if from < to {
+                        out.extend_from_slice(&v[from..to]);
+                    }
+                    return Ok(None);
+                }
+                let p = Patch::decode(rec.stored_value())?;
+                let mut runs = [0u8; PATCH_MAX];
+                runs.get_mut(..p.runs.len())
+                    .ok_or("patch longer than a patch may be")?
+                    .copy_from_slice(p.runs);
+                let field: [u8; 8] = rec
+                    .field()
+                    .try_into()
+                    .map_err(|_| "segment name not 8 bytes")?;
+                Ok(Some((
+                    p.base_offset,
+                    p.base_len,
+                    (runs, p.runs.len()),
+                    field,
+                )))
+            })?
+        };
+        let Some((base_offset, base_len, runs, field)) = patch else {
+            return Ok(());
+        };
+        let corrupt = |reason: &str| Error::Corrupt {
+            path: shard.data_path(loc.file),
+            offset: loc.offset as u64,
+            reason: reason.into(),
+        };
+        if u64::from(base_offset) + u64::from(base_len) > u64::from(loc.offset) {
+            return Err(corrupt("patch names a base that does not precede it"));
+        }
+        let base = Loc {
+            file: loc.file,
+            offset: base_offset,
+            len: base_len,
+            seq: 0,
+        };
+        // SAFETY: as in `read_segment_from`.
+        let mut bytes: Box<[u8]> = unsafe {
+            inner.read_with(shard, file, base, |rec| {
+                let h = rec.header;
+                if h.kind != Kind::Field
+                    || h.flags & (FLAG_PATCH | FLAG_LZ4) != 0
+                    || rec.key() != key
+                    || rec.field() != &field[..]
+                {
+                    return Err("patch base is not a full record of its segment");
+                }
+                Ok(rec.stored_value().into())
+            })?
+        };
+        Patch {
+            base_offset,
+            base_len,
+            runs: &runs.0[..runs.1],
+        }
+        .apply(&mut bytes)
+        .map_err(corrupt)?;
+        let to = to.min(bytes.len());
+        if from < to {
+            out.extend_from_slice(&bytes[from..to]);
+        }
+        // Kept for the next read of this segment on this thread (a hot
+        // sketch header is read by every PFADD and PFCOUNT).
+        PATCHED.with(|c| {
+            c.borrow_mut()[slot] = Some(Patched {
+                uid: file.uid,
+                offset: loc.offset,
+                bytes,
+                base: None,
+            })
+        });
+        Ok(())
+    }
+
     /// The bytes of the segment whose record is at `loc`, a full record or
     /// a patch applied to its base. With `want_base`, also the full record
     /// a new patch of this segment may name, with its bytes: the record
@@ -176,6 +315,23 @@ impl Db {
             /// Base offset and length, the runs (at most `PATCH_MAX`
             /// bytes, as this module writes them) and the field.
             Patch(u32, u32, ([u8; PATCH_MAX], usize), [u8; 8]),
+        }
+        let slot = patched_slot(file.uid, loc.offset);
+        let hit = PATCHED.with(|c| {
+            let c = c.borrow();
+            let e = c[slot].as_ref()?;
+            if e.uid != file.uid || e.offset != loc.offset {
+                return None;
+            }
+            let base = match (&e.base, want_base) {
+                (_, false) => None,
+                (None, true) => return None,
+                (Some(b), true) => b.as_ref().map(|(l, b)| (*l, b.to_vec())),
+            };
+            Some((e.bytes.to_vec(), base))
+        });
+        if let Some(hit) = hit {
+            return Ok(hit);
         }
         let inner = &*self.inner;
         let shard = inner.shard(key);
@@ -248,6 +404,14 @@ impl Db {
         }
         .apply(&mut bytes)
         .map_err(corrupt)?;
+        PATCHED.with(|c| {
+            c.borrow_mut()[slot] = Some(Patched {
+                uid: file.uid,
+                offset: loc.offset,
+                bytes: bytes.as_slice().into(),
+                base: want_base.then(|| base_bytes.as_ref().map(|b| (base, b.as_slice().into()))),
+            })
+        });
         Ok((bytes, base_bytes.map(|b| (base, b))))
     }
 
@@ -305,13 +469,10 @@ impl Db {
             Shape::Segmented { wanted, total, .. } => {
                 let mut out = Vec::with_capacity(len.min(total.saturating_sub(offset) as usize));
                 for (i, file, loc) in &wanted {
-                    let bytes = self.read_segment(key, file, *loc)?;
                     let base = i * seg;
                     let from = offset.saturating_sub(base) as usize;
-                    let to = (end - base).min(bytes.len() as u64) as usize;
-                    if from < to {
-                        out.extend_from_slice(&bytes[from..to]);
-                    }
+                    let to = (end - base).min(seg) as usize;
+                    self.read_segment_window(key, file, *loc, from, to, &mut out)?;
                 }
                 Ok(Some((out, total)))
             }
