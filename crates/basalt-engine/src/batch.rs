@@ -121,6 +121,12 @@ impl BatchGroup {
         self as *const BatchGroup as usize
     }
 
+    /// Whether a batch of this group is open on some thread (its lock is
+    /// held from the batch's first member until its commit is decided).
+    pub(crate) fn busy(&self) -> bool {
+        self.lock.is_locked()
+    }
+
     /// Opens a batch on the calling thread: until the returned guard ends
     /// (by [`Batch::commit`] or by being dropped), every write this thread
     /// makes to a database of this group is a member of it. Waits while

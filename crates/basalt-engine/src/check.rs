@@ -277,7 +277,6 @@ enum HintState {
     Bad,
 }
 
-/// One data file as scanned.
 /// Moves every patch record (`segmented.rs`) whose base is not a good full
 /// record of the same key and field earlier in the file, or whose runs do
 /// not fit it, from the good records to the bad: open would read it, but
@@ -316,6 +315,7 @@ fn check_patches(b: &[u8], f: &mut DataScan) {
     f.bad.sort_by_key(|r| r.offset);
 }
 
+/// One data file as scanned.
 #[derive(Debug)]
 struct DataScan {
     id: u32,
@@ -1024,9 +1024,31 @@ fn repair_shard(scan: &ShardScan, out: &mut RepairReport) -> Result<()> {
                 let mut b = FileHeader { origin, base_seq }.encode(&DATA_MAGIC).to_vec();
                 let mut recs = Vec::with_capacity(f.good.len());
                 for (off, h) in &f.good {
-                    recs.push((b.len() as u64, *h));
                     let s = *off as usize;
-                    b.extend_from_slice(&data[s..s + h.record_len() as usize]);
+                    let rec = &data[s..s + h.record_len() as usize];
+                    if h.flags & format::FLAG_PATCH == 0 {
+                        recs.push((b.len() as u64, *h));
+                        b.extend_from_slice(rec);
+                        continue;
+                    }
+                    // A patch names its base by offset, and the records
+                    // move: it is written as the whole segment it stands
+                    // for (its base was checked by `check_patches`).
+                    let read = |at: u64, buf: &mut [u8]| {
+                        let at = at as usize;
+                        data.get(at..at + buf.len())
+                            .map(|src| buf.copy_from_slice(src))
+                            .is_some()
+                    };
+                    let at = b.len() as u64;
+                    let whole = crate::compaction::unpatch(*off, h, rec, read, &mut b).map_err(
+                        |reason| Error::Corrupt {
+                            path: f.path.clone(),
+                            offset: *off,
+                            reason: reason.into(),
+                        },
+                    )?;
+                    recs.push((at, whole));
                 }
                 (b, recs, origin)
             };

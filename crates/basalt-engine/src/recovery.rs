@@ -997,27 +997,45 @@ pub(crate) fn decode_meta(path: &Path, b: &[u8]) -> Result<usize> {
     Ok(n)
 }
 
+/// Reads the directory's shard count from `BASALT`, writing the file for a
+/// new directory. A directory an older build wrote is marked with this
+/// build's version before anything is appended: the files it keeps say
+/// their own (older) version, but records this build appends to the active
+/// one may be of a newer kind (a patch), and an older build must refuse the
+/// directory by its version rather than take such a record for damage (and
+/// cut it off as a torn tail).
 fn read_or_write_meta(dir: &Path, shards: usize) -> Result<usize> {
     let path = dir.join("BASALT");
     match std::fs::read(&path) {
-        Ok(b) => decode_meta(&path, &b),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            let mut b = Vec::with_capacity(20);
-            b.extend_from_slice(&META_MAGIC);
-            b.extend_from_slice(&format::FORMAT_VERSION.to_le_bytes());
-            b.extend_from_slice(&(shards as u32).to_le_bytes());
-            let crc = crc32c::crc32c(&b);
-            b.extend_from_slice(&crc.to_le_bytes());
-            let tmp = dir.join("BASALT.tmp");
-            std::fs::write(&tmp, &b)
-                .and_then(|_| std::fs::File::open(&tmp)?.sync_all())
-                .map_err(|e| Error::io("write", &tmp, e))?;
-            std::fs::rename(&tmp, &path).map_err(|e| Error::io("rename", &path, e))?;
-            sync_dir(dir)?;
-            Ok(shards)
+        Ok(b) => {
+            let n = decode_meta(&path, &b)?;
+            let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
+            if version < format::FORMAT_VERSION {
+                write_meta(dir, n)?;
+            }
+            Ok(n)
         }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => write_meta(dir, shards),
         Err(e) => Err(Error::io("read", &path, e)),
     }
+}
+
+/// Writes `BASALT` (this build's version, `shards`) atomically.
+fn write_meta(dir: &Path, shards: usize) -> Result<usize> {
+    let path = dir.join("BASALT");
+    let mut b = Vec::with_capacity(20);
+    b.extend_from_slice(&META_MAGIC);
+    b.extend_from_slice(&format::FORMAT_VERSION.to_le_bytes());
+    b.extend_from_slice(&(shards as u32).to_le_bytes());
+    let crc = crc32c::crc32c(&b);
+    b.extend_from_slice(&crc.to_le_bytes());
+    let tmp = dir.join("BASALT.tmp");
+    std::fs::write(&tmp, &b)
+        .and_then(|_| std::fs::File::open(&tmp)?.sync_all())
+        .map_err(|e| Error::io("write", &tmp, e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| Error::io("rename", &path, e))?;
+    sync_dir(dir)?;
+    Ok(shards)
 }
 
 impl Db {

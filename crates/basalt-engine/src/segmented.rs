@@ -884,6 +884,16 @@ impl Db {
         if i != p.i || p.base.file != w.file_id || bytes.len() != p.base_bytes.len() {
             return None;
         }
+        // Segment i is not the last now; it must not become the last after
+        // a crash either, which it would if the later segments were members
+        // of a batch (another thread's: batches do not isolate writers)
+        // that never commits, and `shape` would then read the value's
+        // length off a patch. No batch of the group in flight: every batch
+        // member in the index has its commit in the log (and, for a batch
+        // that wrote to several databases, in the commit log).
+        if self.inner.group.busy() {
+            return None;
+        }
         let head = {
             let idx = shard.index.read();
             idx.maps.get(key).and_then(|m| m.fields.get(&name(i)))

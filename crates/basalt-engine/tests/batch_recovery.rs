@@ -415,6 +415,13 @@ fn version_1_and_2_directories_open_and_a_newer_version_is_refused_by_name() {
     db.close().unwrap();
     set_version(&v2, 2);
     assert_eq!(contents(&reopen(&v2)), before);
+    // Opening marks the directory with this build's version (the records
+    // appended from now on may be of a newer kind), so an older build
+    // refuses it by name.
+    for d in [&v1, &v2] {
+        let meta = std::fs::read(d.join("BASALT")).unwrap();
+        assert_eq!(u32::from_le_bytes(meta[8..12].try_into().unwrap()), 3);
+    }
 
     let v4 = tmp.path().join("v4");
     let db = Db::open(&v4, opts()).unwrap();

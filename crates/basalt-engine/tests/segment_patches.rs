@@ -281,3 +281,75 @@ fn two_databases_with_the_same_file_layout_never_answer_from_each_others_segment
     let a = Db::open(d1.path(), opts(&clock, 1 << 20)).unwrap();
     assert_eq!(a.read_range(b"bm", 0, 128).unwrap().unwrap().0, ma[..128]);
 }
+
+#[test]
+fn repair_writes_a_patch_whose_base_moves_as_the_whole_segment() {
+    // Repair packs a damaged file's good records together, so records after
+    // the damage move; a patch names its base by offset.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let db = Db::open(dir.path(), opts(&clock, 1 << 20)).unwrap();
+    let mut model = bitmap();
+    db.write_range(b"bm", 0, &model).unwrap();
+    let (id, junk) = active_end(&db);
+    db.put(b"junk", &[7u8; 100]).unwrap();
+    // Segment 0 rewritten whole (the base), then two patches of it.
+    for (at, b) in [(3usize, b'x'), (9, b'y'), (20, b'z')] {
+        db.write_range(b"bm", at as u64, &[b]).unwrap();
+        model[at] = b;
+    }
+    db.close().unwrap();
+    let data = data_file(dir.path(), id);
+    let mut bytes = std::fs::read(&data).unwrap();
+    bytes[junk as usize + 60] ^= 1;
+    std::fs::write(&data, &bytes).unwrap();
+    let report = basalt_engine::repair(dir.path(), &Default::default()).unwrap();
+    assert_eq!(
+        report.dropped.len(),
+        1,
+        "only the damaged record: {report:?}"
+    );
+    let after = basalt_engine::check(dir.path(), &Default::default()).unwrap();
+    assert!(after.is_clean(), "check after repair: {after:?}");
+    let db = Db::open(dir.path(), opts(&clock, 1 << 20)).unwrap();
+    assert_eq!(db.get(b"bm").unwrap().unwrap(), model);
+    assert_eq!(db.get(b"junk").unwrap(), None);
+    db.compact().unwrap();
+    assert_eq!(db.get(b"bm").unwrap().unwrap(), model);
+}
+
+#[test]
+fn no_patch_is_written_while_another_threads_batch_may_still_drop_later_segments() {
+    // A batch grows the value (its old last segment and a new one are
+    // members) on one thread; another thread writes the old last segment
+    // twice meanwhile. A crash before the commit drops the batch, and the
+    // old last segment is the last again: it must be a whole record, or
+    // the value's length (read off the last segment's record) is wrong.
+    let tmp = tempfile::tempdir().unwrap();
+    let live = tmp.path().join("live");
+    let clock = Arc::new(ManualClock::new(1_000));
+    let db = Arc::new(Db::open(&live, opts(&clock, 1 << 20)).unwrap());
+    let mut model = bitmap();
+    db.write_range(b"bm", 0, &model).unwrap();
+    let n = model.len();
+    let batch = db.batch();
+    db.write_range(b"bm", n as u64, b"more").unwrap();
+    let other = db.clone();
+    std::thread::spawn(move || {
+        other.write_range(b"bm", (n - 100) as u64, b"A").unwrap();
+        other.write_range(b"bm", (n - 90) as u64, b"B").unwrap();
+    })
+    .join()
+    .unwrap();
+    model[n - 100] = b'A';
+    model[n - 90] = b'B';
+    let crash = tmp.path().join("crash");
+    copy_dir(&live, &crash);
+    batch.commit().unwrap();
+    drop(db);
+    let db = Db::open(&crash, opts(&clock, 1 << 20)).unwrap();
+    assert_eq!(db.value_len(b"bm").unwrap(), Some(model.len() as u64));
+    assert_eq!(db.get(b"bm").unwrap().unwrap(), model);
+    let (tail, total) = db.read_range(b"bm", 65000, 1000).unwrap().unwrap();
+    assert_eq!((tail, total), (model[65000..].to_vec(), model.len() as u64));
+}
