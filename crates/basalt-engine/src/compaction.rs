@@ -99,6 +99,7 @@ fn maintenance_loop(inner: &Inner) {
                 }
             }
         }
+        inner.update_stall();
         let paused = inner.expiry_paused_until.load(Ordering::Relaxed) > inner.now();
         if inner.opts.active_expiry && !paused {
             for s in &inner.shards {
@@ -114,16 +115,47 @@ fn maintenance_loop(inner: &Inner) {
 }
 
 fn compaction_loop(inner: &Inner) {
-    while !wait(inner, Duration::from_secs(1)) {
+    // After a pass that reclaimed space the next one starts at once: under
+    // a stream of overwrites the garbage grows as fast as clients write,
+    // and a second's pause per pass let it outgrow the disk.
+    let mut reclaimed = false;
+    loop {
+        let stop = if reclaimed {
+            *inner.stop.lock()
+        } else {
+            wait(inner, Duration::from_secs(1))
+        };
+        if stop {
+            break;
+        }
+        reclaimed = false;
         if inner.check_writable().is_err() {
             continue;
         }
-        if let Err(e) = compaction_pass(inner, true) {
+        match compaction_pass(inner, true) {
+            Ok(r) => reclaimed = r.bytes_read > r.bytes_written + (1 << 20),
             // Writes stop; `Db::resume_writes` may start them (and this
             // loop) again once the cause is gone (a full disk).
-            inner.poison(e);
+            Err(e) => {
+                inner.poison(e);
+            }
         }
     }
+}
+
+/// Compaction may read this many bytes for every byte writers append,
+/// beyond its base rate ([`crate::Options::compaction_rate_mb`]): files
+/// are compacted once half garbage, so reading twice what is written
+/// reclaims garbage as fast as overwrites make it.
+const WRITE_CREDIT: u64 = 2;
+
+/// Bytes appended by writers to every shard since open.
+fn bytes_appended(inner: &Inner) -> u64 {
+    inner
+        .shards
+        .iter()
+        .map(|s| s.written.load(Ordering::Relaxed))
+        .sum()
 }
 
 /// Most files compacted together to drop a file's tombstones.
@@ -452,6 +484,8 @@ impl Compactor<'_> {
 const THROTTLE_STEP: u64 = 256 << 10;
 /// The shortest sleep the rate limit takes (shorter leads are let run).
 const THROTTLE_MIN_SLEEP: Duration = Duration::from_millis(2);
+/// The longest: the allowance grows with writes, so it is looked at again.
+const THROTTLE_MAX_SLEEP: Duration = Duration::from_millis(100);
 
 /// Rewrites the live records of `victims` (sealed files of `shard`) and
 /// deletes them. The caller holds `inner.compaction`.
@@ -556,6 +590,7 @@ pub(crate) fn compact_files(
         0
     };
     let started = Instant::now();
+    let appended_at_start = bytes_appended(inner);
     let mut read = 0u64;
     // The throttle looks at the clock once per THROTTLE_STEP bytes read and
     // sleeps only when at least THROTTLE_MIN_SLEEP ahead: checked per record
@@ -580,10 +615,20 @@ pub(crate) fn compact_files(
         // them, so compaction does not push out what clients read.
         let end = scan_records_with(&**handle, *len, &path, true, |off, h, bytes| {
             read += bytes.len() as u64;
-            if rate > 0 && read >= next_check {
+            // While writes are delayed compaction is the bottleneck: no
+            // limit then.
+            if rate > 0 && read >= next_check && !inner.stalled.load(Ordering::Relaxed) {
                 next_check = read + THROTTLE_STEP;
-                let due = Duration::from_secs_f64(read as f64 / rate as f64);
-                if let Some(ahead) = due.checked_sub(started.elapsed()) {
+                // The allowance: the base rate, plus WRITE_CREDIT times
+                // what writers appended meanwhile (so compaction keeps up
+                // with overwrites however fast they come). Ahead of it,
+                // sleep until the base rate alone would catch up, at most
+                // THROTTLE_MAX_SLEEP before looking again.
+                let credit = WRITE_CREDIT * (bytes_appended(inner) - appended_at_start);
+                let allowed = (rate as f64 * started.elapsed().as_secs_f64()) as u64 + credit;
+                if let Some(over) = read.checked_sub(allowed) {
+                    let ahead =
+                        Duration::from_secs_f64(over as f64 / rate as f64).min(THROTTLE_MAX_SLEEP);
                     if ahead >= THROTTLE_MIN_SLEEP {
                         std::thread::sleep(ahead);
                     }

@@ -148,6 +148,11 @@ pub struct Stats {
     pub expired_keys: u64,
     /// The next sequence number to be handed out.
     pub next_seq: u64,
+    /// Writes are being delayed now: the data files hold more garbage
+    /// than [`crate::Options::write_stall_ratio`] allows.
+    pub write_stalled: bool,
+    /// Times writes started being delayed since open.
+    pub write_stalls: u64,
 }
 
 /// One map: its fields' locations and its own metadata.
@@ -268,6 +273,15 @@ pub(crate) struct MapAppend {
     /// Pages below this offset were faulted in writable ahead of the stores.
     pub prefaulted: u64,
 }
+
+thread_local! {
+    /// Bytes this thread appended while writes were delayed and has not
+    /// slept off yet (`Inner::delay_if_stalled`).
+    static STALL_DEBT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// A delayed writer sleeps once it owes this many bytes.
+const STALL_STEP: u64 = 64 << 10;
 
 /// Bookkeeping for one data file.
 #[derive(Debug)]
@@ -503,6 +517,9 @@ pub(crate) struct Shard {
     pub synced: Mutex<(u32, u64)>,
     /// (file id << 32) | end offset of the last append.
     pub appended: AtomicU64,
+    /// Bytes appended by writers since open (compaction's rate limit
+    /// grows with them).
+    pub written: AtomicU64,
     pub next_file: AtomicU32,
     /// Sealed log files whose hint file is still to be written.
     /// Sealed log files without a hint file yet, with when each was sealed
@@ -583,6 +600,12 @@ pub(crate) struct Inner {
     /// Sequence numbers of batch members recovery found uncommitted (crash
     /// remnants), sorted: compaction drops them.
     pub aborted: Vec<u64>,
+    /// Writes are delayed: compaction has fallen behind (see
+    /// [`crate::Options::write_stall_ratio`]); set by the maintenance
+    /// thread.
+    pub stalled: AtomicBool,
+    /// Times writes started being delayed.
+    pub stalls: AtomicU64,
     /// Tokens of the conditional commits recovery accepted (see
     /// [`Db::commit_tokens`]).
     pub tokens: Vec<u64>,
@@ -696,6 +719,10 @@ impl Inner {
         shard
             .appended
             .store(pack(w.file_id, w.len), Ordering::Release);
+        shard.written.fetch_add(len as u64, Ordering::Relaxed);
+        if self.stalled.load(Ordering::Relaxed) {
+            STALL_DEBT.with(|d| d.set(d.get() + len as u64));
+        }
         if w.buf.capacity() > 4 << 20 {
             w.buf = Vec::new();
         }
@@ -803,8 +830,72 @@ impl Inner {
             let (id, end, file) = (w.file_id, w.len, w.file.clone());
             drop(w);
             self.sync_upto(shard, id, end, &file)?;
+        } else {
+            drop(w);
         }
+        self.delay_if_stalled();
         Ok(())
+    }
+
+    /// While writes are delayed, sleeps off what this thread appended,
+    /// at [`crate::Options::delayed_write_rate_mb`], once it owes at least
+    /// `STALL_STEP` bytes (so small writes sleep rarely, not each a little).
+    /// Never inside a batch (its group's lock would be held asleep).
+    fn delay_if_stalled(&self) {
+        let owed = STALL_DEBT.with(|d| d.get());
+        if owed == 0 {
+            return;
+        }
+        if !self.stalled.load(Ordering::Relaxed) {
+            STALL_DEBT.with(|d| d.set(0));
+            return;
+        }
+        if owed < STALL_STEP || crate::batch::in_batch(self) {
+            return;
+        }
+        STALL_DEBT.with(|d| d.set(0));
+        let rate = (self.opts.delayed_write_rate_mb.max(1) << 20) as f64;
+        std::thread::sleep(std::time::Duration::from_secs_f64(owed as f64 / rate));
+    }
+
+    /// Whether writes must be delayed now, from the data files' live and
+    /// total bytes, with hysteresis: delayed above the limit, resumed once
+    /// the garbage is back under three quarters of it. Called by the
+    /// maintenance thread.
+    pub(crate) fn update_stall(&self) {
+        let (mut live, mut total) = (0u64, 0u64);
+        for s in &self.shards {
+            let idx = s.index.read();
+            for f in idx.files.values() {
+                live += f.live;
+                total += f.total;
+            }
+        }
+        let dead = total.saturating_sub(live) as f64;
+        let limit = self.opts.write_stall_ratio * live as f64 + self.opts.write_stall_slack as f64;
+        let was = self.stalled.load(Ordering::Relaxed);
+        let now = if was {
+            dead > 0.75 * limit
+        } else {
+            dead > limit
+        };
+        if now != was {
+            self.stalled.store(now, Ordering::Relaxed);
+            if now {
+                self.stalls.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    dead_bytes = dead as u64,
+                    live_bytes = live,
+                    "compaction has fallen behind the writers; delaying writes until it catches up"
+                );
+            } else {
+                tracing::info!(
+                    dead_bytes = dead as u64,
+                    live_bytes = live,
+                    "compaction caught up; writes are no longer delayed"
+                );
+            }
+        }
     }
 
     /// Group commit: one fsync covers every append that finished before it.
@@ -2032,6 +2123,8 @@ impl Db {
             compaction_bytes_written: inner.counters.compaction_written.load(Ordering::Relaxed),
             expired_keys: inner.counters.expired.load(Ordering::Relaxed),
             next_seq: inner.seq.load(Ordering::SeqCst),
+            write_stalled: inner.stalled.load(Ordering::Relaxed),
+            write_stalls: inner.stalls.load(Ordering::Relaxed),
             ..Stats::default()
         };
         for s in &inner.shards {

@@ -93,6 +93,17 @@ pub struct Options {
     /// Background compaction reads at most this many MiB per second, so it
     /// cannot starve foreground I/O. 0 = unlimited. Default: 64.
     pub compaction_rate_mb: u64,
+    /// Writes are delayed while the data files hold more garbage than this
+    /// many times the live bytes plus [`Options::write_stall_slack`]:
+    /// compaction has fallen behind the writers (it is given every second
+    /// of CPU and disk it can use by then), and the disk would otherwise
+    /// fill. Default: 2.0.
+    pub write_stall_ratio: f64,
+    /// See [`Options::write_stall_ratio`]. Default: 256 MiB.
+    pub write_stall_slack: u64,
+    /// While writes are delayed, each thread that writes sleeps long enough
+    /// that it appends at most this many MiB per second. Default: 64.
+    pub delayed_write_rate_mb: u64,
     /// Run compaction in a background thread. When false, only
     /// [`crate::Db::compact`] compacts. Default: true.
     pub background_compaction: bool,
@@ -150,6 +161,9 @@ impl Default for Options {
             sync: SyncPolicy::EveryMs(1000),
             compaction_threshold: 0.5,
             compaction_rate_mb: 64,
+            write_stall_ratio: 2.0,
+            write_stall_slack: 256 << 20,
+            delayed_write_rate_mb: 64,
             background_compaction: true,
             hint_delay: Duration::from_secs(10),
             active_expiry: true,
@@ -172,6 +186,9 @@ impl fmt::Debug for Options {
             .field("sync", &self.sync)
             .field("compaction_threshold", &self.compaction_threshold)
             .field("compaction_rate_mb", &self.compaction_rate_mb)
+            .field("write_stall_ratio", &self.write_stall_ratio)
+            .field("write_stall_slack", &self.write_stall_slack)
+            .field("delayed_write_rate_mb", &self.delayed_write_rate_mb)
             .field("background_compaction", &self.background_compaction)
             .field("hint_delay", &self.hint_delay)
             .field("active_expiry", &self.active_expiry)
@@ -207,6 +224,17 @@ impl Options {
     /// Sets [`Options::compaction_rate_mb`].
     pub fn compaction_rate_mb(mut self, mb_per_sec: u64) -> Self {
         self.compaction_rate_mb = mb_per_sec;
+        self
+    }
+    /// Sets [`Options::write_stall_ratio`] and [`Options::write_stall_slack`].
+    pub fn write_stall(mut self, ratio: f64, slack: u64) -> Self {
+        self.write_stall_ratio = ratio;
+        self.write_stall_slack = slack;
+        self
+    }
+    /// Sets [`Options::delayed_write_rate_mb`].
+    pub fn delayed_write_rate_mb(mut self, mb_per_sec: u64) -> Self {
+        self.delayed_write_rate_mb = mb_per_sec;
         self
     }
     /// Sets [`Options::background_compaction`].

@@ -1403,6 +1403,16 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             "basalt_cold_reads",
             sh.readers.served.load(Ordering::Relaxed)
         );
+        let (mut stalls, mut stalled) = (0u64, 0u64);
+        for n in 0..sh.keyspace.len() {
+            if let Some(db) = sh.keyspace.read(n).db() {
+                let st = db.stats();
+                stalls += st.write_stalls;
+                stalled += u64::from(st.write_stalled);
+            }
+        }
+        kv!(out, "basalt_write_stalls", stalls);
+        kv!(out, "basalt_write_stalled", stalled);
         kv!(out, "evicted_keys", 0);
         kv!(out, "pubsub_channels", sh.pubsub.channel_count());
         kv!(out, "pubsub_patterns", sh.pubsub.pattern_count());

@@ -180,6 +180,7 @@ fn server_metrics(out: &mut String, sh: &Shared) {
 
     let mut dbs = Vec::new();
     let (mut live, mut dead, mut compactions, mut index) = (0u64, 0u64, 0u64, 0u64);
+    let (mut stalls, mut stalled) = (0u64, 0u64);
     for n in 0..sh.keyspace.len() {
         let slot = sh.keyspace.read(n);
         if let Some(db) = slot.db() {
@@ -189,6 +190,8 @@ fn server_metrics(out: &mut String, sh: &Shared) {
             dead += st.dead_bytes;
             compactions += st.compactions;
             index += st.index_bytes;
+            stalls += st.write_stalls;
+            stalled += u64::from(st.write_stalled);
         }
     }
     family(
@@ -209,7 +212,7 @@ fn server_metrics(out: &mut String, sh: &Shared) {
     for (n, _, expires) in &dbs {
         let _ = writeln!(out, "basalt_keys_with_expiry{{db=\"{n}\"}} {expires}");
     }
-    let gauges: [(&str, &str, &str, u64); 9] = [
+    let gauges: [(&str, &str, &str, u64); 11] = [
         (
             "basalt_memory_rss_bytes",
             "gauge",
@@ -239,6 +242,18 @@ fn server_metrics(out: &mut String, sh: &Shared) {
             "counter",
             "Compaction runs finished since the databases were opened.",
             compactions,
+        ),
+        (
+            "basalt_write_stalls_total",
+            "counter",
+            "Times writes started being delayed because compaction fell behind.",
+            stalls,
+        ),
+        (
+            "basalt_write_stalled",
+            "gauge",
+            "Databases whose writes are being delayed now.",
+            stalled,
         ),
         (
             "basalt_connected_clients",
