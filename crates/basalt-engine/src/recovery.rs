@@ -1200,6 +1200,9 @@ impl Db {
             workers,
             closed: false,
         };
+        if !db.inner.aborted.is_empty() {
+            db.write_patched_last_segments_whole()?;
+        }
         tracing::info!(dir = %db.inner.dir.display(), keys = db.len(), ms = started.elapsed().as_millis() as u64, "opened");
         Ok(db)
     }

@@ -907,4 +907,50 @@ impl Db {
         let fits = w.len + record <= self.inner.opts.max_file_size;
         (v.len() - PATCH_HEADER_LEN <= PATCH_MAX && fits).then_some(v)
     }
+
+    /// Writes whole the last segment of every segmented value whose last
+    /// segment's record is a patch, and returns how many it wrote. A
+    /// patch is never written for the last segment, but it becomes the
+    /// last when the later segments were members of a batch that recovery
+    /// found uncommitted: a power loss under `appendfsync everysec` can
+    /// keep a patch written after a batch's commit and lose the commit
+    /// (another shard's file). `shape` reads the value's length off the
+    /// last segment's record, so it must be whole. Called by open, only
+    /// when recovery dropped an uncommitted batch.
+    pub(crate) fn write_patched_last_segments_whole(&self) -> Result<usize> {
+        let inner = &*self.inner;
+        let mut written = 0;
+        for shard in &inner.shards {
+            let lasts: Vec<(Vec<u8>, u64, Arc<DataFile>, Loc)> = {
+                let idx = shard.index.read();
+                idx.maps
+                    .iter()
+                    .filter(|(_, m)| m.tag == SEGMENTED_TAG && !m.fields.is_empty())
+                    .filter_map(|(k, m)| {
+                        let i = m.fields.len() as u64 - 1;
+                        let loc = m.fields.get(&name(i))?;
+                        let file = idx.files.get(&loc.file)?.handle.clone();
+                        Some((k.to_vec(), i, file, loc))
+                    })
+                    .collect()
+            };
+            for (key, i, file, loc) in lasts {
+                // SAFETY: `file` and `loc` were read from this shard's index.
+                let patched = unsafe {
+                    inner.read_with(shard, &file, loc, |rec| {
+                        Ok(rec.header.flags & FLAG_PATCH != 0)
+                    })?
+                };
+                if !patched {
+                    continue;
+                }
+                let (bytes, _) = self.read_segment_from(&key, &file, loc, false)?;
+                self.put_segments(&key, &[(i, &bytes)], None, None, true)?;
+                tracing::warn!(key = %String::from_utf8_lossy(&key), segment = i,
+                    "the last segment of a segmented value was a patch after recovery dropped an uncommitted batch; wrote it whole");
+                written += 1;
+            }
+        }
+        Ok(written)
+    }
 }

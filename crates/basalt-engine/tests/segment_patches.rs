@@ -353,3 +353,104 @@ fn no_patch_is_written_while_another_threads_batch_may_still_drop_later_segments
     let (tail, total) = db.read_range(b"bm", 65000, 1000).unwrap().unwrap();
     assert_eq!((tail, total), (model[65000..].to_vec(), model.len() as u64));
 }
+
+/// Which shard's active file grows when `write` runs.
+fn shard_written(db: &Db, write: impl FnOnce()) -> (usize, u32, u64) {
+    let before: Vec<_> = db.stats().files.into_iter().filter(|f| f.active).collect();
+    write();
+    let after: Vec<_> = db.stats().files.into_iter().filter(|f| f.active).collect();
+    let f = after
+        .iter()
+        .find(|a| {
+            before
+                .iter()
+                .any(|b| b.shard == a.shard && b.id == a.id && b.total_bytes < a.total_bytes)
+        })
+        .expect("one shard grew");
+    (f.shard, f.id, f.total_bytes)
+}
+
+#[test]
+fn a_patch_left_last_by_a_batch_lost_in_another_shard_is_written_whole_at_open() {
+    // A power loss under `everysec` can keep one shard's file whole and cut
+    // another's: here the commit of a batch that grew the value (its
+    // commit record is in the other shard, with the batch's last member)
+    // is lost, while the patches written after it survive. The patched
+    // segment is then the last, and open writes it whole so that the
+    // value's length is right.
+    let tmp = tempfile::tempdir().unwrap();
+    let live = tmp.path().join("live");
+    let clock = Arc::new(ManualClock::new(1_000));
+    let o = || opts(&clock, 1 << 20).shards(2);
+    let db = Db::open(&live, o()).unwrap();
+    let mut model = bitmap();
+    let n = model.len();
+    let (shard_bm, _, _) = shard_written(&db, || {
+        db.write_range(b"bm", 0, &model).unwrap();
+    });
+    let other = (0..64)
+        .map(|i| format!("other{i}").into_bytes())
+        .find(|k| {
+            let (s, ..) = shard_written(&db, || {
+                db.put(k, b"probe").unwrap();
+            });
+            s != shard_bm
+        })
+        .expect("a key in the other shard");
+    let batch = db.batch();
+    db.write_range(b"bm", n as u64, b"more").unwrap();
+    // The batch's last member, so its commit record goes to this shard.
+    let (other_shard, other_id, commit_at) = shard_written(&db, || {
+        db.put(&other, b"in the batch").unwrap();
+    });
+    batch.commit().unwrap();
+    // No batch in flight: the first write makes segment n/512-1 whole
+    // (its record was a batch member), the second is a patch of it.
+    let (_, _, before) = shard_written(&db, || {
+        db.write_range(b"bm", (n - 100) as u64, b"A").unwrap();
+    });
+    let (_, _, after) = shard_written(&db, || {
+        db.write_range(b"bm", (n - 90) as u64, b"B").unwrap();
+    });
+    assert!(after - before < 200, "a patch: {} bytes", after - before);
+    model[n - 100] = b'A';
+    model[n - 90] = b'B';
+    let crash = tmp.path().join("crash");
+    copy_dir(&live, &crash);
+    drop(db);
+    // The other shard loses its tail from the commit record on.
+    let path = crash
+        .join("0")
+        .join(format!("shard-{other_shard:04}"))
+        .join(format!("{other_id:010}.data"));
+    let path = if path.exists() {
+        path
+    } else {
+        crash
+            .join(format!("shard-{other_shard:04}"))
+            .join(format!("{other_id:010}.data"))
+    };
+    let mut bytes = std::fs::read(&path).unwrap();
+    let end = bytes.len();
+    bytes[commit_at as usize..end].fill(0);
+    std::fs::write(&path, &bytes).unwrap();
+    let db = Db::open(&crash, o()).unwrap();
+    assert_eq!(
+        db.get(&other).unwrap().as_deref(),
+        Some(&b"probe"[..]),
+        "the batch is gone"
+    );
+    assert_eq!(db.value_len(b"bm").unwrap(), Some(n as u64));
+    assert_eq!(db.get(b"bm").unwrap().unwrap(), model);
+    let (tail, total) = db
+        .read_range(b"bm", (n - 200) as u64, 1000)
+        .unwrap()
+        .unwrap();
+    assert_eq!((tail, total), (model[n - 200..].to_vec(), n as u64));
+    // And a write to the last segment keeps all of it.
+    db.write_range(b"bm", (n - 1) as u64, b"Z").unwrap();
+    model[n - 1] = b'Z';
+    db.close().unwrap();
+    let db = Db::open(&crash, o()).unwrap();
+    assert_eq!(db.get(b"bm").unwrap().unwrap(), model);
+}
