@@ -75,6 +75,7 @@ fn wait(inner: &Inner, d: Duration) -> bool {
 }
 
 fn maintenance_loop(inner: &Inner) {
+    crate::db::NO_STALL.with(|n| n.set(true));
     let tick = match inner.opts.sync {
         SyncPolicy::EveryMs(p) => Duration::from_millis(p.min(100)),
         _ => Duration::from_millis(100),

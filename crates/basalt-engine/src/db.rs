@@ -275,13 +275,19 @@ pub(crate) struct MapAppend {
 }
 
 thread_local! {
-    /// Bytes this thread appended while writes were delayed and has not
-    /// slept off yet (`Inner::delay_if_stalled`).
-    static STALL_DEBT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Bytes this thread appended (outside batches) to one database
+    /// (its `Inner`'s address) while its writes were delayed, not slept
+    /// off yet (`Inner::delay_if_stalled`).
+    static STALL_DEBT: std::cell::Cell<(usize, u64)> = const { std::cell::Cell::new((0, 0)) };
+    /// Set on the engine's own threads (the maintenance thread's expiry
+    /// sweep writes too): they never sleep for a stall.
+    pub(crate) static NO_STALL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// A delayed writer sleeps once it owes this many bytes.
 const STALL_STEP: u64 = 64 << 10;
+/// The longest one delayed write sleeps.
+const STALL_MAX_SLEEP: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Bookkeeping for one data file.
 #[derive(Debug)]
@@ -720,8 +726,13 @@ impl Inner {
             .appended
             .store(pack(w.file_id, w.len), Ordering::Release);
         shard.written.fetch_add(len as u64, Ordering::Relaxed);
-        if self.stalled.load(Ordering::Relaxed) {
-            STALL_DEBT.with(|d| d.set(d.get() + len as u64));
+        if !member && self.stalled.load(Ordering::Relaxed) {
+            let me = self as *const Inner as usize;
+            STALL_DEBT.with(|d| {
+                let (owner, owed) = d.get();
+                let owed = if owner == me { owed } else { 0 };
+                d.set((me, owed + len as u64));
+            });
         }
         if w.buf.capacity() > 4 << 20 {
             w.buf = Vec::new();
@@ -842,20 +853,25 @@ impl Inner {
     /// `STALL_STEP` bytes (so small writes sleep rarely, not each a little).
     /// Never inside a batch (its group's lock would be held asleep).
     fn delay_if_stalled(&self) {
-        let owed = STALL_DEBT.with(|d| d.get());
-        if owed == 0 {
+        let me = self as *const Inner as usize;
+        let (owner, owed) = STALL_DEBT.with(|d| d.get());
+        if owed == 0 || owner != me {
             return;
         }
         if !self.stalled.load(Ordering::Relaxed) {
-            STALL_DEBT.with(|d| d.set(0));
+            STALL_DEBT.with(|d| d.set((me, 0)));
             return;
         }
-        if owed < STALL_STEP || crate::batch::in_batch(self) {
+        if owed < STALL_STEP || crate::batch::in_batch(self) || NO_STALL.with(|n| n.get()) {
             return;
         }
-        STALL_DEBT.with(|d| d.set(0));
+        STALL_DEBT.with(|d| d.set((me, 0)));
         let rate = (self.opts.delayed_write_rate_mb.max(1) << 20) as f64;
-        std::thread::sleep(std::time::Duration::from_secs_f64(owed as f64 / rate));
+        // One sleep is at most STALL_MAX_SLEEP: a single huge write owes
+        // more, and the rest is forgiven rather than paid by a later,
+        // unrelated write.
+        let secs = (owed as f64 / rate).min(STALL_MAX_SLEEP.as_secs_f64());
+        std::thread::sleep(std::time::Duration::from_secs_f64(secs));
     }
 
     /// Whether writes must be delayed now, from the data files' live and
@@ -863,15 +879,22 @@ impl Inner {
     /// the garbage is back under three quarters of it. Called by the
     /// maintenance thread.
     pub(crate) fn update_stall(&self) {
-        let (mut live, mut total) = (0u64, 0u64);
+        // The garbage compaction would pick up (sealed files past the
+        // threshold, tombstones excluded): what it is behind on. Garbage
+        // in the active files, or below the threshold, is not its backlog.
+        let threshold = self.opts.compaction_threshold;
+        let (mut live, mut backlog) = (0u64, 0u64);
         for s in &self.shards {
             let idx = s.index.read();
             for f in idx.files.values() {
                 live += f.live;
-                total += f.total;
+                let r = f.reclaimable();
+                if !f.active && r as f64 >= threshold * f.total as f64 {
+                    backlog += r;
+                }
             }
         }
-        let dead = total.saturating_sub(live) as f64;
+        let dead = backlog as f64;
         let limit = self.opts.write_stall_ratio * live as f64 + self.opts.write_stall_slack as f64;
         let was = self.stalled.load(Ordering::Relaxed);
         let now = if was {

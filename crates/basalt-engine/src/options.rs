@@ -93,11 +93,13 @@ pub struct Options {
     /// Background compaction reads at most this many MiB per second, so it
     /// cannot starve foreground I/O. 0 = unlimited. Default: 64.
     pub compaction_rate_mb: u64,
-    /// Writes are delayed while the data files hold more garbage than this
-    /// many times the live bytes plus [`Options::write_stall_slack`]:
-    /// compaction has fallen behind the writers (it is given every second
-    /// of CPU and disk it can use by then), and the disk would otherwise
-    /// fill. Default: 2.0.
+    /// Writes are delayed while compaction's backlog (the reclaimable
+    /// bytes of sealed files past [`Options::compaction_threshold`]) is
+    /// more than this many times the live bytes plus
+    /// [`Options::write_stall_slack`]: compaction has fallen behind the
+    /// writers, and the disk would otherwise fill. With background
+    /// compaction off, a stall lasts until [`crate::Db::compact`];
+    /// `f64::INFINITY` turns stalls off. Default: 2.0.
     pub write_stall_ratio: f64,
     /// See [`Options::write_stall_ratio`]. Default: 256 MiB.
     pub write_stall_slack: u64,

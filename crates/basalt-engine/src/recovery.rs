@@ -1201,7 +1201,10 @@ impl Db {
             closed: false,
         };
         if !db.inner.aborted.is_empty() {
-            db.write_patched_last_segments_whole()?;
+            // A failure here costs that value its length, not the open.
+            if let Err(e) = db.write_patched_last_segments_whole() {
+                tracing::error!(error = %e, "writing patched last segments whole failed");
+            }
         }
         tracing::info!(dir = %db.inner.dir.display(), keys = db.len(), ms = started.elapsed().as_millis() as u64, "opened");
         Ok(db)

@@ -945,7 +945,13 @@ impl Db {
                     continue;
                 }
                 let (bytes, _) = self.read_segment_from(&key, &file, loc, false)?;
-                self.put_segments(&key, &[(i, &bytes)], None, None, true)?;
+                if !matches!(
+                    self.put_segments(&key, &[(i, &bytes)], None, None, true)?,
+                    Step::Done(_)
+                ) {
+                    // It expired or changed meanwhile: nothing to fix.
+                    continue;
+                }
                 tracing::warn!(key = %String::from_utf8_lossy(&key), segment = i,
                     "the last segment of a segmented value was a patch after recovery dropped an uncommitted batch; wrote it whole");
                 written += 1;
