@@ -19,9 +19,10 @@ every byte written. The run stops early if the directory passes
 
     sudo scripts/bench_compaction.py --binary new=target/release/basalt
 
-Prints one table row per sample and a summary per binary: SET/s, bytes
-written by clients, the directory's size at the end and its peak over
-live bytes (space amplification), and the compactions run.
+Prints one table row per sample (with whether writes are being delayed:
+the engine's write stall) and a summary per binary: SET/s, bytes written
+by clients, the directory's size at the end and its peak over live bytes
+(space amplification), the compactions run and the write stalls begun.
 """
 import argparse
 import os
@@ -108,8 +109,8 @@ def run(name, binary, base, work, a, keys, cgroup):
     rows = []
     last_t, last_c = t0, c0
     print(f"\n== {name}: {binary}")
-    print("| s | SET/s | live MB | dead MB | dir MB | dir/live | compactions |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+    print("| s | SET/s | live MB | dead MB | dir MB | dir/live | compactions | writes delayed |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---|")
     try:
         while time.time() - t0 < a.seconds:
             time.sleep(a.every)
@@ -123,8 +124,11 @@ def run(name, binary, base, work, a, keys, cgroup):
                    m.get("basalt_compactions_total", 0))
             rows.append(row)
             last_t, last_c = now, c
+            # Builds before write stalls have no such gauge.
+            stalled = m.get("basalt_write_stalled")
+            stalled = "-" if stalled is None else ("yes" if stalled else "no")
             print(f"| {row[0]:.0f} | {row[1]:.0f} | {live / 2**20:.0f} | {dead / 2**20:.0f} | "
-                  f"{d / 2**20:.0f} | {d / max(live, 1):.2f} | {row[5]:.0f} |", flush=True)
+                  f"{d / 2**20:.0f} | {d / max(live, 1):.2f} | {row[5]:.0f} | {stalled} |", flush=True)
             if d > a.max_disk_gb * 2**30:
                 print(f"stopping: the directory passed {a.max_disk_gb} GiB")
                 break
@@ -136,6 +140,10 @@ def run(name, binary, base, work, a, keys, cgroup):
             bench.kill()
         total = info_field(port, "total_commands_processed") - c0
         secs = time.time() - t0
+        try:
+            stalls = info_field(port, "basalt_write_stalls")
+        except RuntimeError:
+            stalls = None
         stop(p, port)
     shutil.rmtree(data, ignore_errors=True)
     peak = max(r[4] / max(r[2], 1) for r in rows) if rows else 0
@@ -147,6 +155,7 @@ def run(name, binary, base, work, a, keys, cgroup):
         "peak_amp": peak,
         "end_amp": rows[-1][4] / max(rows[-1][2], 1) if rows else 0,
         "compactions": rows[-1][5] if rows else 0,
+        "stalls": stalls,
     }
 
 
@@ -183,12 +192,13 @@ def main():
     finally:
         cgroup.remove()
         shutil.rmtree(work, ignore_errors=True)
-    print("\n| binary | SET/s | GiB written | dir MB at end | live MB | dir/live at end | peak dir/live | compactions |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("\n| binary | SET/s | GiB written | dir MB at end | live MB | dir/live at end | peak dir/live | compactions | write stalls |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, rs in results.items():
         for r in rs:
             print(f"| {name} | {r['sets_per_sec']:.0f} | {r['written_gb']:.1f} | {r['end_dir_mb']:.0f} | "
-                  f"{r['end_live_mb']:.0f} | {r['end_amp']:.2f} | {r['peak_amp']:.2f} | {r['compactions']:.0f} |")
+                  f"{r['end_live_mb']:.0f} | {r['end_amp']:.2f} | {r['peak_amp']:.2f} | {r['compactions']:.0f} | "
+                  f"{'-' if r['stalls'] is None else r['stalls']} |")
 
 
 if __name__ == "__main__":
