@@ -81,8 +81,8 @@ class Cgroup:
             pass
 
 
-def start(binary, port, data, cgroup=None):
-    cmd = [binary, "--port", str(port), "--dir", data, "--http-port", "0",
+def start(binary, port, data, cgroup=None, http_port=0):
+    cmd = [binary, "--port", str(port), "--dir", data, "--http-port", str(http_port),
            "--appendfsync", "everysec"]
     if cgroup:
         procs = os.path.join(cgroup.path, "cgroup.procs")

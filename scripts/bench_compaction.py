@@ -37,18 +37,8 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "clients"))
-from bench_cold import Cgroup, drop_caches, load, resp, stop, wait_ping  # noqa: E402
+from bench_cold import Cgroup, drop_caches, load, resp, start, stop  # noqa: E402
 from servers import free_port  # noqa: E402
-
-
-def start(binary, port, http_port, data, cgroup):
-    cmd = [binary, "--port", str(port), "--dir", data, "--http-port",
-           str(http_port), "--appendfsync", "everysec"]
-    procs = os.path.join(cgroup.path, "cgroup.procs")
-    cmd = ["sh", "-c", f'echo $$ > {procs} && exec "$@"', "sh"] + cmd
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_ping(port)
-    return p
 
 
 def info_field(port, field):
@@ -99,7 +89,7 @@ def run(name, binary, base, work, a, keys, cgroup):
     shutil.copytree(base, data)
     drop_caches()
     port, http_port = free_port(), free_port()
-    p = start(binary, port, http_port, data, cgroup)
+    p = start(binary, port, data, cgroup, http_port=http_port)
     bench = subprocess.Popen(
         ["redis-benchmark", "-p", str(port), "-t", "set", "-r", str(keys), "-d", str(a.value),
          "-c", str(a.clients), "-P", str(a.pipeline), "-n", str(10**9), "-q"],

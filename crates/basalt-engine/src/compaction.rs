@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use crate::db::{sync_dir, DataFile, Db, FileInfo, Inner, Shard};
 use crate::format::{
     self, CommitKey, FileHeader, HintEntry, Kind, Origin, Patch, Record, RecordHeader, RecordRef,
-    FILE_HEADER_LEN, FLAG_BATCH, FLAG_LZ4, FLAG_PATCH, HINT_MAGIC, RECORD_HEADER_LEN,
+    FILE_HEADER_LEN, FLAG_BATCH, FLAG_PATCH, HINT_MAGIC, RECORD_HEADER_LEN,
 };
 use crate::keydir::Loc;
 use crate::options::SyncPolicy;
@@ -993,12 +993,7 @@ pub(crate) fn unpatch(
         return Err("patch base unreadable");
     }
     let rec = Record::from_bytes(&base).map_err(|_| "patch base is not a good record")?;
-    let bh = rec.header;
-    if bh.kind != Kind::Field
-        || bh.flags & (FLAG_PATCH | FLAG_LZ4) != 0
-        || rec.key() != key
-        || rec.field() != field
-    {
+    if !format::is_patch_base(&rec, key, field) {
         return Err("patch base is not a full record of its segment");
     }
     let mut value = rec.stored_value().to_vec();

@@ -707,7 +707,7 @@ impl Inner {
         }
         w.buf.clear();
         let len = rec.encode_into(&mut w.buf);
-        if w.len > format::FILE_HEADER_LEN as u64 && w.len + len as u64 > self.opts.max_file_size {
+        if !self.fits_active(w, len as u64) {
             self.rotate(shard, w)?;
         }
         if !self.store_mapped(shard, w) {
@@ -742,6 +742,13 @@ impl Inner {
             w.min_flagged = w.min_flagged.min(rec.seq);
         }
         Ok(loc)
+    }
+
+    /// Whether a record of `len` bytes goes into the active file without
+    /// sealing it first (a file past its size limit is sealed, unless the
+    /// record is its first).
+    pub(crate) fn fits_active(&self, w: &Writer, len: u64) -> bool {
+        w.len <= format::FILE_HEADER_LEN as u64 || w.len + len <= self.opts.max_file_size
     }
 
     /// Stores the encoded record `w.buf` at `w.len` through the active

@@ -480,6 +480,17 @@ pub struct Patch<'a> {
     pub runs: &'a [u8],
 }
 
+/// Whether `rec` may be the base of a patch of segment `field` of `key`
+/// (`docs/file-format.md`, "Patch records", rule 1 as every reader checks
+/// it): a Field record of that key and field, neither a patch nor
+/// compressed.
+pub fn is_patch_base(rec: &Record<'_>, key: &[u8], field: &[u8]) -> bool {
+    rec.header.kind == Kind::Field
+        && rec.header.flags & (FLAG_PATCH | FLAG_LZ4) == 0
+        && rec.key() == key
+        && rec.field() == field
+}
+
 /// Bytes of a patch value before its runs.
 pub const PATCH_HEADER_LEN: usize = 8;
 /// Bytes of a run before its data.

@@ -36,7 +36,8 @@ use std::sync::Arc;
 
 use crate::db::{DataFile, MapEntry};
 use crate::format::{
-    Kind, Patch, RecordRef, FLAG_BATCH, FLAG_LZ4, FLAG_PATCH, PATCH_HEADER_LEN, RECORD_HEADER_LEN,
+    is_patch_base, Kind, Patch, Record, RecordRef, FLAG_BATCH, FLAG_PATCH, PATCH_HEADER_LEN,
+    RECORD_HEADER_LEN,
 };
 use crate::keydir::{Loc, MAP_FILE};
 use crate::{Db, Error, Result};
@@ -97,6 +98,47 @@ thread_local! {
 fn patched_slot(uid: u64, offset: u32) -> usize {
     let h = (uid ^ (u64::from(offset) << 20)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     (h >> 59) as usize % PATCHED_SLOTS
+}
+
+/// `f` of this thread's cached applied segment for the patch at `loc` of
+/// `file`, if it is cached (`None` otherwise, or if `f` says so).
+fn cached<R>(file: &DataFile, loc: Loc, f: impl FnOnce(&Patched) -> Option<R>) -> Option<R> {
+    PATCHED.with(|c| {
+        let c = c.borrow();
+        let e = c[patched_slot(file.uid, loc.offset)].as_ref()?;
+        (e.uid == file.uid && e.offset == loc.offset)
+            .then(|| f(e))
+            .flatten()
+    })
+}
+
+/// Caches the applied segment of the patch at `loc` of `file` on this
+/// thread, in place of whatever held its slot.
+fn cache(file: &DataFile, loc: Loc, bytes: Box<[u8]>, base: Option<Option<(Loc, Box<[u8]>)>>) {
+    PATCHED.with(|c| {
+        c.borrow_mut()[patched_slot(file.uid, loc.offset)] = Some(Patched {
+            uid: file.uid,
+            offset: loc.offset,
+            bytes,
+            base,
+        })
+    });
+}
+
+/// What the record at a segment's index entry is: a full record (what the
+/// reader made of it), or a patch.
+enum Head<R> {
+    Full(R),
+    Patch(PatchHead),
+}
+
+/// A patch as read: where its base is, its runs (at most `PATCH_MAX`
+/// bytes, as this module writes them), and its segment's name.
+struct PatchHead {
+    base: Loc,
+    runs: [u8; PATCH_MAX],
+    runs_len: usize,
+    field: [u8; 8],
 }
 
 fn name(i: u64) -> [u8; 8] {
@@ -199,102 +241,31 @@ impl Db {
         to: usize,
         out: &mut Vec<u8>,
     ) -> Result<()> {
-        let slot = patched_slot(file.uid, loc.offset);
-        let hit = PATCHED.with(|c| {
-            let c = c.borrow();
-            let e = c[slot].as_ref()?;
-            (e.uid == file.uid && e.offset == loc.offset).then(|| {
-                let to = to.min(e.bytes.len());
-                if from < to {
-                    out.extend_from_slice(&e.bytes[from..to]);
-                }
-            })
+        let window = |bytes: &[u8], out: &mut Vec<u8>| {
+            let to = to.min(bytes.len());
+            if from < to {
+                out.extend_from_slice(&bytes[from..to]);
+            }
+        };
+        let hit = cached(file, loc, |e| {
+            window(&e.bytes, out);
+            Some(())
         });
         if hit.is_some() {
             return Ok(());
         }
-        let inner = &*self.inner;
-        let shard = inner.shard(key);
-        // SAFETY: as in `read_segment_from`.
-        let patch = unsafe {
-            inner.read_with(shard, file, loc, |rec| {
-                if rec.header.flags & FLAG_PATCH == 0 {
-                    let v = rec.value_ref()?;
-                    let to = to.min(v.len());
-                    if from < to {
-                        out.extend_from_slice(&v[from..to]);
-                    }
-                    return Ok(None);
-                }
-                let p = Patch::decode(rec.stored_value())?;
-                let mut runs = [0u8; PATCH_MAX];
-                runs.get_mut(..p.runs.len())
-                    .ok_or("patch longer than a patch may be")?
-                    .copy_from_slice(p.runs);
-                let field: [u8; 8] = rec
-                    .field()
-                    .try_into()
-                    .map_err(|_| "segment name not 8 bytes")?;
-                Ok(Some((
-                    p.base_offset,
-                    p.base_len,
-                    (runs, p.runs.len()),
-                    field,
-                )))
-            })?
-        };
-        let Some((base_offset, base_len, runs, field)) = patch else {
+        let head = self.read_head(key, file, loc, |rec| {
+            window(&rec.value_ref()?, out);
+            Ok(())
+        })?;
+        let Head::Patch(p) = head else {
             return Ok(());
         };
-        let corrupt = |reason: &str| Error::Corrupt {
-            path: shard.data_path(loc.file),
-            offset: loc.offset as u64,
-            reason: reason.into(),
-        };
-        if u64::from(base_offset) + u64::from(base_len) > u64::from(loc.offset) {
-            return Err(corrupt("patch names a base that does not precede it"));
-        }
-        let base = Loc {
-            file: loc.file,
-            offset: base_offset,
-            len: base_len,
-            seq: 0,
-        };
-        // SAFETY: as in `read_segment_from`.
-        let mut bytes: Box<[u8]> = unsafe {
-            inner.read_with(shard, file, base, |rec| {
-                let h = rec.header;
-                if h.kind != Kind::Field
-                    || h.flags & (FLAG_PATCH | FLAG_LZ4) != 0
-                    || rec.key() != key
-                    || rec.field() != &field[..]
-                {
-                    return Err("patch base is not a full record of its segment");
-                }
-                Ok(rec.stored_value().into())
-            })?
-        };
-        Patch {
-            base_offset,
-            base_len,
-            runs: &runs.0[..runs.1],
-        }
-        .apply(&mut bytes)
-        .map_err(corrupt)?;
-        let to = to.min(bytes.len());
-        if from < to {
-            out.extend_from_slice(&bytes[from..to]);
-        }
+        let (bytes, _) = self.apply_patch(key, file, loc, &p, false)?;
+        window(&bytes, out);
         // Kept for the next read of this segment on this thread (a hot
         // sketch header is read by every PFADD and PFCOUNT).
-        PATCHED.with(|c| {
-            c.borrow_mut()[slot] = Some(Patched {
-                uid: file.uid,
-                offset: loc.offset,
-                bytes,
-                base: None,
-            })
-        });
+        cache(file, loc, bytes.into(), None);
         Ok(())
     }
 
@@ -310,19 +281,7 @@ impl Db {
         loc: Loc,
         want_base: bool,
     ) -> Result<(Vec<u8>, Option<Base>)> {
-        enum Head {
-            Full(Vec<u8>, bool),
-            /// Base offset and length, the runs (at most `PATCH_MAX`
-            /// bytes, as this module writes them) and the field.
-            Patch(u32, u32, ([u8; PATCH_MAX], usize), [u8; 8]),
-        }
-        let slot = patched_slot(file.uid, loc.offset);
-        let hit = PATCHED.with(|c| {
-            let c = c.borrow();
-            let e = c[slot].as_ref()?;
-            if e.uid != file.uid || e.offset != loc.offset {
-                return None;
-            }
+        let hit = cached(file, loc, |e| {
             let base = match (&e.base, want_base) {
                 (_, false) => None,
                 (None, true) => return None,
@@ -333,86 +292,110 @@ impl Db {
         if let Some(hit) = hit {
             return Ok(hit);
         }
+        let head = self.read_head(key, file, loc, |rec| {
+            Ok((rec.value()?, rec.header.flags & FLAG_BATCH == 0))
+        })?;
+        let p = match head {
+            Head::Full((v, may_base)) => {
+                let base = (want_base && may_base).then(|| (loc, v.clone()));
+                return Ok((v, base));
+            }
+            Head::Patch(p) => p,
+        };
+        let (bytes, base) = self.apply_patch(key, file, loc, &p, want_base)?;
+        cache(
+            file,
+            loc,
+            bytes.as_slice().into(),
+            want_base.then(|| base.as_ref().map(|(l, b)| (*l, b.as_slice().into()))),
+        );
+        Ok((bytes, base))
+    }
+
+    /// Reads the record at a segment's index entry `loc`: a full record is
+    /// handed to `full`; a patch comes back as what reading its base needs.
+    fn read_head<R>(
+        &self,
+        key: &[u8],
+        file: &DataFile,
+        loc: Loc,
+        full: impl FnOnce(Record<'_>) -> std::result::Result<R, &'static str>,
+    ) -> Result<Head<R>> {
         let inner = &*self.inner;
-        let shard = inner.shard(key);
         // SAFETY: `file` and `loc` were read from this shard's index
         // (`shape`); the handle keeps the file mapped.
-        let head = unsafe {
-            inner.read_with(shard, file, loc, |rec| {
+        unsafe {
+            inner.read_with(inner.shard(key), file, loc, |rec| {
                 if rec.header.flags & FLAG_PATCH == 0 {
-                    return Ok(Head::Full(rec.value()?, rec.header.flags & FLAG_BATCH == 0));
+                    return full(rec).map(Head::Full);
                 }
                 let p = Patch::decode(rec.stored_value())?;
                 let mut runs = [0u8; PATCH_MAX];
                 runs.get_mut(..p.runs.len())
                     .ok_or("patch longer than a patch may be")?
                     .copy_from_slice(p.runs);
-                let field = rec
-                    .field()
-                    .try_into()
-                    .map_err(|_| "segment name not 8 bytes")?;
-                Ok(Head::Patch(
-                    p.base_offset,
-                    p.base_len,
-                    (runs, p.runs.len()),
-                    field,
-                ))
-            })?
-        };
-        let (base_offset, base_len, runs, field) = match head {
-            Head::Full(v, may_base) => {
-                let base = (want_base && may_base).then(|| (loc, v.clone()));
-                return Ok((v, base));
-            }
-            Head::Patch(o, l, runs, field) => (o, l, runs, field),
-        };
+                Ok(Head::Patch(PatchHead {
+                    base: Loc {
+                        file: loc.file,
+                        offset: p.base_offset,
+                        len: p.base_len,
+                        seq: 0,
+                    },
+                    runs,
+                    runs_len: p.runs.len(),
+                    field: rec
+                        .field()
+                        .try_into()
+                        .map_err(|_| "segment name not 8 bytes")?,
+                }))
+            })
+        }
+    }
+
+    /// The segment a patch (at `loc`) stands for: its base, read and
+    /// checked, with the runs applied. With `want_base`, also the base's
+    /// location and bytes, if a new patch may name it (not a batch member).
+    fn apply_patch(
+        &self,
+        key: &[u8],
+        file: &DataFile,
+        loc: Loc,
+        p: &PatchHead,
+        want_base: bool,
+    ) -> Result<(Vec<u8>, Option<Base>)> {
+        let inner = &*self.inner;
+        let shard = inner.shard(key);
         let corrupt = |reason: &str| Error::Corrupt {
             path: shard.data_path(loc.file),
             offset: loc.offset as u64,
             reason: reason.into(),
         };
-        if u64::from(base_offset) + u64::from(base_len) > u64::from(loc.offset) {
+        if u64::from(p.base.offset) + u64::from(p.base.len) > u64::from(loc.offset) {
             return Err(corrupt("patch names a base that does not precede it"));
         }
-        let base = Loc {
-            file: loc.file,
-            offset: base_offset,
-            len: base_len,
-            seq: 0,
-        };
         // SAFETY: the base lies in the same file before the patch, which is
         // an index entry: its bytes were written before the patch's, below
         // the file's length, and are never written again.
         let (mut bytes, may_base) = unsafe {
-            inner.read_with(shard, file, base, |rec| {
-                let h = rec.header;
-                if h.kind != Kind::Field
-                    || h.flags & (FLAG_PATCH | FLAG_LZ4) != 0
-                    || rec.key() != key
-                    || rec.field() != &field[..]
-                {
+            inner.read_with(shard, file, p.base, |rec| {
+                if !is_patch_base(&rec, key, &p.field) {
                     return Err("patch base is not a full record of its segment");
                 }
-                Ok((rec.stored_value().to_vec(), h.flags & FLAG_BATCH == 0))
+                Ok((
+                    rec.stored_value().to_vec(),
+                    rec.header.flags & FLAG_BATCH == 0,
+                ))
             })?
         };
-        let base_bytes = (want_base && may_base).then(|| bytes.clone());
+        let base = (want_base && may_base).then(|| (p.base, bytes.clone()));
         Patch {
-            base_offset,
-            base_len,
-            runs: &runs.0[..runs.1],
+            base_offset: p.base.offset,
+            base_len: p.base.len,
+            runs: &p.runs[..p.runs_len],
         }
         .apply(&mut bytes)
         .map_err(corrupt)?;
-        PATCHED.with(|c| {
-            c.borrow_mut()[slot] = Some(Patched {
-                uid: file.uid,
-                offset: loc.offset,
-                bytes: bytes.as_slice().into(),
-                base: want_base.then(|| base_bytes.as_ref().map(|b| (base, b.as_slice().into()))),
-            })
-        });
-        Ok((bytes, base_bytes.map(|b| (base, b))))
+        Ok((bytes, base))
     }
 
     /// The whole of a segmented value (`None` if the key stopped being one
@@ -735,7 +718,7 @@ impl Db {
         // segmented value `shape` saw; a replacement a plain value or
         // nothing. Anything else (it expired, or another thread changed
         // it) makes the caller look again; nothing is written.
-        let had_value = {
+        let (had_value, patch_head_unchanged) = {
             let idx = shard.index.read();
             let (ok, had_value) = match idx.keys.get(key) {
                 None => (replace.is_some(), false),
@@ -748,7 +731,11 @@ impl Db {
             if !ok {
                 return Ok(Step::Retry);
             }
-            had_value
+            // A patch is written only over the index entry it was read from.
+            let unchanged = patch.is_some_and(|p| {
+                idx.maps.get(key).and_then(|m| m.fields.get(&name(p.i))) == Some(p.head)
+            });
+            (had_value, unchanged)
         };
         // Replacing a value: a tombstone first, so that no older record of
         // the key (an earlier segmented life's segments or expiry, which
@@ -761,8 +748,13 @@ impl Db {
             None
         };
         let patched = match (patch, segments) {
-            (Some(p), [one]) if replace.is_none() && batch.is_none() && !self.in_batch() => {
-                self.patch_of(shard, &w, key, p, *one)
+            (Some(p), [one])
+                if patch_head_unchanged
+                    && replace.is_none()
+                    && batch.is_none()
+                    && !self.in_batch() =>
+            {
+                self.patch_of(&w, key, p, *one)
             }
             _ => None,
         };
@@ -867,15 +859,14 @@ impl Db {
     }
 
     /// The value of a patch record that writes `bytes` as segment `i`, if
-    /// one may: the segment's index entry is still the one read, its base
-    /// lies in the active file (a patch never names a record in another
+    /// one may (the caller has checked that the segment's index entry is
+    /// still the one read): its base lies in the active file (a patch never names a record in another
     /// file, so compaction always finds a patch's base in the file it
     /// copies), the record fits there without sealing it, and the runs
     /// come to at most [`PATCH_MAX`] bytes. The caller holds the writer
     /// lock and no batch is open.
     fn patch_of(
         &self,
-        shard: &crate::db::Shard,
         w: &crate::db::Writer,
         key: &[u8],
         p: &PatchFrom,
@@ -894,17 +885,11 @@ impl Db {
         if self.inner.group.busy() {
             return None;
         }
-        let head = {
-            let idx = shard.index.read();
-            idx.maps.get(key).and_then(|m| m.fields.get(&name(i)))
-        };
-        if head != Some(p.head) {
-            return None;
-        }
         let mut v = Vec::with_capacity(PATCH_HEADER_LEN + 32);
         Patch::encode_diff(p.base.offset, p.base.len, &p.base_bytes, bytes, &mut v);
         let record = (RECORD_HEADER_LEN + key.len() + 8 + v.len()) as u64;
-        let fits = w.len + record <= self.inner.opts.max_file_size;
+        // Not where the append would seal the file: the base stays in it.
+        let fits = self.inner.fits_active(w, record);
         (v.len() - PATCH_HEADER_LEN <= PATCH_MAX && fits).then_some(v)
     }
 
