@@ -24,9 +24,12 @@
 //! which no one writes again: the value it returns is the one the key held
 //! when it was looked up, as an in-place read at that moment would have.
 
+use std::cell::Cell;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+
+use crate::vfs::DirectBuf;
 
 use crate::db::{DataFile, Found};
 use crate::format::Record;
@@ -73,6 +76,123 @@ fn looks_resident(map: &crate::vfs::FileMap, offset: u64, len: usize) -> bool {
         }
         resident
     })
+}
+
+/// Most slots of the admission table ([`admit`]): 4 MiB of counters, of
+/// which only the slots in use are ever touched.
+const ADMIT_SLOTS_MAX: usize = 1 << 20;
+/// Fewest slots, whatever the budget.
+const ADMIT_SLOTS_MIN: usize = 1 << 10;
+
+/// The admission table: per slot, a tag of the record a cold read fetched
+/// past the page cache last ([`admit`]).
+static SEEN: [AtomicU32; ADMIT_SLOTS_MAX] = [const { AtomicU32::new(0) }; ADMIT_SLOTS_MAX];
+/// Slots in use, minus one (a power of two minus one).
+static ADMIT_MASK: AtomicUsize = AtomicUsize::new((1 << 16) - 1);
+/// Cold reads made past the page cache, and through it.
+static READS_DIRECT: AtomicU64 = AtomicU64::new(0);
+static READS_CACHED: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// This thread's buffer for direct reads, kept between reads (taken
+    /// out while one runs, so a nested read allocates its own).
+    static DIRECT: Cell<Option<DirectBuf>> = const { Cell::new(None) };
+}
+
+/// A direct-read buffer larger than this is dropped after its read rather
+/// than kept by the thread.
+const KEEP_BUF: usize = 256 << 10;
+
+/// Sizes the admission window from the memory the page cache may hold for
+/// this process's data (the server passes its memory budget): a cold record
+/// read again while about half of that budget's pages would still hold it
+/// is admitted to the page cache ([`admit`]). Process-wide, like the page
+/// cache.
+pub fn set_page_cache_budget(bytes: u64) {
+    let pages = (bytes / 2 / crate::vfs::DIRECT_ALIGN as u64) as usize;
+    let slots = match pages.checked_next_power_of_two() {
+        Some(p) if p > pages => p / 2,
+        Some(p) => p,
+        None => ADMIT_SLOTS_MAX,
+    }
+    .clamp(ADMIT_SLOTS_MIN, ADMIT_SLOTS_MAX);
+    ADMIT_MASK.store(slots - 1, Ordering::Relaxed);
+}
+
+/// Cold reads so far, process-wide: (past the page cache, through it).
+pub fn cold_read_counts() -> (u64, u64) {
+    (
+        READS_DIRECT.load(Ordering::Relaxed),
+        READS_CACHED.load(Ordering::Relaxed),
+    )
+}
+
+/// Whether a cold read of the record at `offset` of the file `uid` should
+/// go through the page cache (and so leave the record resident for the
+/// next read) rather than past it. Records are admitted on their second
+/// cold read within a window: the table holds, per slot, a tag of the last
+/// record read past the cache; a read that finds its own tag is a repeat
+/// and is admitted, one that does not leaves its tag. With as many slots as
+/// about half the budget's pages, a record's tag survives roughly as long
+/// as the page cache would have kept the record, so what is admitted is
+/// what a cache would have served again, and a scan or a uniformly random
+/// read of a data set much larger than memory mostly stays out.
+fn admit(uid: u64, offset: u32) -> bool {
+    // splitmix64's finaliser over both halves: neighbouring offsets and
+    // files land far apart.
+    let mut h = uid.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(offset);
+    h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    h ^= h >> 31;
+    let slot = &SEEN[h as usize & ADMIT_MASK.load(Ordering::Relaxed)];
+    let tag = (h >> 32) as u32 | 1;
+    if slot.swap(tag, Ordering::Relaxed) == tag {
+        slot.store(0, Ordering::Relaxed);
+        true
+    } else {
+        false
+    }
+}
+
+/// Reads the record at `loc` of `file` from the disk and calls `f` with its
+/// bytes (unchecked: the caller parses them). A record of a sealed file is
+/// read past the page cache (`O_DIRECT`, [`crate::vfs::VFile::read_direct`])
+/// unless [`admit`] lets it in: then, and for the active file (whose newest
+/// pages may be dirty) or a file that cannot be read directly, with `pread`
+/// through the cache.
+pub(crate) fn read_record<R>(
+    file: &DataFile,
+    loc: Loc,
+    f: impl FnOnce(&[u8]) -> R,
+) -> std::io::Result<R> {
+    let active = file.map_ref().is_some_and(|m| m.is_writable());
+    if !active && !admit(file.uid, loc.offset) {
+        let mut buf = DIRECT.take().unwrap_or_default();
+        let read = file
+            .file
+            .read_direct(&mut buf, loc.offset as u64, loc.len as usize);
+        let r = match read {
+            Ok(Some(bytes)) => {
+                READS_DIRECT.fetch_add(1, Ordering::Relaxed);
+                Ok(f(bytes))
+            }
+            Ok(None) => read_cached(file, loc, f),
+            Err(e) => Err(e),
+        };
+        if buf.capacity() <= KEEP_BUF {
+            DIRECT.set(Some(buf));
+        }
+        return r;
+    }
+    read_cached(file, loc, f)
+}
+
+/// [`read_record`] through the page cache.
+fn read_cached<R>(file: &DataFile, loc: Loc, f: impl FnOnce(&[u8]) -> R) -> std::io::Result<R> {
+    let mut buf = vec![0u8; loc.len as usize];
+    file.file.read_exact_at(&mut buf, loc.offset as u64)?;
+    READS_CACHED.fetch_add(1, Ordering::Relaxed);
+    Ok(f(&buf))
 }
 
 /// When [`Db::get_or_cold`] checks whether a record is in memory.
@@ -148,17 +268,15 @@ impl ColdRead {
             offset: self.loc.offset as u64,
             reason: reason.into(),
         };
-        let mut buf = vec![0u8; self.loc.len as usize];
-        self.file
-            .file
-            .read_exact_at(&mut buf, self.loc.offset as u64)
-            .map_err(|e| Error::io("read", self.path.clone(), e))?;
-        let rec = Record::from_bytes(&buf).map_err(corrupt)?;
-        if rec.key() != &*self.key {
-            return Err(corrupt("record holds another key than the index says"));
-        }
-        let value = rec.value_ref().map_err(corrupt)?;
-        Ok(f(&value))
+        read_record(&self.file, self.loc, |bytes| {
+            let rec = Record::from_bytes(bytes).map_err(corrupt)?;
+            if rec.key() != &*self.key {
+                return Err(corrupt("record holds another key than the index says"));
+            }
+            let value = rec.value_ref().map_err(corrupt)?;
+            Ok(f(&value))
+        })
+        .map_err(|e| Error::io("read", self.path.clone(), e))?
     }
 
     /// The record's length in bytes (what the read will fetch).

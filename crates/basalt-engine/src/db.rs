@@ -190,6 +190,9 @@ pub(crate) struct DataFile {
     pub uid: u64,
 }
 
+/// Bytes of a record's start that [`Db::prefetch`] loads.
+const PREFETCH_HEAD: usize = 512;
+
 /// The next [`DataFile::uid`].
 static NEXT_FILE_UID: AtomicU64 = AtomicU64::new(1);
 
@@ -1053,7 +1056,6 @@ impl Inner {
             offset: loc.offset as u64,
             reason: reason.into(),
         };
-        let buf;
         // (A file without a map is read with `pread` anyway.)
         let cold = check && file.map_ref().is_some() && !crate::cold::record_resident(file, loc);
         let mapped = if cold {
@@ -1062,19 +1064,15 @@ impl Inner {
             // SAFETY: the caller promises `loc` is an index entry of this file.
             unsafe { file.mapped(loc) }
         };
-        let bytes = match mapped {
-            Some(b) => b,
-            None => {
-                let mut b = vec![0u8; loc.len as usize];
-                file.file
-                    .read_exact_at(&mut b, loc.offset as u64)
-                    .map_err(|e| Error::io("read", shard.data_path(loc.file), e))?;
-                buf = b;
-                &buf[..]
-            }
+        let parse = |bytes: &[u8]| {
+            let rec = Record::from_bytes(bytes).map_err(corrupt)?;
+            f(rec).map_err(corrupt)
         };
-        let rec = Record::from_bytes(bytes).map_err(corrupt)?;
-        f(rec).map_err(corrupt)
+        match mapped {
+            Some(bytes) => parse(bytes),
+            None => crate::cold::read_record(file, loc, parse)
+                .map_err(|e| Error::io("read", shard.data_path(loc.file), e))?,
+        }
     }
 
     pub(crate) fn encode_value<'a>(
@@ -1456,7 +1454,10 @@ impl Db {
                         .get(&e.loc.file)
                         .and_then(|f| f.handle.map.as_ref())
                     {
-                        map.prefetch(e.loc.offset as u64, e.loc.len as usize);
+                        // The record's head: a large value's later lines
+                        // stream in behind the copy that reads them, and
+                        // 32 of them would not fit in the cache anyway.
+                        map.prefetch(e.loc.offset as u64, (e.loc.len as usize).min(PREFETCH_HEAD));
                     }
                 }
             }

@@ -76,7 +76,9 @@ pub use check::{
     RepairReport, Severity,
 };
 pub use checkpoint::CheckpointFile;
-pub use cold::{ColdRead, Lookup, Residency, VersionedLookup};
+pub use cold::{
+    cold_read_counts, set_page_cache_budget, ColdRead, Lookup, Residency, VersionedLookup,
+};
 pub use compaction::CompactionReport;
 pub use db::{Db, FileStats, KeyKind, KeyMeta, Stats, Versioned};
 pub use error::{Error, Result};

@@ -75,6 +75,21 @@ pub trait VFile: Send + Sync + fmt::Debug {
     fn drop_cache(&self, offset: u64, len: u64) {
         let _ = (offset, len);
     }
+    /// Reads `[offset, offset + len)` past the page cache (`O_DIRECT`) into
+    /// `buf` and returns the bytes, or `Ok(None)` when this file cannot be
+    /// read that way (the default; a file system without direct I/O), in
+    /// which case the caller reads with [`VFile::read_exact_at`]. A cold
+    /// read of a record the clients will likely not read again soon then
+    /// neither adds its pages to the page cache nor evicts others for them.
+    fn read_direct<'a>(
+        &self,
+        buf: &'a mut DirectBuf,
+        offset: u64,
+        len: usize,
+    ) -> io::Result<Option<&'a [u8]>> {
+        let _ = (buf, offset, len);
+        Ok(None)
+    }
     /// Allocates disk space for `[offset, offset + len)`, extending the file
     /// (with zeros) if it is shorter, like `fallocate(fd, 0, offset, len)`.
     /// After it succeeds, a store through a [`VFile::map_mut`] map into that
@@ -295,6 +310,61 @@ impl FileMap {
     }
 }
 
+/// The alignment direct I/O needs of buffers, offsets and lengths: the
+/// largest logical block size in common use, so one value serves every
+/// device (a 512-byte-sector disk accepts 4 KiB-aligned requests too).
+pub const DIRECT_ALIGN: usize = 4096;
+
+/// One aligned block of a [`DirectBuf`].
+#[derive(Clone, Copy)]
+#[repr(C, align(4096))]
+struct Block([u8; DIRECT_ALIGN]);
+
+/// A heap buffer whose start is aligned for direct I/O
+/// ([`VFile::read_direct`]); reused across reads by its owner.
+#[derive(Default)]
+pub struct DirectBuf {
+    blocks: Vec<Block>,
+}
+
+impl fmt::Debug for DirectBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DirectBuf")
+            .field("bytes", &(self.blocks.len() * DIRECT_ALIGN))
+            .finish()
+    }
+}
+
+impl DirectBuf {
+    /// An empty buffer; it grows on first use.
+    pub fn new() -> DirectBuf {
+        DirectBuf::default()
+    }
+
+    /// The buffer's capacity in bytes.
+    pub fn capacity(&self) -> usize {
+        self.blocks.len() * DIRECT_ALIGN
+    }
+
+    /// At least `len` bytes (a multiple of [`DIRECT_ALIGN`]), aligned.
+    fn bytes_mut(&mut self, len: usize) -> &mut [u8] {
+        let blocks = len.div_ceil(DIRECT_ALIGN);
+        if self.blocks.len() < blocks {
+            self.blocks.resize(blocks, Block([0; DIRECT_ALIGN]));
+        }
+        // SAFETY: `Block` is plain bytes with no padding (`repr(C)`, one
+        // array), so the blocks are `blocks.len() * DIRECT_ALIGN` contiguous
+        // initialised bytes owned by the vector, borrowed mutably for as long
+        // as `self` is.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.blocks.as_mut_ptr().cast::<u8>(),
+                self.blocks.len() * DIRECT_ALIGN,
+            )
+        }
+    }
+}
+
 fn map_len(len: u64) -> io::Result<usize> {
     usize::try_from(len)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "map length overflows"))
@@ -313,32 +383,124 @@ pub trait Vfs: Send + Sync + fmt::Debug + 'static {
 pub struct StdFs;
 
 #[derive(Debug)]
-struct StdFile(File);
+struct StdFile {
+    file: File,
+    /// A second descriptor of the same file opened with `O_DIRECT`, made on
+    /// the first direct read; `None` inside once the file system refused it.
+    direct: std::sync::OnceLock<Option<File>>,
+    /// Set when a direct read failed with `EINVAL` (an alignment the device
+    /// does not take): every later read goes through the page cache.
+    direct_refused: std::sync::atomic::AtomicBool,
+}
+
+impl StdFile {
+    /// The `O_DIRECT` descriptor, opened on first use through
+    /// `/proc/self/fd` (so it names this very file even after a rename or
+    /// removal); `None` where the file system has no direct I/O.
+    fn direct(&self) -> Option<&File> {
+        self.direct
+            .get_or_init(|| {
+                use std::os::unix::fs::OpenOptionsExt;
+                let path = format!("/proc/self/fd/{}", self.file.as_raw_fd());
+                match OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_DIRECT)
+                    .open(&path)
+                {
+                    Ok(f) => Some(f),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "no direct reads for a data file");
+                        None
+                    }
+                }
+            })
+            .as_ref()
+    }
+}
 
 impl VFile for StdFile {
+    fn read_direct<'a>(
+        &self,
+        buf: &'a mut DirectBuf,
+        offset: u64,
+        len: usize,
+    ) -> io::Result<Option<&'a [u8]>> {
+        if self
+            .direct_refused
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return Ok(None);
+        }
+        let Some(direct) = self.direct() else {
+            return Ok(None);
+        };
+        let align = DIRECT_ALIGN as u64;
+        let start = offset / align * align;
+        let skip = (offset - start) as usize;
+        let want = skip + len;
+        let span = want.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
+        let bytes = &mut buf.bytes_mut(span)[..span];
+        let mut got = 0;
+        // The aligned span may run past the end of the file: a short read
+        // that still covers the record is enough.
+        while got < want {
+            match FileExt::read_at(direct, &mut bytes[got..], start + got as u64) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the record lies past the end of the file",
+                    ))
+                }
+                // A direct read ends on a block boundary unless it hit the end.
+                Ok(n) if n % DIRECT_ALIGN != 0 && got + n < want => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the record lies past the end of the file",
+                    ))
+                }
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // The device wants another alignment than ours: read
+                // through the page cache instead.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) && got == 0 => {
+                    self.direct_refused
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                    return Ok(None);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(Some(&bytes[skip..want]))
+    }
+
     fn drop_cache(&self, offset: u64, len: u64) {
         let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
             return;
         };
         // SAFETY: a valid descriptor; advice has no memory effects.
         let _ = unsafe {
-            libc::posix_fadvise(self.0.as_raw_fd(), offset, len, libc::POSIX_FADV_DONTNEED)
+            libc::posix_fadvise(
+                self.file.as_raw_fd(),
+                offset,
+                len,
+                libc::POSIX_FADV_DONTNEED,
+            )
         };
     }
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        FileExt::read_exact_at(&self.0, buf, offset)
+        FileExt::read_exact_at(&self.file, buf, offset)
     }
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        FileExt::write_all_at(&self.0, buf, offset)
+        FileExt::write_all_at(&self.file, buf, offset)
     }
     fn sync_data(&self) -> io::Result<()> {
-        self.0.sync_data()
+        self.file.sync_data()
     }
     fn len(&self) -> io::Result<u64> {
-        Ok(self.0.metadata()?.len())
+        Ok(self.file.metadata()?.len())
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
-        self.0.set_len(len)
+        self.file.set_len(len)
     }
     fn map(&self, len: u64) -> Option<FileMap> {
         // SAFETY: the engine reads through the map only ranges named by its
@@ -346,7 +508,7 @@ impl VFile for StdFile {
         // only while opening it (before it maps it) or below where readers
         // can reach (the zero tail cut at seal and close), and holds the
         // directory lock that keeps other Basalt processes out.
-        match unsafe { FileMap::new(&self.0, len) } {
+        match unsafe { FileMap::new(&self.file, len) } {
             Ok(m) => Some(m),
             Err(e) => {
                 tracing::warn!(error = %e, len, "mapping a data file failed; reading it with pread");
@@ -355,13 +517,13 @@ impl VFile for StdFile {
         }
     }
     fn map_mut(&self, len: u64) -> Option<FileMap> {
-        if !preallocation_is_reliable(&self.0) {
+        if !preallocation_is_reliable(&self.file) {
             return None;
         }
         // SAFETY: as for `map`; in addition the engine stores only into
         // space `allocate` reserved, past every location its index holds for
         // the file, under the shard's writer lock.
-        match unsafe { FileMap::new_writable(&self.0, len) } {
+        match unsafe { FileMap::new_writable(&self.file, len) } {
             Ok(m) => Some(m),
             Err(e) => {
                 tracing::warn!(error = %e, len, "mapping a data file for writing failed; appending with pwrite");
@@ -379,7 +541,7 @@ impl VFile for StdFile {
         loop {
             // SAFETY: plain system call on a file descriptor we own; no
             // memory is passed.
-            let r = unsafe { libc::fallocate(self.0.as_raw_fd(), 0, off, n) };
+            let r = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, off, n) };
             if r == 0 {
                 return Ok(());
             }
@@ -440,6 +602,10 @@ impl StdFile {
     fn random(f: File) -> StdFile {
         // SAFETY: a valid descriptor; advice has no memory effects.
         let _ = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
-        StdFile(f)
+        StdFile {
+            file: f,
+            direct: std::sync::OnceLock::new(),
+            direct_refused: std::sync::atomic::AtomicBool::new(false),
+        }
     }
 }

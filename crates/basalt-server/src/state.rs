@@ -314,8 +314,10 @@ impl Shared {
         let data: u64 = (0..self.keyspace.len())
             .filter_map(|n| self.keyspace.read(n).db().map(|db| db.data_bytes()))
             .sum();
+        let budget = crate::readers::memory_budget();
+        basalt_engine::set_page_cache_budget(budget);
         let mode = if self.readers.enabled() {
-            policy.residency(data, crate::readers::memory_budget())
+            policy.residency(data, budget)
         } else {
             basalt_engine::Residency::InPlace
         };

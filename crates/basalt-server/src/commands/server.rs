@@ -1403,6 +1403,9 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             "basalt_cold_reads",
             sh.readers.served.load(Ordering::Relaxed)
         );
+        let (direct, cached) = basalt_engine::cold_read_counts();
+        kv!(out, "basalt_disk_reads_direct", direct);
+        kv!(out, "basalt_disk_reads_cached", cached);
         let (mut stalls, mut stalled) = (0u64, 0u64);
         for n in 0..sh.keyspace.len() {
             if let Some(db) = sh.keyspace.read(n).db() {
