@@ -165,7 +165,7 @@ pub(crate) fn read_record<R>(
     loc: Loc,
     f: impl FnOnce(&[u8]) -> R,
 ) -> std::io::Result<R> {
-    let active = file.map_ref().is_some_and(|m| m.is_writable());
+    let active = file.is_appending();
     if !active && !admit(file.uid, loc.offset) {
         let mut buf = DIRECT.take().unwrap_or_default();
         let read = file
@@ -263,25 +263,92 @@ impl ColdRead {
     /// [`Error::Io`] naming the file, never a signal), checks it (CRC, the
     /// key) and calls `f` with the value.
     pub fn read_with<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
-        let corrupt = |reason: &str| Error::Corrupt {
-            path: self.path.clone(),
-            offset: self.loc.offset as u64,
-            reason: reason.into(),
-        };
-        read_record(&self.file, self.loc, |bytes| {
-            let rec = Record::from_bytes(bytes).map_err(corrupt)?;
-            if rec.key() != &*self.key {
-                return Err(corrupt("record holds another key than the index says"));
-            }
-            let value = rec.value_ref().map_err(corrupt)?;
-            Ok(f(&value))
-        })
-        .map_err(|e| Error::io("read", self.path.clone(), e))?
+        read_record(&self.file, self.loc, |bytes| self.finish(bytes, f))
+            .map_err(|e| Error::io("read", self.path.clone(), e))?
     }
 
     /// The record's length in bytes (what the read will fetch).
     pub fn record_len(&self) -> usize {
         self.loc.len as usize
+    }
+
+    /// Plans this read for a caller that submits it itself (io_uring):
+    /// which descriptor, where and how much, chosen as [`ColdRead::read_with`]
+    /// would (past the page cache unless the record is admitted or in the
+    /// active file). `None` when the file hands out no descriptor: read it
+    /// with `read_with`. The caller reads `len` bytes at `offset` of `fd`
+    /// into a buffer aligned to [`crate::vfs::DIRECT_ALIGN`] (a
+    /// [`DirectBuf`]), keeps this `ColdRead` alive until the read is done
+    /// (it keeps the descriptor open), and passes the bytes from `skip` on
+    /// to [`ColdRead::finish`].
+    pub fn plan(&self) -> Option<ReadPlan> {
+        let vfile = &self.file.file;
+        let offset = self.loc.offset as u64;
+        let len = self.loc.len as usize;
+        let active = self.file.is_appending();
+        if !active && !admit(self.file.uid, self.loc.offset) {
+            if let Some(fd) = vfile.raw_fd(true) {
+                let align = crate::vfs::DIRECT_ALIGN as u64;
+                let start = offset / align * align;
+                let skip = (offset - start) as usize;
+                READS_DIRECT.fetch_add(1, Ordering::Relaxed);
+                return Some(ReadPlan {
+                    fd,
+                    offset: start,
+                    len: (skip + len).next_multiple_of(crate::vfs::DIRECT_ALIGN),
+                    skip,
+                    record_len: len,
+                });
+            }
+        }
+        let fd = vfile.raw_fd(false)?;
+        READS_CACHED.fetch_add(1, Ordering::Relaxed);
+        Some(ReadPlan {
+            fd,
+            offset,
+            len,
+            skip: 0,
+            record_len: len,
+        })
+    }
+
+    /// Checks the record bytes a planned read fetched (CRC, the key) and
+    /// calls `f` with the value, as [`ColdRead::read_with`] would. `record`
+    /// must hold at least the record ([`ReadPlan::record`] cuts it out).
+    pub fn finish<R>(&self, record: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        let corrupt = |reason: &str| Error::Corrupt {
+            path: self.path.clone(),
+            offset: self.loc.offset as u64,
+            reason: reason.into(),
+        };
+        let rec = Record::from_bytes(record).map_err(corrupt)?;
+        if rec.key() != &*self.key {
+            return Err(corrupt("record holds another key than the index says"));
+        }
+        let value = rec.value_ref().map_err(corrupt)?;
+        Ok(f(&value))
+    }
+}
+
+/// A read [`ColdRead::plan`] chose for a caller to submit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadPlan {
+    /// The descriptor to read from (`O_DIRECT` or not).
+    pub fd: std::os::fd::RawFd,
+    /// Where to read (aligned when the descriptor is direct).
+    pub offset: u64,
+    /// How many bytes to read (aligned when the descriptor is direct).
+    pub len: usize,
+    /// Where in the bytes read the record starts.
+    pub skip: usize,
+    record_len: usize,
+}
+
+impl ReadPlan {
+    /// The record within the `got` bytes a read of this plan returned, or
+    /// `None` if the read came back too short to hold it.
+    pub fn record<'a>(&self, got: &'a [u8]) -> Option<&'a [u8]> {
+        got.get(self.skip..self.skip + self.record_len)
     }
 }
 

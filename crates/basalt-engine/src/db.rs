@@ -188,6 +188,9 @@ pub(crate) struct DataFile {
     /// a file id, which is per shard and database, or an address): names
     /// this file's records in caches that must not hold the file open.
     pub uid: u64,
+    /// Whether this is a shard's active file, appended to (and possibly
+    /// holding dirty pages), until [`Inner::rotate`] seals it.
+    appending: AtomicBool,
 }
 
 /// Bytes of a record's start that [`Db::prefetch`] loads.
@@ -202,7 +205,12 @@ impl DataFile {
     pub fn new(file: Arc<dyn VFile>, map_len: u64) -> Arc<DataFile> {
         let map = if map_len > 0 { file.map(map_len) } else { None };
         let uid = NEXT_FILE_UID.fetch_add(1, Ordering::Relaxed);
-        Arc::new(DataFile { file, map, uid })
+        Arc::new(DataFile {
+            file,
+            map,
+            uid,
+            appending: AtomicBool::new(false),
+        })
     }
 
     /// Wraps a file that is to become a shard's active file, mapping its
@@ -211,7 +219,18 @@ impl DataFile {
     pub fn appendable(file: Arc<dyn VFile>, map_len: u64) -> Arc<DataFile> {
         let map = file.map_mut(map_len).or_else(|| file.map(map_len));
         let uid = NEXT_FILE_UID.fetch_add(1, Ordering::Relaxed);
-        Arc::new(DataFile { file, map, uid })
+        Arc::new(DataFile {
+            file,
+            map,
+            uid,
+            appending: AtomicBool::new(true),
+        })
+    }
+
+    /// Whether this is still a shard's active file (see
+    /// [`DataFile::appendable`]); sealed files answer false.
+    pub fn is_appending(&self) -> bool {
+        self.appending.load(Ordering::Relaxed)
     }
 
     /// Length of the writable map, or `None` when appends must use `pwrite`.
@@ -1002,6 +1021,7 @@ impl Inner {
             let mut idx = shard.index.write();
             if let Some(f) = idx.files.get_mut(&old) {
                 f.active = false;
+                f.handle.appending.store(false, Ordering::Relaxed);
                 f.min_flagged = f.min_flagged.min(w.min_flagged);
             }
             let mut info = FileInfo::new(data.clone(), Origin::Log, format::FILE_HEADER_LEN as u64);

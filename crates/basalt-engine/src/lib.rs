@@ -77,7 +77,7 @@ pub use check::{
 };
 pub use checkpoint::CheckpointFile;
 pub use cold::{
-    cold_read_counts, set_page_cache_budget, ColdRead, Lookup, Residency, VersionedLookup,
+    cold_read_counts, set_page_cache_budget, ColdRead, Lookup, ReadPlan, Residency, VersionedLookup,
 };
 pub use compaction::CompactionReport;
 pub use db::{Db, FileStats, KeyKind, KeyMeta, Stats, Versioned};

@@ -90,6 +90,16 @@ pub trait VFile: Send + Sync + fmt::Debug {
         let _ = (buf, offset, len);
         Ok(None)
     }
+    /// The descriptor to read this file with, for a caller that submits
+    /// its reads itself (io_uring): the `O_DIRECT` one with `direct` (reads
+    /// must then be aligned as [`VFile::read_direct`]'s are), else the
+    /// plain one. `None` (the default) when there is none to hand out: the
+    /// caller reads through this trait. The descriptor stays valid while
+    /// this `VFile` lives.
+    fn raw_fd(&self, direct: bool) -> Option<std::os::fd::RawFd> {
+        let _ = direct;
+        None
+    }
     /// Allocates disk space for `[offset, offset + len)`, extending the file
     /// (with zeros) if it is shorter, like `fallocate(fd, 0, offset, len)`.
     /// After it succeeds, a store through a [`VFile::map_mut`] map into that
@@ -346,22 +356,18 @@ impl DirectBuf {
         self.blocks.len() * DIRECT_ALIGN
     }
 
-    /// At least `len` bytes (a multiple of [`DIRECT_ALIGN`]), aligned.
-    fn bytes_mut(&mut self, len: usize) -> &mut [u8] {
+    /// `len` bytes starting at a [`DIRECT_ALIGN`]-aligned address, grown
+    /// if need be (never shrunk).
+    pub fn bytes_mut(&mut self, len: usize) -> &mut [u8] {
         let blocks = len.div_ceil(DIRECT_ALIGN);
         if self.blocks.len() < blocks {
             self.blocks.resize(blocks, Block([0; DIRECT_ALIGN]));
         }
         // SAFETY: `Block` is plain bytes with no padding (`repr(C)`, one
-        // array), so the blocks are `blocks.len() * DIRECT_ALIGN` contiguous
-        // initialised bytes owned by the vector, borrowed mutably for as long
-        // as `self` is.
-        unsafe {
-            std::slice::from_raw_parts_mut(
-                self.blocks.as_mut_ptr().cast::<u8>(),
-                self.blocks.len() * DIRECT_ALIGN,
-            )
-        }
+        // array), so the blocks are `blocks.len() * DIRECT_ALIGN >= len`
+        // contiguous initialised bytes owned by the vector, borrowed mutably
+        // for as long as `self` is.
+        unsafe { std::slice::from_raw_parts_mut(self.blocks.as_mut_ptr().cast::<u8>(), len) }
     }
 }
 
@@ -419,6 +425,18 @@ impl StdFile {
 }
 
 impl VFile for StdFile {
+    fn raw_fd(&self, direct: bool) -> Option<std::os::fd::RawFd> {
+        if !direct {
+            return Some(self.file.as_raw_fd());
+        }
+        if self
+            .direct_refused
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return None;
+        }
+        self.direct().map(|f| f.as_raw_fd())
+    }
     fn read_direct<'a>(
         &self,
         buf: &'a mut DirectBuf,
@@ -439,7 +457,7 @@ impl VFile for StdFile {
         let skip = (offset - start) as usize;
         let want = skip + len;
         let span = want.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
-        let bytes = &mut buf.bytes_mut(span)[..span];
+        let bytes = buf.bytes_mut(span);
         let mut got = 0;
         // The aligned span may run past the end of the file: a short read
         // that still covers the record is enough.

@@ -194,6 +194,11 @@ pub struct ServerArgs {
     /// a worker; 0 = every read in place [default: 32]
     #[arg(long, env = "BASALT_COLD_READERS")]
     pub cold_readers: Option<usize>,
+    /// Whether connection workers submit cold reads themselves through
+    /// io_uring (yes) or hand them all to the cold readers (no); the
+    /// readers serve them anyway where io_uring is missing [default: yes]
+    #[arg(long, env = "BASALT_IO_URING")]
+    pub io_uring: Option<String>,
     /// When a GET checks that its value is in memory before reading it in
     /// place: auto (while the data files exceed half the memory budget),
     /// check, in-place (never), all-cold (every GET through the readers)
@@ -269,6 +274,8 @@ struct FileConfig {
     maxmemory: Option<String>,
     #[serde(rename = "cold-readers")]
     cold_readers: Option<usize>,
+    #[serde(rename = "io-uring")]
+    io_uring: Option<String>,
     #[serde(rename = "read-residency")]
     read_residency: Option<String>,
     // Slow log and latency monitor (crate::cmdstats).
@@ -345,6 +352,9 @@ pub struct Config {
     /// `cold-readers`: threads reading values that are not in memory
     /// (`crate::readers`); 0 = none. Default: 32.
     pub cold_readers: usize,
+    /// `io-uring`: whether workers submit cold reads through io_uring
+    /// (`crate::uring`). Default: yes.
+    pub io_uring: bool,
     /// `read-residency`: when GET checks residency. Default: auto.
     pub read_residency: crate::readers::Policy,
     /// `slowlog-log-slower-than` in µs (SLOWLOG): -1 = off, 0 = every
@@ -394,6 +404,7 @@ impl Default for Config {
             data_file_size: crate::keyspace::DATA_FILE_SIZE,
             maxmemory: 0,
             cold_readers: 32,
+            io_uring: true,
             read_residency: crate::readers::Policy::Auto,
             slowlog_log_slower_than: 10_000,
             slowlog_max_len: 128,
@@ -519,6 +530,14 @@ impl Config {
             Some(n) => n,
             None => d.cold_readers,
         };
+        let io_uring = match args.io_uring.or(file.io_uring) {
+            Some(v) => match v.to_ascii_lowercase().as_str() {
+                "yes" => true,
+                "no" => false,
+                _ => anyhow::bail!("io-uring {v:?}: must be yes or no"),
+            },
+            None => d.io_uring,
+        };
         let read_residency = match args.read_residency.or(file.read_residency) {
             Some(v) => crate::readers::Policy::parse(&v).ok_or_else(|| {
                 anyhow::anyhow!("read-residency {v:?}: must be auto, check, in-place or all-cold")
@@ -589,6 +608,7 @@ impl Config {
             data_file_size,
             maxmemory,
             cold_readers,
+            io_uring,
             read_residency,
             requirepass,
             protected_mode,

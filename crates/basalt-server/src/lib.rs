@@ -48,6 +48,7 @@ pub mod script;
 mod state;
 pub mod tracking;
 pub mod tx;
+mod uring;
 mod workers;
 pub mod zindex;
 

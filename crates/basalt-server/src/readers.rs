@@ -122,23 +122,58 @@ impl ColdReaders {
     /// the error line) is to be placed at `at` of the caller's output.
     /// `None` when there are no readers (the caller reads in place).
     pub fn submit(&self, read: ColdRead, protocol: Protocol, at: usize) -> Option<Deferred> {
-        let tx = self.tx.as_ref()?;
         let (done, rx) = oneshot::channel();
+        self.run(read, protocol, done).ok()?;
+        Some(Deferred { at, rx })
+    }
+
+    /// Reads `read` on a reader thread and sends its encoded reply through
+    /// `done`; gives `done` back when there are no readers.
+    pub(crate) fn run(
+        &self,
+        read: ColdRead,
+        protocol: Protocol,
+        done: oneshot::Sender<Vec<u8>>,
+    ) -> Result<(), oneshot::Sender<Vec<u8>>> {
+        let Some(tx) = self.tx.as_ref() else {
+            return Err(done);
+        };
         let served = self.served.clone();
         let job: Job = Box::new(move || {
-            let mut out = Vec::with_capacity(read.record_len() + 16);
-            if let Err(e) = read.read_with(|v| Encoder::new(&mut out, protocol).bulk(v)) {
-                tracing::error!(error = %e, "cold read failed");
-                out.clear();
-                let e = crate::commands::Error::from(e);
-                Encoder::new(&mut out, protocol).error(e.message().as_bytes());
-            }
+            let r = read.read_with(|v| {
+                let mut out = Vec::with_capacity(v.len() + 16);
+                Encoder::new(&mut out, protocol).bulk(v);
+                out
+            });
+            let out = reply_or_error(r, protocol);
             served.fetch_add(1, Ordering::Relaxed);
             // The connection may have gone; its reply goes nowhere.
             let _ = done.send(out);
         });
-        tx.lock().send(job).ok()?;
-        Some(Deferred { at, rx })
+        // Refused only once the readers are gone (shutdown): the job, and
+        // the sender in it, is dropped, and `settle` reports the read
+        // abandoned.
+        let _ = tx.lock().send(job);
+        Ok(())
+    }
+}
+
+/// The reply for a cold read's outcome: the encoded value, or the error
+/// line (logged: a failed disk read is worth an operator's attention).
+pub(crate) fn reply_or_error(r: basalt_engine::Result<Vec<u8>>, protocol: Protocol) -> Vec<u8> {
+    r.unwrap_or_else(|e| {
+        tracing::error!(error = %e, "cold read failed");
+        let mut out = Vec::new();
+        let e = crate::commands::Error::from(e);
+        Encoder::new(&mut out, protocol).error(e.message().as_bytes());
+        out
+    })
+}
+
+impl Deferred {
+    /// A placeholder at `at` whose reply comes through `rx`.
+    pub(crate) fn new(at: usize, rx: oneshot::Receiver<Vec<u8>>) -> Deferred {
+        Deferred { at, rx }
     }
 }
 

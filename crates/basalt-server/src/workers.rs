@@ -323,6 +323,22 @@ impl Workers {
 /// One worker: serves every connection it is given until shutdown, then
 /// lets them finish their batch in flight.
 async fn run(
+    rx: mpsc::UnboundedReceiver<Handoff>,
+    shared: Arc<Shared>,
+    here: Here,
+    grace: Duration,
+) {
+    // The worker's io_uring (cold reads) is driven beside its connections
+    // until they are done, then waits for its reads in flight.
+    tokio::select! {
+        _ = serve(rx, shared.clone(), here, grace) => {}
+        _ = crate::uring::serve(shared) => {}
+    }
+    crate::uring::stop();
+}
+
+/// [`run`]'s connections.
+async fn serve(
     mut rx: mpsc::UnboundedReceiver<Handoff>,
     shared: Arc<Shared>,
     here: Here,

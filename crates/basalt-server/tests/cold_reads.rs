@@ -16,12 +16,45 @@ use common::{bulk, ok, TestServer};
 use redis::Value;
 
 fn cold_server(file_size: u64) -> TestServer {
+    cold_server_with(file_size, true)
+}
+
+/// With `io_uring`, the workers submit cold reads through their rings
+/// (`crate::uring`) where the kernel allows; without, the reader threads
+/// read them all.
+fn cold_server_with(file_size: u64, io_uring: bool) -> TestServer {
     let dir = tempfile::tempdir().unwrap();
     let mut config = Config::ephemeral(dir.path());
     config.read_residency = Policy::AllCold;
     config.cold_readers = 4;
     config.data_file_size = file_size;
+    config.io_uring = io_uring;
     TestServer::start_with(config, dir)
+}
+
+/// An INFO stats field as a number.
+fn stat(c: &mut redis::Connection, field: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("stats").query(c).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .unwrap_or_else(|| panic!("{field} in INFO stats"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Checks that a server started with `io_uring` served cold reads through
+/// its rings, where this kernel gives the workers rings at all.
+fn check_ring_use(c: &mut redis::Connection, io_uring: bool, ring_reads_before: u64) {
+    if !io_uring {
+        return;
+    }
+    if stat(c, "basalt_io_uring_rings") == 0 {
+        eprintln!("no io_uring here: the reader threads served every cold read");
+        return;
+    }
+    let ring_reads = stat(c, "basalt_cold_reads_io_uring") - ring_reads_before;
+    assert!(ring_reads > 0, "the rings served no cold read");
 }
 
 /// INFO stats `basalt_cold_reads`: reads the reader threads served.
@@ -43,8 +76,15 @@ fn value(key: usize, gen: usize) -> String {
 
 #[test]
 fn a_pipeline_of_cold_gets_answers_in_order_with_the_value_at_each_turn() {
-    let server = cold_server(1 << 20);
+    for io_uring in [true, false] {
+        a_pipeline_of_cold_gets_answers_in_order(io_uring);
+    }
+}
+
+fn a_pipeline_of_cold_gets_answers_in_order(io_uring: bool) {
+    let server = cold_server_with(1 << 20, io_uring);
     let mut c = server.client();
+    let ring_reads_before = stat(&mut c, "basalt_cold_reads_io_uring");
     let mut pipe = redis::pipe();
     let mut expected: Vec<Value> = Vec::new();
     let mut model: std::collections::HashMap<usize, String> = Default::default();
@@ -94,15 +134,25 @@ fn a_pipeline_of_cold_gets_answers_in_order_with_the_value_at_each_turn() {
     }
     let served = cold_reads_served(&mut c);
     assert!(served >= 500, "only {served} GETs went through the readers");
+    check_ring_use(&mut c, io_uring, ring_reads_before);
     let settings: Vec<String> = redis::cmd("CONFIG")
         .arg("GET")
         .arg("cold-readers")
         .arg("read-residency")
+        .arg("io-uring")
         .query(&mut c)
         .unwrap();
+    let ring = if io_uring { "yes" } else { "no" };
     assert_eq!(
         settings,
-        ["cold-readers", "4", "read-residency", "all-cold"]
+        [
+            "cold-readers",
+            "4",
+            "io-uring",
+            ring,
+            "read-residency",
+            "all-cold"
+        ]
     );
 }
 
@@ -146,8 +196,14 @@ fn transactions_scripts_reply_modes_and_resp3_read_cold_values_correctly() {
 
 #[test]
 fn cold_reads_return_whole_values_while_writers_and_compaction_move_them() {
+    for io_uring in [true, false] {
+        cold_reads_stay_whole_under_writers_and_compaction(io_uring);
+    }
+}
+
+fn cold_reads_stay_whole_under_writers_and_compaction(io_uring: bool) {
     // Small data files: rotations and compactions all the time.
-    let server = cold_server(64 << 10);
+    let server = cold_server_with(64 << 10, io_uring);
     let deadline = Instant::now() + Duration::from_secs(3);
     let writers: Vec<_> = (0..2)
         .map(|w| {
@@ -208,7 +264,13 @@ fn cold_reads_return_whole_values_while_writers_and_compaction_move_them() {
 
 #[test]
 fn a_damaged_record_is_an_error_for_its_key_and_the_server_keeps_serving() {
-    let server = cold_server(1 << 20);
+    for io_uring in [true, false] {
+        a_damaged_record_is_an_error_for_its_key(io_uring);
+    }
+}
+
+fn a_damaged_record_is_an_error_for_its_key(io_uring: bool) {
+    let server = cold_server_with(1 << 20, io_uring);
     let mut c = server.client();
     let marked = "DAMAGE-ME-".repeat(50);
     let _: () = redis::cmd("SET")

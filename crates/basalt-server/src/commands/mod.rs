@@ -493,18 +493,27 @@ impl<'a> Ctx<'a> {
         self.enc().error(line.as_bytes())
     }
 
-    /// Writes a value that is not in memory as a bulk reply: left to a
-    /// reader thread when this command may defer (`crate::readers`; its
-    /// reply comes in this place later), else read here with `pread`.
+    /// Writes a value that is not in memory as a bulk reply: when this
+    /// command may defer, submitted on this worker's io_uring
+    /// (`crate::uring`) or else left to a reader thread (`crate::readers`),
+    /// its reply coming in this place later; otherwise read here.
     pub fn cold_bulk(&mut self, read: basalt_engine::ColdRead) -> Result<()> {
         let protocol = self.conn.protocol;
         let at = self.out.len();
         if !self.conn.may_defer || !self.shared.readers.enabled() {
             read.read_with(|v| Encoder::new(self.out, protocol).bulk(v))?;
-        } else if let Some(d) = self.shared.readers.submit(read, protocol, at) {
-            self.conn.deferred.push(d);
-        } else {
-            return Err(Error::err("cold read could not be queued"));
+            return Ok(());
+        }
+        let read = match crate::uring::submit(read, protocol, at) {
+            Ok(d) => {
+                self.conn.deferred.push(d);
+                return Ok(());
+            }
+            Err(read) => read,
+        };
+        match self.shared.readers.submit(read, protocol, at) {
+            Some(d) => self.conn.deferred.push(d),
+            None => return Err(Error::err("cold read could not be queued")),
         }
         Ok(())
     }

@@ -1403,6 +1403,16 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             "basalt_cold_reads",
             sh.readers.served.load(Ordering::Relaxed)
         );
+        kv!(
+            out,
+            "basalt_cold_reads_io_uring",
+            crate::uring::READS.load(Ordering::Relaxed)
+        );
+        kv!(
+            out,
+            "basalt_io_uring_rings",
+            crate::uring::RINGS.load(Ordering::Relaxed)
+        );
         let (direct, cached) = basalt_engine::cold_read_counts();
         kv!(out, "basalt_disk_reads_direct", direct);
         kv!(out, "basalt_disk_reads_cached", cached);
@@ -1554,6 +1564,7 @@ const PARAMS: &[(&str, Kind, &str)] = &[
     ("http-port", Kind::Immutable, ""),
     ("data-file-size", Kind::Immutable, ""),
     ("cold-readers", Kind::Immutable, ""),
+    ("io-uring", Kind::Immutable, ""),
     ("read-residency", Kind::Immutable, ""),
     ("databases", Kind::Immutable, ""),
     ("loglevel", Kind::Immutable, ""),
@@ -1616,6 +1627,7 @@ fn param_value(ctx: &Ctx<'_>, name: &'static str, kind: Kind, default: &str) -> 
         "http-port" => c.http_port.unwrap_or(0).to_string(),
         "data-file-size" => c.data_file_size.to_string(),
         "cold-readers" => c.cold_readers.to_string(),
+        "io-uring" => if c.io_uring { "yes" } else { "no" }.to_string(),
         "read-residency" => c.read_residency.name().to_string(),
         "loglevel" => c.loglevel.clone(),
         "appendfsync" => ctx.shared.settings.appendfsync().as_str().to_string(),

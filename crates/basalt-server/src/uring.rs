@@ -1,0 +1,363 @@
+//! Cold reads submitted by the connection workers themselves, through
+//! io_uring.
+//!
+//! The one idea: **a worker that needs a value from the disk asks the
+//! kernel for it and goes on serving.** Handing the read to a reader thread
+//! (`crate::readers`) costs two thread wake-ups and two context switches
+//! per read, which on a busy machine were the largest cost of a cold GET
+//! after the disk itself. Here each worker thread has its own ring: a cold
+//! read becomes a submission queue entry ([`submit`]) pointing into an
+//! aligned buffer the ring owns, the entries a turn of the event loop
+//! queued are submitted together by the ring's driver task (one system
+//! call), and the kernel's completions wake the same task through an
+//! eventfd registered with the worker's reactor; it checks each record
+//! (CRC, key), encodes the reply and sends it to the connection's
+//! placeholder (`readers::Deferred`), exactly as a reader thread would.
+//!
+//! The ring is an optimisation with a fallback, never a requirement: where
+//! io_uring is missing or refused (old kernels, seccomp, `io-uring no`),
+//! where the file hands out no descriptor (test file systems), or where a read comes back short or failed
+//! (the reader thread then retries it through the engine, which reports
+//! the error properly), the read goes to the reader threads. Past [`DEPTH`]
+//! reads in flight, reads wait in the ring's backlog.
+//!
+//! Safety of the buffers: the kernel writes into a slot's buffer until the
+//! slot's completion arrives, so a slot (and its buffer) is freed only by
+//! its completion, and a ring that is dropped with reads in flight first
+//! waits for all of them.
+
+use std::cell::RefCell;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use basalt_engine::vfs::DirectBuf;
+use basalt_engine::{ColdRead, ReadPlan};
+use basalt_resp::{Encoder, Protocol};
+use io_uring::{opcode, types, IoUring};
+use tokio::io::unix::AsyncFd;
+use tokio::sync::{oneshot, Notify};
+
+use crate::readers::Deferred;
+use crate::state::Shared;
+
+/// Reads one ring keeps in flight at most (its submission queue's size;
+/// the completion queue is twice that, so it never overflows); more wait
+/// in the ring's backlog. A device takes only so many requests at once
+/// (this machine's virtio disk: 128 tags, 256 requests): past that a
+/// submission waits for one in the submitting thread, which here is a
+/// worker. Two workers at 64 each reach the disk's random-read peak (fio:
+/// queue depth 32 gives it).
+pub(crate) const DEPTH: usize = 64;
+
+/// Queued entries that are submitted at once rather than at the end of
+/// the turn.
+const SUBMIT_EARLY: u32 = 16;
+
+/// A buffer larger than this is not kept for the next read.
+const KEEP_BUF: usize = 256 << 10;
+
+/// One read the kernel is working on.
+struct Slot {
+    read: ColdRead,
+    plan: ReadPlan,
+    buf: DirectBuf,
+    protocol: Protocol,
+    done: oneshot::Sender<Vec<u8>>,
+}
+
+/// A read waiting for a free slot.
+struct Waiting {
+    read: ColdRead,
+    plan: ReadPlan,
+    protocol: Protocol,
+    done: oneshot::Sender<Vec<u8>>,
+}
+
+/// A worker's ring and the reads it carries.
+struct Ring {
+    ring: IoUring,
+    /// Registered with the ring: readable when completions arrived.
+    eventfd: Rc<AsyncFd<OwnedFd>>,
+    slots: Vec<Option<Slot>>,
+    free: Vec<usize>,
+    /// Reads waiting for a slot, in arrival order.
+    backlog: std::collections::VecDeque<Waiting>,
+    bufs: Vec<DirectBuf>,
+    /// Entries pushed and not yet submitted.
+    queued: u32,
+    /// Wakes the driver to submit what a turn queued.
+    submit: Rc<Notify>,
+    shared: Arc<Shared>,
+}
+
+thread_local! {
+    static RING: RefCell<Option<Ring>> = const { RefCell::new(None) };
+}
+
+/// Workers with a ring now (INFO `basalt_io_uring_rings`).
+pub(crate) static RINGS: AtomicUsize = AtomicUsize::new(0);
+/// Cold reads a ring completed (INFO `basalt_cold_reads_io_uring`).
+pub(crate) static READS: AtomicU64 = AtomicU64::new(0);
+
+/// Sets up this worker thread's ring and drives it: submits what a turn
+/// queued, and finishes reads as their completions arrive. Never returns
+/// (the worker stops polling it at shutdown, then calls [`stop`]); pends
+/// for ever, and reads go to the reader threads, when the setting is off,
+/// there are no reader threads to fall back on, or the kernel refuses a
+/// ring.
+pub(crate) async fn serve(shared: Arc<Shared>) {
+    if !shared.config.io_uring || !shared.readers.enabled() {
+        return std::future::pending().await;
+    }
+    let (eventfd, submit) = match Ring::new(shared) {
+        Ok(ring) => {
+            let handles = (ring.eventfd.clone(), ring.submit.clone());
+            RING.with(|r| *r.borrow_mut() = Some(ring));
+            RINGS.fetch_add(1, Ordering::Relaxed);
+            handles
+        }
+        Err(e) => {
+            tracing::info!(error = %e, "no io_uring for cold reads; reader threads serve them");
+            return std::future::pending().await;
+        }
+    };
+    loop {
+        tokio::select! {
+            _ = submit.notified() => {}
+            ready = eventfd.readable() => {
+                let Ok(mut guard) = ready else {
+                    return std::future::pending().await;
+                };
+                let mut count = [0u8; 8];
+                // SAFETY: reads at most 8 bytes into `count`; the descriptor
+                // is a non-blocking eventfd we own. One read takes the whole
+                // count; a completion signalled after it is a new readiness
+                // event, which `clear_ready` keeps.
+                let _ = unsafe {
+                    libc::read(eventfd.get_ref().as_raw_fd(), count.as_mut_ptr().cast(), 8)
+                };
+                guard.clear_ready();
+            }
+        }
+        RING.with(|r| {
+            if let Some(ring) = r.borrow_mut().as_mut() {
+                ring.reap();
+                ring.flush();
+            }
+        });
+    }
+}
+
+/// Drops this worker's ring, after waiting for its reads in flight. Called
+/// by the worker once its connections are done, on its runtime.
+pub(crate) fn stop() {
+    if let Some(ring) = RING.with(|r| r.borrow_mut().take()) {
+        RINGS.fetch_sub(1, Ordering::Relaxed);
+        drop(ring);
+    }
+}
+
+/// Submits `read` on this worker's ring; its reply is to be placed at `at`
+/// of the caller's output. Gives the read back when the ring cannot take
+/// it (no ring on this thread, no descriptor to read).
+pub(crate) fn submit(read: ColdRead, protocol: Protocol, at: usize) -> Result<Deferred, ColdRead> {
+    RING.with(|r| match r.borrow_mut().as_mut() {
+        Some(ring) => ring.push(read, protocol, at),
+        None => Err(read),
+    })
+}
+
+impl Ring {
+    fn new(shared: Arc<Shared>) -> std::io::Result<Ring> {
+        let ring = IoUring::builder()
+            .setup_cqsize(2 * DEPTH as u32)
+            .build(DEPTH as u32)?;
+        // SAFETY: eventfd has no memory preconditions; a non-negative
+        // return is a new descriptor we own.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just created and is owned by nothing else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        ring.submitter().register_eventfd(fd.as_raw_fd())?;
+        // SAFETY: `OwnedFd` always returns the descriptor it owns, which
+        // stays open until the `AsyncFd` (its owner) is dropped.
+        let eventfd =
+            unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }?;
+        Ok(Ring {
+            ring,
+            eventfd: Rc::new(eventfd),
+            slots: (0..DEPTH).map(|_| None).collect(),
+            free: (0..DEPTH).rev().collect(),
+            backlog: std::collections::VecDeque::new(),
+            bufs: Vec::new(),
+            queued: 0,
+            submit: Rc::new(Notify::new()),
+            shared,
+        })
+    }
+
+    fn push(
+        &mut self,
+        read: ColdRead,
+        protocol: Protocol,
+        at: usize,
+    ) -> Result<Deferred, ColdRead> {
+        let Some(plan) = read.plan() else {
+            return Err(read);
+        };
+        let (done, rx) = oneshot::channel();
+        let waiting = Waiting {
+            read,
+            plan,
+            protocol,
+            done,
+        };
+        match self.free.pop() {
+            Some(slot) => self.start(slot, waiting),
+            None => self.backlog.push_back(waiting),
+        }
+        Ok(Deferred::new(at, rx))
+    }
+
+    /// Queues `w`'s read in `slot` (free) for the next submission.
+    fn start(&mut self, slot: usize, w: Waiting) {
+        let mut buf = self.bufs.pop().unwrap_or_default();
+        let ptr = buf.bytes_mut(w.plan.len).as_mut_ptr();
+        let entry = opcode::Read::new(types::Fd(w.plan.fd), ptr, w.plan.len as u32)
+            .offset(w.plan.offset)
+            .build()
+            .user_data(slot as u64);
+        // SAFETY: the entry's descriptor stays open and its buffer stays
+        // allocated and untouched until the completion for `slot` arrives:
+        // both are kept in `self.slots[slot]` (the `ColdRead` holds the
+        // file), which only `reap` empties, on that completion, and a
+        // ring dropped with reads in flight waits for them.
+        if unsafe { self.ring.submission().push(&entry) }.is_err() {
+            // Cannot happen: the queue has a place for every slot. Should
+            // it, the read goes to a reader thread.
+            self.free.push(slot);
+            self.bufs.push(buf);
+            if let Err(done) = self.shared.readers.run(w.read, w.protocol, w.done) {
+                let _ = done.send(b"-ERR cold read could not be queued\r\n".to_vec());
+            }
+            return;
+        }
+        self.slots[slot] = Some(Slot {
+            read: w.read,
+            plan: w.plan,
+            buf,
+            protocol: w.protocol,
+            done: w.done,
+        });
+        self.queued += 1;
+        if self.queued >= SUBMIT_EARLY {
+            self.flush();
+        } else if self.queued == 1 {
+            self.submit.notify_one();
+        }
+    }
+
+    /// Submits every queued entry.
+    fn flush(&mut self) {
+        if self.queued == 0 {
+            return;
+        }
+        loop {
+            match self.ring.submit() {
+                Ok(_) => break,
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                // EAGAIN/EBUSY: the kernel is short of resources or of
+                // completion space; the entries stay queued, and the
+                // driver tries again after the tasks ready now have run.
+                Err(e) => {
+                    tracing::debug!(error = %e, "io_uring submit deferred");
+                    self.submit.notify_one();
+                    return;
+                }
+            }
+        }
+        self.queued = 0;
+    }
+
+    /// Takes every completion, finishing its read.
+    fn reap(&mut self) {
+        let done: Vec<(u64, i32)> = self
+            .ring
+            .completion()
+            .map(|c| (c.user_data(), c.result()))
+            .collect();
+        for (slot, res) in done {
+            let Some(s) = self.slots.get_mut(slot as usize).and_then(Option::take) else {
+                continue;
+            };
+            self.free.push(slot as usize);
+            let Slot {
+                read,
+                plan,
+                mut buf,
+                protocol,
+                done,
+            } = s;
+            let got = usize::try_from(res).ok();
+            let record = got.and_then(|n| plan.record(&buf.bytes_mut(plan.len)[..n.min(plan.len)]));
+            match record {
+                Some(record) => {
+                    let r = read.finish(record, |v| {
+                        let mut out = Vec::with_capacity(v.len() + 16);
+                        Encoder::new(&mut out, protocol).bulk(v);
+                        out
+                    });
+                    self.shared.readers.served.fetch_add(1, Ordering::Relaxed);
+                    READS.fetch_add(1, Ordering::Relaxed);
+                    let _ = done.send(crate::readers::reply_or_error(r, protocol));
+                }
+                // Failed or short: a reader thread retries it through the
+                // engine, which falls back as it must and names the error.
+                None => {
+                    if let Err(done) = self.shared.readers.run(read, protocol, done) {
+                        let _ = done.send(b"-ERR cold read failed\r\n".to_vec());
+                    }
+                }
+            }
+            if buf.capacity() <= KEEP_BUF {
+                self.bufs.push(buf);
+            }
+        }
+        while !self.backlog.is_empty() {
+            let Some(slot) = self.free.pop() else { break };
+            let w = self.backlog.pop_front().expect("not empty");
+            self.start(slot, w);
+        }
+    }
+
+    fn in_flight(&self) -> usize {
+        DEPTH - self.free.len()
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // The kernel may still write into the buffers of reads in flight:
+        // wait for every one of them before the buffers go.
+        while self.in_flight() > 0 {
+            match self.ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) => {
+                    tracing::error!(error = %e, in_flight = self.in_flight(),
+                        "io_uring wait failed at shutdown; leaking its buffers");
+                    for s in self.slots.iter_mut().filter_map(Option::take) {
+                        std::mem::forget(s.buf);
+                    }
+                    return;
+                }
+            }
+            self.queued = 0;
+            self.reap();
+        }
+    }
+}
