@@ -154,19 +154,34 @@ fn admit(uid: u64, offset: u32) -> bool {
     }
 }
 
+/// Whether a cold read of the record at `loc` of `file` should go past
+/// the page cache: not while the file is being appended to (its newest
+/// pages may be dirty), nor when [`admit`] lets the record in.
+fn choose_direct(file: &DataFile, loc: Loc) -> bool {
+    !file.is_appending() && !admit(file.uid, loc.offset)
+}
+
 /// Reads the record at `loc` of `file` from the disk and calls `f` with its
-/// bytes (unchecked: the caller parses them). A record of a sealed file is
-/// read past the page cache (`O_DIRECT`, [`crate::vfs::VFile::read_direct`])
-/// unless [`admit`] lets it in: then, and for the active file (whose newest
-/// pages may be dirty) or a file that cannot be read directly, with `pread`
-/// through the cache.
+/// bytes (unchecked: the caller parses them): past the page cache
+/// (`O_DIRECT`, [`crate::vfs::VFile::read_direct`]) when
+/// [`choose_direct`] says so and the file can, else with `pread` through
+/// the cache.
 pub(crate) fn read_record<R>(
     file: &DataFile,
     loc: Loc,
     f: impl FnOnce(&[u8]) -> R,
 ) -> std::io::Result<R> {
-    let active = file.is_appending();
-    if !active && !admit(file.uid, loc.offset) {
+    read_chosen(file, loc, choose_direct(file, loc), f)
+}
+
+/// [`read_record`] with the choice made.
+fn read_chosen<R>(
+    file: &DataFile,
+    loc: Loc,
+    direct: bool,
+    f: impl FnOnce(&[u8]) -> R,
+) -> std::io::Result<R> {
+    if direct {
         let mut buf = DIRECT.take().unwrap_or_default();
         let read = file
             .file
@@ -176,7 +191,7 @@ pub(crate) fn read_record<R>(
                 READS_DIRECT.fetch_add(1, Ordering::Relaxed);
                 Ok(f(bytes))
             }
-            Ok(None) => read_cached(file, loc, f),
+            Ok(None) => read_counted(file, loc, f),
             Err(e) => Err(e),
         };
         if buf.capacity() <= KEEP_BUF {
@@ -184,14 +199,25 @@ pub(crate) fn read_record<R>(
         }
         return r;
     }
-    read_cached(file, loc, f)
+    read_counted(file, loc, f)
 }
 
-/// [`read_record`] through the page cache.
-fn read_cached<R>(file: &DataFile, loc: Loc, f: impl FnOnce(&[u8]) -> R) -> std::io::Result<R> {
+/// [`read_cached`], counted as a cold read through the cache.
+fn read_counted<R>(file: &DataFile, loc: Loc, f: impl FnOnce(&[u8]) -> R) -> std::io::Result<R> {
+    let r = read_cached(file, loc, f)?;
+    READS_CACHED.fetch_add(1, Ordering::Relaxed);
+    Ok(r)
+}
+
+/// Reads the record at `loc` of `file` with `pread`, through the page
+/// cache.
+pub(crate) fn read_cached<R>(
+    file: &DataFile,
+    loc: Loc,
+    f: impl FnOnce(&[u8]) -> R,
+) -> std::io::Result<R> {
     let mut buf = vec![0u8; loc.len as usize];
     file.file.read_exact_at(&mut buf, loc.offset as u64)?;
-    READS_CACHED.fetch_add(1, Ordering::Relaxed);
     Ok(f(&buf))
 }
 
@@ -256,6 +282,10 @@ pub struct ColdRead {
     loc: Loc,
     key: Box<[u8]>,
     path: PathBuf,
+    /// Whether [`ColdRead::plan`] chose a direct read: a retry of a planned
+    /// read keeps that choice rather than asking [`admit`] again (which
+    /// would find the plan's own tag and admit the record).
+    planned: Option<bool>,
 }
 
 impl ColdRead {
@@ -263,7 +293,11 @@ impl ColdRead {
     /// [`Error::Io`] naming the file, never a signal), checks it (CRC, the
     /// key) and calls `f` with the value.
     pub fn read_with<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
-        read_record(&self.file, self.loc, |bytes| self.finish(bytes, f))
+        let direct = match self.planned {
+            Some(direct) => direct,
+            None => choose_direct(&self.file, self.loc),
+        };
+        read_chosen(&self.file, self.loc, direct, |bytes| self.finish(bytes, f))
             .map_err(|e| Error::io("read", self.path.clone(), e))?
     }
 
@@ -281,18 +315,21 @@ impl ColdRead {
     /// [`DirectBuf`]), keeps this `ColdRead` alive until the read is done
     /// (it keeps the descriptor open), and passes the bytes from `skip` on
     /// to [`ColdRead::finish`].
-    pub fn plan(&self) -> Option<ReadPlan> {
+    pub fn plan(&mut self) -> Option<ReadPlan> {
         let vfile = &self.file.file;
         let offset = self.loc.offset as u64;
         let len = self.loc.len as usize;
-        let active = self.file.is_appending();
-        if !active && !admit(self.file.uid, self.loc.offset) {
+        let direct = *self
+            .planned
+            .get_or_insert_with(|| choose_direct(&self.file, self.loc));
+        if direct {
             if let Some(fd) = vfile.raw_fd(true) {
                 let align = crate::vfs::DIRECT_ALIGN as u64;
                 let start = offset / align * align;
                 let skip = (offset - start) as usize;
                 READS_DIRECT.fetch_add(1, Ordering::Relaxed);
                 return Some(ReadPlan {
+                    direct: true,
                     fd,
                     offset: start,
                     len: (skip + len).next_multiple_of(crate::vfs::DIRECT_ALIGN),
@@ -304,12 +341,22 @@ impl ColdRead {
         let fd = vfile.raw_fd(false)?;
         READS_CACHED.fetch_add(1, Ordering::Relaxed);
         Some(ReadPlan {
+            direct: false,
             fd,
             offset,
             len,
             skip: 0,
             record_len: len,
         })
+    }
+
+    /// Stops direct reads of this read's file, for a caller whose planned
+    /// direct read failed with `EINVAL` (the device wants another
+    /// alignment): later reads of the file go through the page cache, and
+    /// this one, retried with [`ColdRead::read_with`], does too.
+    pub fn refuse_direct(&mut self) {
+        self.file.file.refuse_direct();
+        self.planned = Some(false);
     }
 
     /// Checks the record bytes a planned read fetched (CRC, the key) and
@@ -333,6 +380,8 @@ impl ColdRead {
 /// A read [`ColdRead::plan`] chose for a caller to submit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadPlan {
+    /// Whether `fd` is the `O_DIRECT` descriptor.
+    pub direct: bool,
     /// The descriptor to read from (`O_DIRECT` or not).
     pub fd: std::os::fd::RawFd,
     /// Where to read (aligned when the descriptor is direct).
@@ -385,6 +434,7 @@ impl Db {
             loc,
             key: key.into(),
             path: self.inner.shard(key).data_path(loc.file),
+            planned: None,
         })
     }
 

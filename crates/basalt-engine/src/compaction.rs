@@ -340,6 +340,8 @@ fn write_hint(
 struct Output {
     id: u32,
     file: Arc<dyn VFile>,
+    /// The index's handle of the file: appending until `finish` syncs it.
+    data: Arc<DataFile>,
     len: u64,
     buf: Vec<u8>,
     hints: Vec<u8>,
@@ -384,11 +386,15 @@ impl Compactor<'_> {
             // Readers follow repointed entries into the output while it is
             // still being written, so it is mapped as far as it may grow.
             let data = DataFile::new(file.clone(), self.inner.opts.max_file_size);
-            let info = FileInfo::new(data, Origin::Compaction, FILE_HEADER_LEN as u64);
+            // Its newest pages are dirty until `finish` syncs it: cold
+            // reads of it go through the page cache until then.
+            data.set_appending(true);
+            let info = FileInfo::new(data.clone(), Origin::Compaction, FILE_HEADER_LEN as u64);
             self.shard.index.write().files.insert(id, info);
             self.out = Some(Output {
                 id,
                 file,
+                data,
                 len: FILE_HEADER_LEN as u64,
                 buf: Vec::new(),
                 hints: Vec::new(),
@@ -464,6 +470,7 @@ impl Compactor<'_> {
             o.file
                 .sync_data()
                 .map_err(|e| Error::io("fsync", &path, e))?;
+            o.data.set_appending(false);
             write_hint(
                 self.inner,
                 self.shard,

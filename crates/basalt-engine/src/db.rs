@@ -227,10 +227,17 @@ impl DataFile {
         })
     }
 
-    /// Whether this is still a shard's active file (see
-    /// [`DataFile::appendable`]); sealed files answer false.
+    /// Whether this file is still being appended to: a shard's active file
+    /// (see [`DataFile::appendable`]) or a compaction output not yet
+    /// synced. Its newest pages may be dirty, so cold reads of it go
+    /// through the page cache (a direct read would first write them back).
     pub fn is_appending(&self) -> bool {
         self.appending.load(Ordering::Relaxed)
+    }
+
+    /// Sets [`DataFile::is_appending`].
+    pub fn set_appending(&self, appending: bool) {
+        self.appending.store(appending, Ordering::Relaxed);
     }
 
     /// Length of the writable map, or `None` when appends must use `pwrite`.
@@ -1021,7 +1028,7 @@ impl Inner {
             let mut idx = shard.index.write();
             if let Some(f) = idx.files.get_mut(&old) {
                 f.active = false;
-                f.handle.appending.store(false, Ordering::Relaxed);
+                f.handle.set_appending(false);
                 f.min_flagged = f.min_flagged.min(w.min_flagged);
             }
             let mut info = FileInfo::new(data.clone(), Origin::Log, format::FILE_HEADER_LEN as u64);
@@ -1088,11 +1095,14 @@ impl Inner {
             let rec = Record::from_bytes(bytes).map_err(corrupt)?;
             f(rec).map_err(corrupt)
         };
-        match mapped {
-            Some(bytes) => parse(bytes),
-            None => crate::cold::read_record(file, loc, parse)
-                .map_err(|e| Error::io("read", shard.data_path(loc.file), e))?,
-        }
+        let read = match mapped {
+            Some(bytes) => return parse(bytes),
+            // Not resident: past the page cache unless admitted.
+            None if cold => crate::cold::read_record(file, loc, parse),
+            // A file without a map, read as any other read would be.
+            None => crate::cold::read_cached(file, loc, parse),
+        };
+        read.map_err(|e| Error::io("read", shard.data_path(loc.file), e))?
     }
 
     pub(crate) fn encode_value<'a>(

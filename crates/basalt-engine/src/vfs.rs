@@ -90,6 +90,10 @@ pub trait VFile: Send + Sync + fmt::Debug {
         let _ = (buf, offset, len);
         Ok(None)
     }
+    /// Stops [`VFile::read_direct`] and [`VFile::raw_fd`]`(true)` for this
+    /// file: a direct read submitted elsewhere was refused with `EINVAL`.
+    /// The default does nothing.
+    fn refuse_direct(&self) {}
     /// The descriptor to read this file with, for a caller that submits
     /// its reads itself (io_uring): the `O_DIRECT` one with `direct` (reads
     /// must then be aligned as [`VFile::read_direct`]'s are), else the
@@ -425,6 +429,10 @@ impl StdFile {
 }
 
 impl VFile for StdFile {
+    fn refuse_direct(&self) {
+        self.direct_refused
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
     fn raw_fd(&self, direct: bool) -> Option<std::os::fd::RawFd> {
         if !direct {
             return Some(self.file.as_raw_fd());

@@ -391,3 +391,69 @@ fn after_a_run_of_resident_checks_only_a_sample_is_checked_until_one_misses() {
         "after a miss every read is checked again: {here:?}"
     );
 }
+
+/// Reads what `plan` says with one `pread`, as a ring would.
+fn read_planned(plan: &basalt_engine::ReadPlan, buf: &mut basalt_engine::vfs::DirectBuf) -> usize {
+    let bytes = buf.bytes_mut(plan.len);
+    // SAFETY: `bytes` is `plan.len` writable bytes; the descriptor is open
+    // while the `ColdRead` that planned it lives.
+    let n = unsafe {
+        libc::pread(
+            plan.fd,
+            bytes.as_mut_ptr().cast(),
+            plan.len,
+            plan.offset as libc::off_t,
+        )
+    };
+    assert!(n >= 0, "{}", io::Error::last_os_error());
+    n as usize
+}
+
+#[test]
+fn a_planned_read_of_a_sealed_file_is_direct_and_aligned_and_refusing_direct_reads_sticks() {
+    use basalt_engine::vfs::{DirectBuf, DIRECT_ALIGN};
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), opts()).unwrap();
+    db.set_residency(Residency::AllCold);
+    // Enough values to seal several 16 KiB files.
+    for i in 0..20 {
+        db.put(format!("k{i}").as_bytes(), &value(i, 1)).unwrap();
+    }
+    let mut buf = DirectBuf::new();
+    let (mut direct, mut refused) = (0, false);
+    for i in 0..20u64 {
+        let key = format!("k{i}");
+        let Lookup::Cold(mut read) = db.get_or_cold(key.as_bytes(), |_| ()).unwrap() else {
+            panic!("{key} not cold under all-cold");
+        };
+        let plan = read.plan().expect("StdFs hands out descriptors");
+        if plan.direct {
+            direct += 1;
+            assert_eq!(plan.offset % DIRECT_ALIGN as u64, 0, "{plan:?}");
+            assert_eq!(plan.len % DIRECT_ALIGN, 0, "{plan:?}");
+        }
+        let n = read_planned(&plan, &mut buf);
+        let record = plan
+            .record(&buf.bytes_mut(plan.len)[..n])
+            .expect("the read holds the record");
+        let got = read.finish(record, |v| v.to_vec()).unwrap();
+        assert_eq!(got, value(i, 1), "{key}");
+        // A short read holds no record.
+        assert!(plan.record(&buf.bytes_mut(plan.len)[..plan.skip]).is_none());
+        if plan.direct && !refused {
+            // As a ring does when the device refuses the alignment: the
+            // retry goes through the page cache, and so does every later
+            // read of this file.
+            read.refuse_direct();
+            assert_eq!(read.read_with(|v| v.to_vec()).unwrap(), value(i, 1));
+            let Lookup::Cold(mut again) = db.get_or_cold(key.as_bytes(), |_| ()).unwrap() else {
+                panic!("{key} not cold under all-cold");
+            };
+            assert!(!again.plan().unwrap().direct, "{key}: direct after refusal");
+            refused = true;
+        }
+    }
+    if direct == 0 {
+        eprintln!("no direct reads on this file system; nothing planned direct");
+    }
+}

@@ -124,10 +124,28 @@ pub(crate) async fn serve(shared: Arc<Shared>) {
         }
     };
     loop {
+        // Finish what completed and submit what is queued; entries the
+        // kernel could not take now (short of memory) are retried after a
+        // pause, not in a loop that would starve the connections.
+        let stalled = RING.with(|r| match r.borrow_mut().as_mut() {
+            Some(ring) => {
+                ring.reap();
+                ring.flush();
+                ring.queued > 0
+            }
+            None => false,
+        });
+        if stalled {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            continue;
+        }
         tokio::select! {
             _ = submit.notified() => {}
             ready = eventfd.readable() => {
                 let Ok(mut guard) = ready else {
+                    // The reactor is gone: no completion could be seen.
+                    // Later reads go to the reader threads.
+                    stop();
                     return std::future::pending().await;
                 };
                 let mut count = [0u8; 8];
@@ -141,12 +159,6 @@ pub(crate) async fn serve(shared: Arc<Shared>) {
                 guard.clear_ready();
             }
         }
-        RING.with(|r| {
-            if let Some(ring) = r.borrow_mut().as_mut() {
-                ring.reap();
-                ring.flush();
-            }
-        });
     }
 }
 
@@ -174,6 +186,14 @@ impl Ring {
         let ring = IoUring::builder()
             .setup_cqsize(2 * DEPTH as u32)
             .build(DEPTH as u32)?;
+        let mut probe = io_uring::Probe::new();
+        ring.submitter().register_probe(&mut probe)?;
+        if !probe.is_supported(opcode::Read::CODE) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "this kernel's io_uring has no read operation",
+            ));
+        }
         // SAFETY: eventfd has no memory preconditions; a non-negative
         // return is a new descriptor we own.
         let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
@@ -202,7 +222,7 @@ impl Ring {
 
     fn push(
         &mut self,
-        read: ColdRead,
+        mut read: ColdRead,
         protocol: Protocol,
         at: usize,
     ) -> Result<Deferred, ColdRead> {
@@ -261,7 +281,9 @@ impl Ring {
         }
     }
 
-    /// Submits every queued entry.
+    /// Submits the queued entries. What the kernel does not take (it may
+    /// take some, or none, when short of memory) stays queued, and the
+    /// driver is woken to try again.
     fn flush(&mut self) {
         if self.queued == 0 {
             return;
@@ -270,17 +292,16 @@ impl Ring {
             match self.ring.submit() {
                 Ok(_) => break,
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                // EAGAIN/EBUSY: the kernel is short of resources or of
-                // completion space; the entries stay queued, and the
-                // driver tries again after the tasks ready now have run.
                 Err(e) => {
                     tracing::debug!(error = %e, "io_uring submit deferred");
-                    self.submit.notify_one();
-                    return;
+                    break;
                 }
             }
         }
-        self.queued = 0;
+        self.queued = self.ring.submission().len() as u32;
+        if self.queued > 0 {
+            self.submit.notify_one();
+        }
     }
 
     /// Takes every completion, finishing its read.
@@ -302,6 +323,13 @@ impl Ring {
                 protocol,
                 done,
             } = s;
+            let mut read = read;
+            if res == -libc::EINVAL && plan.direct {
+                // The device wants another alignment for direct reads:
+                // none for this file from now on, and this one retried
+                // through the page cache.
+                read.refuse_direct();
+            }
             let got = usize::try_from(res).ok();
             let record = got.and_then(|n| plan.record(&buf.bytes_mut(plan.len)[..n.min(plan.len)]));
             match record {
@@ -341,8 +369,11 @@ impl Ring {
 
 impl Drop for Ring {
     fn drop(&mut self) {
-        // The kernel may still write into the buffers of reads in flight:
-        // wait for every one of them before the buffers go.
+        // Reads not yet given to the kernel are dropped (their connections
+        // are gone); those in flight may still be written into by the
+        // kernel: wait for every one of them before the buffers go.
+        self.backlog.clear();
+        self.flush();
         while self.in_flight() > 0 {
             match self.ring.submit_and_wait(1) {
                 Ok(_) => {}
