@@ -106,8 +106,9 @@ def stop(p, port):
         p.wait()
 
 
-def load(binary, data, first, keys, size):
-    """Writes keys `first..keys` (and the hot keys)."""
+def load(binary, data, first, keys, size, fields=0):
+    """Writes keys `first..keys` (and the hot keys); with `fields`, each key
+    is a hash of that many fields sharing the `size` bytes."""
     port = free_port()
     p = start(binary, port, data)
     cli = subprocess.Popen(["redis-cli", "-p", str(port), "--pipe"],
@@ -118,7 +119,14 @@ def load(binary, data, first, keys, size):
         key = f"key:{i:012d}".encode()
         # Incompressible, and different per key.
         v = key + block[len(key):]
-        batch.append(resp(b"SET", key, v))
+        if fields:
+            part = len(v) // fields
+            args = [b"HSET", key]
+            for f in range(fields):
+                args += [b"f%d" % f, v[f * part:(f + 1) * part]]
+            batch.append(resp(*args))
+        else:
+            batch.append(resp(b"SET", key, v))
         if len(batch) == 256:
             cli.stdin.write(b"".join(batch))
             batch = []
@@ -172,7 +180,7 @@ def sectors_read(path):
     return 0
 
 
-def get_run(port, keys, requests, clients, pipeline, data, mix=False, value=8000):
+def get_run(port, keys, requests, clients, pipeline, data, mix=False, value=8000, fields=0):
     """Random GETs; with `mix`, a tenth of the clients send SETs of the same
     keys meanwhile (a tenth of the requests): a 90/10 read/update mix."""
     before = sectors_read(data)
@@ -189,9 +197,10 @@ def get_run(port, keys, requests, clients, pipeline, data, mix=False, value=8000
             ["redis-benchmark", "-p", str(port), "-t", "set", "-r", str(keys), "-d", str(value),
              "-n", str(requests // 9), "-c", str(wc), "-P", str(pipeline), "--csv"],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    what = ["HGETALL", "key:__rand_int__"] if fields else ["-t", "get"]
     out = subprocess.run(
-        ["redis-benchmark", "-p", str(port), "-t", "get", "-r", str(keys),
-         "-n", str(requests), "-c", str(clients), "-P", str(pipeline), "--csv"],
+        ["redis-benchmark", "-p", str(port), "-r", str(keys),
+         "-n", str(requests), "-c", str(clients), "-P", str(pipeline), "--csv"] + what,
         capture_output=True, text=True, check=True).stdout
     set_rps = 0.0
     if writer:
@@ -250,6 +259,9 @@ def main():
     ap.add_argument("--mix", action="store_true",
                     help="90/10: a tenth of the clients SET random keys (a ninth as many "
                          "requests as the GETs) while the others GET")
+    ap.add_argument("--hash-fields", type=int, default=0,
+                    help="store each key as a hash of this many fields sharing the value's "
+                         "bytes, and read with HGETALL instead of GET")
     ap.add_argument("--json", default=None)
     ap.add_argument("--engines", default=None, metavar="BASALT_BENCH",
                     help="instead of the servers: run this basalt-bench binary's engine "
@@ -291,7 +303,7 @@ def main():
         loaded = 0
         for keys in steps:
             t0 = time.time()
-            load(binaries[0][1], data, loaded, keys, a.value)
+            load(binaries[0][1], data, loaded, keys, a.value, a.hash_fields)
             loaded = keys
             size = sum(os.path.getsize(os.path.join(r, f))
                        for r, _, fs in os.walk(data) for f in fs)
@@ -308,7 +320,8 @@ def main():
                         port = free_port()
                         p = start(path, port, data, cg)
                         try:
-                            res = get_run(port, keys, a.requests, a.clients, pl, data, a.mix, a.value)
+                            res = get_run(port, keys, a.requests, a.clients, pl, data, a.mix,
+                                          a.value, a.hash_fields)
                         finally:
                             stop(p, port)
                         runs[name][pl].append(res)

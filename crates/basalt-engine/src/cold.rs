@@ -154,6 +154,80 @@ fn admit(uid: u64, offset: u32) -> bool {
     }
 }
 
+thread_local! {
+    /// Record bytes fetched ahead of the command this thread runs next
+    /// ([`stage_record`]), by (file uid, offset); taken by the reads that
+    /// need them ([`take_staged`]), the rest dropped by [`clear_staged`].
+    static STAGED: std::cell::RefCell<hashbrown::HashMap<(u64, u32), Vec<u8>>> =
+        std::cell::RefCell::new(hashbrown::HashMap::new());
+    /// Whether `STAGED` holds anything: one thread-local load per read.
+    static ANY_STAGED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Reads served from staged bytes (INFO `basalt_cold_reads_staged`).
+static READS_STAGED: AtomicU64 = AtomicU64::new(0);
+
+/// Where the records a [`ColdRead`] fetches lie, for [`stage_record`]: a
+/// file that is never reused and offsets that are never rewritten, so
+/// staged bytes are the records' whoever reads them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StagePlan {
+    uid: u64,
+    /// Where the bytes read start.
+    base: u32,
+    /// Each record's (offset, length) in the file.
+    records: Vec<(u32, u32)>,
+}
+
+/// Makes the records in `bytes` (what a [`ColdRead`] fetched, checked with
+/// [`ColdRead::check_record`]) what this thread's next reads of those
+/// records use instead of the disk, until [`clear_staged`]. A command
+/// whose records are not in memory is run this way: its reads are made
+/// where waiting harms no one, staged on the thread that runs it, and the
+/// command then runs in place as usual.
+pub fn stage_record(plan: &StagePlan, bytes: &[u8]) {
+    STAGED.with(|s| {
+        let mut s = s.borrow_mut();
+        for &(offset, len) in &plan.records {
+            let at = (offset - plan.base) as usize;
+            if let Some(rec) = bytes.get(at..at + len as usize) {
+                s.insert((plan.uid, offset), rec.to_vec());
+            }
+        }
+    });
+    ANY_STAGED.set(true);
+}
+
+/// Drops whatever [`stage_record`] left on this thread.
+pub fn clear_staged() {
+    if ANY_STAGED.replace(false) {
+        STAGED.with(|s| s.borrow_mut().clear());
+    }
+}
+
+/// Whether this thread has staged records (reads then look for theirs).
+pub(crate) fn any_staged() -> bool {
+    ANY_STAGED.get()
+}
+
+/// The staged bytes of the record at `loc` of the file `uid`, if any.
+pub(crate) fn take_staged(uid: u64, loc: Loc) -> Option<Vec<u8>> {
+    if !ANY_STAGED.get() {
+        return None;
+    }
+    let bytes = STAGED.with(|s| s.borrow_mut().remove(&(uid, loc.offset)))?;
+    if bytes.len() != loc.len as usize {
+        return None;
+    }
+    READS_STAGED.fetch_add(1, Ordering::Relaxed);
+    Some(bytes)
+}
+
+/// Reads served from staged bytes so far, process-wide.
+pub fn staged_reads() -> u64 {
+    READS_STAGED.load(Ordering::Relaxed)
+}
+
 /// Whether a cold read of the record at `loc` of `file` should go past
 /// the page cache: not while the file is being appended to (its newest
 /// pages may be dirty), nor when [`admit`] lets the record in.
@@ -163,18 +237,9 @@ fn choose_direct(file: &DataFile, loc: Loc) -> bool {
 
 /// Reads the record at `loc` of `file` from the disk and calls `f` with its
 /// bytes (unchecked: the caller parses them): past the page cache
-/// (`O_DIRECT`, [`crate::vfs::VFile::read_direct`]) when
-/// [`choose_direct`] says so and the file can, else with `pread` through
-/// the cache.
-pub(crate) fn read_record<R>(
-    file: &DataFile,
-    loc: Loc,
-    f: impl FnOnce(&[u8]) -> R,
-) -> std::io::Result<R> {
-    read_chosen(file, loc, choose_direct(file, loc), f)
-}
-
-/// [`read_record`] with the choice made.
+/// (`O_DIRECT`, [`crate::vfs::VFile::read_direct`]) with `direct` (see
+/// [`choose_direct`]) where the file can, else with `pread` through the
+/// cache.
 fn read_chosen<R>(
     file: &DataFile,
     loc: Loc,
@@ -286,6 +351,10 @@ pub struct ColdRead {
     /// read keeps that choice rather than asking [`admit`] again (which
     /// would find the plan's own tag and admit the record).
     planned: Option<bool>,
+    /// For a read of several records at once ([`Db::cold_field_reads`]):
+    /// each record's place, all inside `loc` (which then spans them, and
+    /// is no record itself). Empty for a read of one record.
+    members: Vec<Loc>,
 }
 
 impl ColdRead {
@@ -348,6 +417,65 @@ impl ColdRead {
             skip: 0,
             record_len: len,
         })
+    }
+
+    /// Where the records this read fetches are, for [`stage_record`].
+    pub fn stage_plan(&self) -> StagePlan {
+        let records = if self.members.is_empty() {
+            vec![(self.loc.offset, self.loc.len)]
+        } else {
+            self.members.iter().map(|l| (l.offset, l.len)).collect()
+        };
+        StagePlan {
+            uid: self.file.uid,
+            base: self.loc.offset,
+            records,
+        }
+    }
+
+    /// Reads the bytes of this read's record, or of all its records
+    /// ([`Db::cold_field_reads`]), checked with
+    /// [`ColdRead::check_record`], for [`stage_record`].
+    pub fn read_record(&self) -> Result<Vec<u8>> {
+        let direct = match self.planned {
+            Some(direct) => direct,
+            None => choose_direct(&self.file, self.loc),
+        };
+        read_chosen(&self.file, self.loc, direct, |bytes| {
+            self.check_record(bytes).map(|()| bytes.to_vec())
+        })
+        .map_err(|e| Error::io("read", self.path.clone(), e))?
+    }
+
+    /// Checks the bytes a planned read fetched: each record's CRC and key,
+    /// as [`ColdRead::finish`] does for one.
+    pub fn check_record(&self, bytes: &[u8]) -> Result<()> {
+        if self.members.is_empty() {
+            return self.finish(bytes, |_| ());
+        }
+        for m in &self.members {
+            let at = (m.offset - self.loc.offset) as usize;
+            let rec = bytes
+                .get(at..at + m.len as usize)
+                .ok_or_else(|| Error::Corrupt {
+                    path: self.path.clone(),
+                    offset: m.offset as u64,
+                    reason: "the read came back short".into(),
+                })?;
+            let rec = Record::from_bytes(rec).map_err(|reason| Error::Corrupt {
+                path: self.path.clone(),
+                offset: m.offset as u64,
+                reason: reason.into(),
+            })?;
+            if rec.key() != &*self.key {
+                return Err(Error::Corrupt {
+                    path: self.path.clone(),
+                    offset: m.offset as u64,
+                    reason: "record holds another key than the index says".into(),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Stops direct reads of this read's file, for a caller whose planned
@@ -435,6 +563,7 @@ impl Db {
             key: key.into(),
             path: self.inner.shard(key).data_path(loc.file),
             planned: None,
+            members: Vec::new(),
         })
     }
 
@@ -497,6 +626,80 @@ impl Db {
             version: loc.seq,
             expires_at,
         })))
+    }
+
+    /// The reads of every field record of the map at `key` that is not in
+    /// memory, for a caller that runs them elsewhere and stages their bytes
+    /// ([`stage_record`]) before reading the map in place. Records of one
+    /// file that lie close together (a map's fields are mostly written
+    /// together) are read together: one read per span of up to 256 KiB
+    /// with gaps of at most 4 KiB, where one read per record would fetch
+    /// the same blocks again and again. Empty when residency is not
+    /// checked ([`Residency::InPlace`]), when the key is not a map, or when
+    /// more than `cap` records are missing (those commands read as
+    /// before). Under [`Residency::AllCold`] every record counts as
+    /// missing.
+    pub fn cold_field_reads(&self, key: &[u8], cap: usize) -> Vec<ColdRead> {
+        const GAP: u64 = 4096;
+        const SPAN: u64 = 256 << 10;
+        let mode = self.residency();
+        if mode == Residency::InPlace {
+            return Vec::new();
+        }
+        let inner = &*self.inner;
+        let shard = inner.shard(key);
+        let mut missing: Vec<(Arc<DataFile>, Loc)> = Vec::new();
+        {
+            let idx = shard.index.read();
+            let Ok(Some(m)) = Self::live_map(inner, &idx, key) else {
+                return Vec::new();
+            };
+            for loc in m.fields.values() {
+                let Some(info) = idx.files.get(&loc.file) else {
+                    continue;
+                };
+                let file = &info.handle;
+                let absent = mode == Residency::AllCold
+                    || file
+                        .map_ref()
+                        .is_none_or(|map| !map.resident(loc.offset as u64, loc.len as usize));
+                if absent {
+                    if missing.len() == cap {
+                        return Vec::new();
+                    }
+                    missing.push((file.clone(), loc));
+                }
+            }
+        }
+        missing.sort_by_key(|(_, l)| (l.file, l.offset));
+        let mut reads: Vec<ColdRead> = Vec::new();
+        for (file, loc) in missing {
+            if let Some(last) = reads.last_mut() {
+                let end = last.loc.offset as u64 + last.loc.len as u64;
+                let new_end = loc.offset as u64 + loc.len as u64;
+                if last.loc.file == loc.file
+                    && (loc.offset as u64) < end + GAP
+                    && new_end - last.loc.offset as u64 <= SPAN
+                    && new_end > end
+                {
+                    if last.members.is_empty() {
+                        last.members.push(last.loc);
+                    }
+                    last.members.push(loc);
+                    last.loc.len = (new_end - last.loc.offset as u64) as u32;
+                    continue;
+                }
+            }
+            reads.push(ColdRead {
+                path: shard.data_path(loc.file),
+                file,
+                loc,
+                key: key.into(),
+                planned: None,
+                members: Vec::new(),
+            });
+        }
+        reads
     }
 
     /// Bytes of every data file (live and garbage): what reads may touch,

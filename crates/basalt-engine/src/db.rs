@@ -1083,6 +1083,12 @@ impl Inner {
             offset: loc.offset as u64,
             reason: reason.into(),
         };
+        // Bytes a caller fetched ahead for the command now running
+        // (`Db::cold_field_reads`, `cold::stage_record`).
+        if let Some(bytes) = crate::cold::take_staged(file.uid, loc) {
+            let rec = Record::from_bytes(&bytes).map_err(corrupt)?;
+            return f(rec).map_err(corrupt);
+        }
         // (A file without a map is read with `pread` anyway.)
         let cold = check && file.map_ref().is_some() && !crate::cold::record_resident(file, loc);
         let mapped = if cold {
@@ -1095,11 +1101,14 @@ impl Inner {
             let rec = Record::from_bytes(bytes).map_err(corrupt)?;
             f(rec).map_err(corrupt)
         };
+        // Not resident, or a file without a map: one `pread`, through the
+        // page cache. These reads come in runs (a map's fields, a large
+        // value's segments), and their records share blocks: read past the
+        // cache one by one, each would fetch its blocks again (measured:
+        // 3.5x the bytes and 0.4x the HGETALLs). Reads made elsewhere go
+        // past it (`ColdRead`, `Db::cold_field_reads`).
         let read = match mapped {
             Some(bytes) => return parse(bytes),
-            // Not resident: past the page cache unless admitted.
-            None if cold => crate::cold::read_record(file, loc, parse),
-            // A file without a map, read as any other read would be.
             None => crate::cold::read_cached(file, loc, parse),
         };
         read.map_err(|e| Error::io("read", shard.data_path(loc.file), e))?
@@ -1846,11 +1855,28 @@ impl Db {
                 })
             }
         };
+        // Under a residency check, a group whose records are not all in
+        // memory goes through `read_one` too (a read past the page cache,
+        // never a page fault per page in place), and so does every group
+        // while records fetched ahead are staged (`cold::stage_record`).
+        let check =
+            inner.residency.load(Ordering::Relaxed) != crate::cold::Residency::InPlace as u8;
         let mut rest = &found[..];
         while let [a, b, c, tail @ ..] = rest {
             let group = [*a, *b, *c];
-            // SAFETY: as in `read_one`.
-            let bytes = group.map(|(_, fi, loc)| unsafe { files[fi].1.mapped(loc) });
+            let in_memory = !crate::cold::any_staged()
+                && (!check
+                    || group
+                        .iter()
+                        .all(|&(_, fi, loc)| crate::cold::record_resident(&files[fi].1, loc)));
+            let bytes = group.map(|(_, fi, loc)| {
+                if in_memory {
+                    // SAFETY: as in `read_one`.
+                    unsafe { files[fi].1.mapped(loc) }
+                } else {
+                    None
+                }
+            });
             if let [Some(x), Some(y), Some(z)] = bytes {
                 let part = Record::checked_part;
                 let crcs = format::crc32c_3(part(x), part(y), part(z));
@@ -1874,7 +1900,11 @@ impl Db {
         Ok(Some(found.len()))
     }
 
-    fn live_map<'a>(inner: &Inner, idx: &'a Index, key: &[u8]) -> Result<Option<&'a MapEntry>> {
+    pub(crate) fn live_map<'a>(
+        inner: &Inner,
+        idx: &'a Index,
+        key: &[u8],
+    ) -> Result<Option<&'a MapEntry>> {
         let Some(e) = idx.keys.get(key) else {
             return Ok(None);
         };

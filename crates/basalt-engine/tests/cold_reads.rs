@@ -457,3 +457,54 @@ fn a_planned_read_of_a_sealed_file_is_direct_and_aligned_and_refusing_direct_rea
         eprintln!("no direct reads on this file system; nothing planned direct");
     }
 }
+
+#[test]
+fn a_maps_cold_fields_are_read_in_spans_staged_and_used_by_the_next_read_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), opts().max_file_size(1 << 20)).unwrap();
+    db.set_residency(Residency::AllCold);
+    for i in 0..30u64 {
+        let v = value(i, 1);
+        db.put_field(b"h", format!("f{i:02}").as_bytes(), &v[..v.len() / 4])
+            .unwrap();
+    }
+    // Written together, the fields lie together: a few reads, not 30.
+    let reads = db.cold_field_reads(b"h", 256);
+    assert!(
+        !reads.is_empty() && reads.len() < 5,
+        "{} reads",
+        reads.len()
+    );
+    assert!(db.cold_field_reads(b"h", 10).is_empty(), "over the cap");
+    assert!(db.cold_field_reads(b"missing", 256).is_empty());
+    let before = basalt_engine::staged_reads();
+    for read in &reads {
+        let bytes = read.read_record().unwrap();
+        read.check_record(&bytes).unwrap();
+        basalt_engine::stage_record(&read.stage_plan(), &bytes);
+    }
+    let mut got = db.fields(b"h").unwrap();
+    got.sort();
+    let want: Vec<_> = (0..30u64)
+        .map(|i| {
+            let v = value(i, 1);
+            (format!("f{i:02}").into_bytes(), v[..v.len() / 4].to_vec())
+        })
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(
+        basalt_engine::staged_reads() - before,
+        30,
+        "each field from its staged bytes"
+    );
+    // Taken once: the next read goes to the file.
+    assert_eq!(db.fields(b"h").unwrap().len(), 30);
+    assert_eq!(basalt_engine::staged_reads() - before, 30);
+    basalt_engine::clear_staged();
+    // Damaged bytes are refused before they could be staged.
+    let read = &reads[0];
+    let mut bytes = read.read_record().unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    assert!(read.check_record(&bytes).is_err());
+}

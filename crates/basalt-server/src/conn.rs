@@ -519,6 +519,32 @@ async fn run(
                         }
                         ran
                     } else {
+                        // A command that reads a whole map whose records
+                        // are not in memory has them fetched first, off
+                        // this worker's back, and runs in place on them.
+                        if reads_whole_map(&args) && !conn.tx.in_multi() && shared.readers.enabled()
+                        {
+                            let reads = shared
+                                .keyspace
+                                .read(conn.db)
+                                .db()
+                                .map(|db| db.cold_field_reads(&args[1], FETCH_AHEAD_MAX))
+                                .unwrap_or_default();
+                            if !reads.is_empty() {
+                                gate.release();
+                                let fetched = tokio::select! {
+                                    biased;
+                                    _ = info.kill.notified() => return Ok(Ended::Closed),
+                                    _ = Shared::wait_shutdown(&mut shutdown) => return Ok(Ended::Closed),
+                                    f = fetch_records(shared, reads) => f,
+                                };
+                                for (plan, bytes) in fetched {
+                                    basalt_engine::stage_record(&plan, &bytes);
+                                }
+                                conn.batch_clock = 0;
+                                conn.tick = now_ns();
+                            }
+                        }
                         // A GET whose value is not in memory may leave its
                         // reply to a reader thread (crate::readers) when
                         // nothing rewrites this reply after it: no CLIENT
@@ -527,6 +553,7 @@ async fn run(
                             && !info.pubsub.has_pending();
                         let ran = tx::run(shared, conn, &mut out, args, &mut gate);
                         conn.may_defer = false;
+                        basalt_engine::clear_staged();
                         ran
                     }
                 }
@@ -772,6 +799,60 @@ async fn run(
 }
 
 /// Appends a replicated write's reply, or its error line.
+/// Most records of one key fetched ahead of a command
+/// ([`reads_whole_map`]); a key with more missing is read as before.
+const FETCH_AHEAD_MAX: usize = 256;
+
+/// Whether the command reads the fields of the map at `args[1]` (a hash's,
+/// a list's or a stream's records), so that those not in memory are
+/// fetched before it runs: HGETALL, HVALS, LRANGE, XRANGE, XREVRANGE.
+fn reads_whole_map(args: &basalt_resp::Args<'_>) -> bool {
+    args.len() >= 2
+        && [
+            &b"hgetall"[..],
+            b"hvals",
+            b"lrange",
+            b"xrange",
+            b"xrevrange",
+        ]
+        .iter()
+        .any(|n| args[0].eq_ignore_ascii_case(n))
+}
+
+/// Reads `reads` on this worker's io_uring (or the reader threads) and
+/// returns each record that arrived whole and checked, with where it is,
+/// for `basalt_engine::stage_record`. A read that failed is left out: the
+/// command reads that record itself and reports the error.
+async fn fetch_records(
+    shared: &Shared,
+    reads: Vec<basalt_engine::ColdRead>,
+) -> Vec<(basalt_engine::StagePlan, Vec<u8>)> {
+    let mut waits = Vec::with_capacity(reads.len());
+    for read in reads {
+        let at = read.stage_plan();
+        let rx = match crate::uring::submit_record(read) {
+            Ok(rx) => rx,
+            Err(read) => {
+                let (done, rx) = tokio::sync::oneshot::channel();
+                // Without readers `done` is dropped and the record is read
+                // by the command itself.
+                let _ = shared.readers.run(read, readers::Want::Record, done);
+                rx
+            }
+        };
+        waits.push((at, rx));
+    }
+    let mut fetched = Vec::with_capacity(waits.len());
+    for (at, rx) in waits {
+        if let Ok(record) = rx.await {
+            if !record.is_empty() {
+                fetched.push((at, record));
+            }
+        }
+    }
+    fetched
+}
+
 fn push_reply(out: &mut Vec<u8>, protocol: Protocol, reply: Result<Vec<u8>, String>) {
     match reply {
         Ok(bytes) => out.extend_from_slice(&bytes),

@@ -123,16 +123,16 @@ impl ColdReaders {
     /// `None` when there are no readers (the caller reads in place).
     pub fn submit(&self, read: ColdRead, protocol: Protocol, at: usize) -> Option<Deferred> {
         let (done, rx) = oneshot::channel();
-        self.run(read, protocol, done).ok()?;
+        self.run(read, Want::Bulk(protocol), done).ok()?;
         Some(Deferred { at, rx })
     }
 
-    /// Reads `read` on a reader thread and sends its encoded reply through
-    /// `done`; gives `done` back when there are no readers.
+    /// Reads `read` on a reader thread and sends what `want` asks for
+    /// through `done`; gives `done` back when there are no readers.
     pub(crate) fn run(
         &self,
         read: ColdRead,
-        protocol: Protocol,
+        want: Want,
         done: oneshot::Sender<Vec<u8>>,
     ) -> Result<(), oneshot::Sender<Vec<u8>>> {
         let Some(tx) = self.tx.as_ref() else {
@@ -140,12 +140,7 @@ impl ColdReaders {
         };
         let served = self.served.clone();
         let job: Job = Box::new(move || {
-            let r = read.read_with(|v| {
-                let mut out = Vec::with_capacity(v.len() + 16);
-                Encoder::new(&mut out, protocol).bulk(v);
-                out
-            });
-            let out = reply_or_error(r, protocol);
+            let out = want.read(&read);
             served.fetch_add(1, Ordering::Relaxed);
             // The connection may have gone; its reply goes nowhere.
             let _ = done.send(out);
@@ -155,6 +150,53 @@ impl ColdReaders {
         // abandoned.
         let _ = tx.lock().send(job);
         Ok(())
+    }
+}
+
+/// What a cold read hands back.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Want {
+    /// The value as a bulk-string reply (or the error line), for a
+    /// placeholder.
+    Bulk(Protocol),
+    /// The whole record, checked, to stage for a command
+    /// (`basalt_engine::stage_record`); empty when the read failed (the
+    /// command then reads it itself and reports the error).
+    Record,
+}
+
+impl Want {
+    /// Reads `read` here (a reader thread) and returns what is wanted.
+    pub(crate) fn read(self, read: &ColdRead) -> Vec<u8> {
+        match self {
+            Want::Bulk(protocol) => reply_or_error(
+                read.read_with(|v| {
+                    let mut out = Vec::with_capacity(v.len() + 16);
+                    Encoder::new(&mut out, protocol).bulk(v);
+                    out
+                }),
+                protocol,
+            ),
+            Want::Record => read.read_record().unwrap_or_default(),
+        }
+    }
+
+    /// What is wanted, from the record bytes a submitted read fetched.
+    pub(crate) fn of_record(self, read: &ColdRead, record: &[u8]) -> Vec<u8> {
+        match self {
+            Want::Bulk(protocol) => reply_or_error(
+                read.finish(record, |v| {
+                    let mut out = Vec::with_capacity(v.len() + 16);
+                    Encoder::new(&mut out, protocol).bulk(v);
+                    out
+                }),
+                protocol,
+            ),
+            Want::Record => match read.check_record(record) {
+                Ok(()) => record.to_vec(),
+                Err(_) => Vec::new(),
+            },
+        }
     }
 }
 

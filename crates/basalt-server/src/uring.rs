@@ -34,12 +34,12 @@ use std::sync::Arc;
 
 use basalt_engine::vfs::DirectBuf;
 use basalt_engine::{ColdRead, ReadPlan};
-use basalt_resp::{Encoder, Protocol};
+use basalt_resp::Protocol;
 use io_uring::{opcode, types, IoUring};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{oneshot, Notify};
 
-use crate::readers::Deferred;
+use crate::readers::{Deferred, Want};
 use crate::state::Shared;
 
 /// Reads one ring keeps in flight at most (its submission queue's size;
@@ -63,7 +63,7 @@ struct Slot {
     read: ColdRead,
     plan: ReadPlan,
     buf: DirectBuf,
-    protocol: Protocol,
+    want: Want,
     done: oneshot::Sender<Vec<u8>>,
 }
 
@@ -71,7 +71,7 @@ struct Slot {
 struct Waiting {
     read: ColdRead,
     plan: ReadPlan,
-    protocol: Protocol,
+    want: Want,
     done: oneshot::Sender<Vec<u8>>,
 }
 
@@ -175,8 +175,19 @@ pub(crate) fn stop() {
 /// of the caller's output. Gives the read back when the ring cannot take
 /// it (no ring on this thread, no descriptor to read).
 pub(crate) fn submit(read: ColdRead, protocol: Protocol, at: usize) -> Result<Deferred, ColdRead> {
+    push(read, Want::Bulk(protocol)).map(|rx| Deferred::new(at, rx))
+}
+
+/// Submits `read` on this worker's ring for its whole record, checked
+/// (empty if the read failed): bytes to stage for a command. Gives the
+/// read back when the ring cannot take it.
+pub(crate) fn submit_record(read: ColdRead) -> Result<oneshot::Receiver<Vec<u8>>, ColdRead> {
+    push(read, Want::Record)
+}
+
+fn push(read: ColdRead, want: Want) -> Result<oneshot::Receiver<Vec<u8>>, ColdRead> {
     RING.with(|r| match r.borrow_mut().as_mut() {
-        Some(ring) => ring.push(read, protocol, at),
+        Some(ring) => ring.push(read, want),
         None => Err(read),
     })
 }
@@ -223,9 +234,8 @@ impl Ring {
     fn push(
         &mut self,
         mut read: ColdRead,
-        protocol: Protocol,
-        at: usize,
-    ) -> Result<Deferred, ColdRead> {
+        want: Want,
+    ) -> Result<oneshot::Receiver<Vec<u8>>, ColdRead> {
         let Some(plan) = read.plan() else {
             return Err(read);
         };
@@ -233,14 +243,14 @@ impl Ring {
         let waiting = Waiting {
             read,
             plan,
-            protocol,
+            want,
             done,
         };
         match self.free.pop() {
             Some(slot) => self.start(slot, waiting),
             None => self.backlog.push_back(waiting),
         }
-        Ok(Deferred::new(at, rx))
+        Ok(rx)
     }
 
     /// Queues `w`'s read in `slot` (free) for the next submission.
@@ -261,7 +271,7 @@ impl Ring {
             // it, the read goes to a reader thread.
             self.free.push(slot);
             self.bufs.push(buf);
-            if let Err(done) = self.shared.readers.run(w.read, w.protocol, w.done) {
+            if let Err(done) = self.shared.readers.run(w.read, w.want, w.done) {
                 let _ = done.send(b"-ERR cold read could not be queued\r\n".to_vec());
             }
             return;
@@ -270,7 +280,7 @@ impl Ring {
             read: w.read,
             plan: w.plan,
             buf,
-            protocol: w.protocol,
+            want: w.want,
             done: w.done,
         });
         self.queued += 1;
@@ -320,7 +330,7 @@ impl Ring {
                 read,
                 plan,
                 mut buf,
-                protocol,
+                want,
                 done,
             } = s;
             let mut read = read;
@@ -334,19 +344,15 @@ impl Ring {
             let record = got.and_then(|n| plan.record(&buf.bytes_mut(plan.len)[..n.min(plan.len)]));
             match record {
                 Some(record) => {
-                    let r = read.finish(record, |v| {
-                        let mut out = Vec::with_capacity(v.len() + 16);
-                        Encoder::new(&mut out, protocol).bulk(v);
-                        out
-                    });
+                    let out = want.of_record(&read, record);
                     self.shared.readers.served.fetch_add(1, Ordering::Relaxed);
                     READS.fetch_add(1, Ordering::Relaxed);
-                    let _ = done.send(crate::readers::reply_or_error(r, protocol));
+                    let _ = done.send(out);
                 }
                 // Failed or short: a reader thread retries it through the
                 // engine, which falls back as it must and names the error.
                 None => {
-                    if let Err(done) = self.shared.readers.run(read, protocol, done) {
+                    if let Err(done) = self.shared.readers.run(read, want, done) {
                         let _ = done.send(b"-ERR cold read failed\r\n".to_vec());
                     }
                 }

@@ -446,3 +446,111 @@ fn hget_of_cold_fields_answers_in_pipeline_order() {
         basalt_resp::Frame::NullBulk
     );
 }
+
+#[test]
+fn hgetall_lrange_and_xrange_of_cold_maps_read_their_records_ahead_and_answer_in_order() {
+    for io_uring in [true, false] {
+        whole_map_reads_of_cold_maps(io_uring);
+    }
+}
+
+fn whole_map_reads_of_cold_maps(io_uring: bool) {
+    // Small data files, so the records lie in sealed files too.
+    let server = cold_server_with(64 << 10, io_uring);
+    let mut c = server.client();
+    let staged_before = stat(&mut c, "basalt_cold_reads_staged");
+    let mut hash: Vec<(String, String)> = Vec::new();
+    for i in 0..60 {
+        let (f, v) = (format!("f{i}"), value(i, 1));
+        let _: () = redis::cmd("HSET")
+            .arg("h")
+            .arg(&f)
+            .arg(&v)
+            .query(&mut c)
+            .unwrap();
+        hash.push((f, v));
+    }
+    let list: Vec<String> = (0..40).map(|i| value(i + 100, 2)).collect();
+    for v in &list {
+        let _: () = redis::cmd("RPUSH").arg("l").arg(v).query(&mut c).unwrap();
+    }
+    let mut ids = Vec::new();
+    for i in 0..30 {
+        let id: String = redis::cmd("XADD")
+            .arg("s")
+            .arg("*")
+            .arg("v")
+            .arg(value(i + 200, 3))
+            .query(&mut c)
+            .unwrap();
+        ids.push(id);
+    }
+    // More fields than are read ahead: read as before, still right.
+    for i in 0..300 {
+        let _: () = redis::cmd("HSET")
+            .arg("big")
+            .arg(format!("f{i}"))
+            .arg(value(i, 4))
+            .query(&mut c)
+            .unwrap();
+    }
+    // One pipeline: whole-map reads between writes that change the maps.
+    let mut pipe = redis::pipe();
+    pipe.cmd("HGETALL").arg("h");
+    pipe.cmd("HSET").arg("h").arg("f0").arg("changed");
+    pipe.cmd("HVALS").arg("h");
+    pipe.cmd("LRANGE").arg("l").arg(0).arg(-1);
+    pipe.cmd("RPUSH").arg("l").arg("tail");
+    pipe.cmd("LRANGE").arg("l").arg(-2).arg(-1);
+    pipe.cmd("XRANGE").arg("s").arg("-").arg("+");
+    pipe.cmd("XREVRANGE")
+        .arg("s")
+        .arg("+")
+        .arg("-")
+        .arg("COUNT")
+        .arg(2);
+    pipe.cmd("HGETALL").arg("big");
+    pipe.cmd("GET").arg("missing");
+    #[allow(clippy::type_complexity)]
+    let (h1, _, vals, l1, _, l2, s1, s2, big, missing): (
+        std::collections::HashMap<String, String>,
+        i64,
+        Vec<String>,
+        Vec<String>,
+        i64,
+        Vec<String>,
+        Vec<(String, Vec<(String, String)>)>,
+        Vec<(String, Vec<(String, String)>)>,
+        std::collections::HashMap<String, String>,
+        Option<String>,
+    ) = pipe.query(&mut c).unwrap();
+    let expected: std::collections::HashMap<String, String> = hash.iter().cloned().collect();
+    assert_eq!(h1, expected);
+    let mut after: Vec<String> = hash.iter().skip(1).map(|(_, v)| v.clone()).collect();
+    after.push("changed".into());
+    let mut vals = vals;
+    vals.sort();
+    after.sort();
+    assert_eq!(vals, after);
+    assert_eq!(l1, list);
+    assert_eq!(l2, [list[39].clone(), "tail".to_string()]);
+    assert_eq!(s1.len(), 30);
+    for (i, (id, entry)) in s1.iter().enumerate() {
+        assert_eq!(id, &ids[i]);
+        assert_eq!(entry, &[("v".to_string(), value(i + 200, 3))]);
+    }
+    assert_eq!(
+        s2.iter().map(|e| e.0.clone()).collect::<Vec<_>>(),
+        [ids[29].clone(), ids[28].clone()]
+    );
+    assert_eq!(big.len(), 300);
+    assert_eq!(big["f299"], value(299, 4));
+    assert_eq!(missing, None);
+    // The small maps' records were read ahead and used (all-cold counts
+    // every record as missing).
+    let staged = stat(&mut c, "basalt_cold_reads_staged") - staged_before;
+    assert!(
+        staged >= 60 + 40 + 30,
+        "only {staged} reads used read-ahead records"
+    );
+}

@@ -1413,6 +1413,11 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             "basalt_io_uring_rings",
             crate::uring::RINGS.load(Ordering::Relaxed)
         );
+        kv!(
+            out,
+            "basalt_cold_reads_staged",
+            basalt_engine::staged_reads()
+        );
         let (direct, cached) = basalt_engine::cold_read_counts();
         kv!(out, "basalt_disk_reads_direct", direct);
         kv!(out, "basalt_disk_reads_cached", cached);
