@@ -636,12 +636,15 @@ impl Db {
     /// with gaps of at most 4 KiB, where one read per record would fetch
     /// the same blocks again and again. Empty when residency is not
     /// checked ([`Residency::InPlace`]), when the key is not a map, or when
-    /// more than `cap` records are missing (those commands read as
-    /// before). Under [`Residency::AllCold`] every record counts as
+    /// more than `cap` records or 16 MiB are missing (those commands read
+    /// as before). Under [`Residency::AllCold`] every record counts as
     /// missing.
     pub fn cold_field_reads(&self, key: &[u8], cap: usize) -> Vec<ColdRead> {
         const GAP: u64 = 4096;
         const SPAN: u64 = 256 << 10;
+        // What one command may hold staged.
+        const MAX_BYTES: u64 = 16 << 20;
+        let mut bytes = 0u64;
         let mode = self.residency();
         if mode == Residency::InPlace {
             return Vec::new();
@@ -664,7 +667,8 @@ impl Db {
                         .map_ref()
                         .is_none_or(|map| !map.resident(loc.offset as u64, loc.len as usize));
                 if absent {
-                    if missing.len() == cap {
+                    bytes += loc.len as u64;
+                    if missing.len() == cap || bytes > MAX_BYTES {
                         return Vec::new();
                     }
                     missing.push((file.clone(), loc));
