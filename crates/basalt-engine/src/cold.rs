@@ -635,47 +635,70 @@ impl Db {
     /// together) are read together: one read per span of up to 256 KiB
     /// with gaps of at most 4 KiB, where one read per record would fetch
     /// the same blocks again and again. Empty when residency is not
-    /// checked ([`Residency::InPlace`]), when the key is not a map, or when
-    /// more than `cap` records or 16 MiB are missing (those commands read
-    /// as before). Under [`Residency::AllCold`] every record counts as
-    /// missing.
+    /// checked ([`Residency::InPlace`]), when the key is not a map or has
+    /// more than `4 * cap` records, or when more than `cap` records or 16
+    /// MiB are missing (those commands read as before). Under
+    /// [`Residency::AllCold`] every record counts as missing.
     pub fn cold_field_reads(&self, key: &[u8], cap: usize) -> Vec<ColdRead> {
         const GAP: u64 = 4096;
         const SPAN: u64 = 256 << 10;
         // What one command may hold staged.
         const MAX_BYTES: u64 = 16 << 20;
-        let mut bytes = 0u64;
         let mode = self.residency();
         if mode == Residency::InPlace {
             return Vec::new();
         }
         let inner = &*self.inner;
         let shard = inner.shard(key);
-        let mut missing: Vec<(Arc<DataFile>, Loc)> = Vec::new();
-        {
+        // The map's records, under the index lock; nothing more for a map
+        // too large to fetch ahead (the scan itself would cost too much).
+        let mut locs: Vec<(Arc<DataFile>, Loc)> = {
             let idx = shard.index.read();
             let Ok(Some(m)) = Self::live_map(inner, &idx, key) else {
                 return Vec::new();
             };
-            for loc in m.fields.values() {
-                let Some(info) = idx.files.get(&loc.file) else {
-                    continue;
-                };
-                let file = &info.handle;
-                let absent = mode == Residency::AllCold
-                    || file
-                        .map_ref()
-                        .is_none_or(|map| !map.resident(loc.offset as u64, loc.len as usize));
-                if absent {
+            if m.fields.len() > cap.saturating_mul(4) {
+                return Vec::new();
+            }
+            m.fields
+                .values()
+                .filter_map(|loc| Some((idx.files.get(&loc.file)?.handle.clone(), loc)))
+                .collect()
+        };
+        locs.sort_by_key(|(_, l)| (l.file, l.offset));
+        // Which are in memory: one `mincore` per run of neighbouring
+        // records (a map's records mostly lie together), not per record.
+        let mut missing: Vec<(Arc<DataFile>, Loc)> = Vec::new();
+        let mut bytes = 0u64;
+        let mut i = 0;
+        while i < locs.len() {
+            let first = locs[i].1;
+            let mut end = first.offset as u64 + first.len as u64;
+            let mut j = i + 1;
+            while j < locs.len()
+                && locs[j].1.file == first.file
+                && (locs[j].1.offset as u64) < end + GAP
+                && locs[j].1.offset as u64 + locs[j].1.len as u64 - first.offset as u64 <= SPAN
+            {
+                end = end.max(locs[j].1.offset as u64 + locs[j].1.len as u64);
+                j += 1;
+            }
+            let file = &locs[i].0;
+            let absent = mode == Residency::AllCold
+                || file.map_ref().is_none_or(|map| {
+                    !map.resident(first.offset as u64, (end - first.offset as u64) as usize)
+                });
+            if absent {
+                for (file, loc) in &locs[i..j] {
                     bytes += loc.len as u64;
                     if missing.len() == cap || bytes > MAX_BYTES {
                         return Vec::new();
                     }
-                    missing.push((file.clone(), loc));
+                    missing.push((file.clone(), *loc));
                 }
             }
+            i = j;
         }
-        missing.sort_by_key(|(_, l)| (l.file, l.offset));
         let mut reads: Vec<ColdRead> = Vec::new();
         for (file, loc) in missing {
             if let Some(last) = reads.last_mut() {

@@ -522,7 +522,11 @@ async fn run(
                         // A command that reads a whole map whose records
                         // are not in memory has them fetched first, off
                         // this worker's back, and runs in place on them.
-                        if reads_whole_map(&args) && !conn.tx.in_multi() && shared.readers.enabled()
+                        let staged = StagedFor;
+                        if reads_whole_map(&args)
+                            && !conn.tx.in_multi()
+                            && shared.readers.enabled()
+                            && crate::auth::may_run(shared, &info, 0)
                         {
                             let reads = shared
                                 .keyspace
@@ -553,7 +557,7 @@ async fn run(
                             && !info.pubsub.has_pending();
                         let ran = tx::run(shared, conn, &mut out, args, &mut gate);
                         conn.may_defer = false;
-                        basalt_engine::clear_staged();
+                        drop(staged);
                         ran
                     }
                 }
@@ -798,7 +802,6 @@ async fn run(
     }
 }
 
-/// Appends a replicated write's reply, or its error line.
 /// Most records of one key fetched ahead of a command
 /// ([`reads_whole_map`]); a key with more missing is read as before.
 const FETCH_AHEAD_MAX: usize = 256;
@@ -853,6 +856,17 @@ async fn fetch_records(
     fetched
 }
 
+/// Drops the records staged for one command when the command is done,
+/// however it ends.
+struct StagedFor;
+
+impl Drop for StagedFor {
+    fn drop(&mut self) {
+        basalt_engine::clear_staged();
+    }
+}
+
+/// Appends a replicated write's reply, or its error line.
 fn push_reply(out: &mut Vec<u8>, protocol: Protocol, reply: Result<Vec<u8>, String>) {
     match reply {
         Ok(bytes) => out.extend_from_slice(&bytes),

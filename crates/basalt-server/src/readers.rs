@@ -181,6 +181,20 @@ impl Want {
         }
     }
 
+    /// What to hand back for a read that could not be made: an error
+    /// line for a placeholder, nothing for a fetch ahead (the command then
+    /// reads the record itself and reports what it finds).
+    pub(crate) fn failed(self, why: &str) -> Vec<u8> {
+        match self {
+            Want::Bulk(protocol) => {
+                let mut out = Vec::new();
+                Encoder::new(&mut out, protocol).error(format!("ERR {why}").as_bytes());
+                out
+            }
+            Want::Record => Vec::new(),
+        }
+    }
+
     /// What is wanted, from the record bytes a submitted read fetched.
     pub(crate) fn of_record(self, read: &ColdRead, record: &[u8]) -> Vec<u8> {
         match self {

@@ -55,8 +55,9 @@ pub(crate) const DEPTH: usize = 64;
 /// the turn.
 const SUBMIT_EARLY: u32 = 16;
 
-/// A buffer larger than this is not kept for the next read.
-const KEEP_BUF: usize = 256 << 10;
+/// A buffer larger than this is not kept for the next read (a span read
+/// ahead is at most 256 KiB, plus its alignment).
+const KEEP_BUF: usize = 264 << 10;
 
 /// One read the kernel is working on.
 struct Slot {
@@ -272,7 +273,7 @@ impl Ring {
             self.free.push(slot);
             self.bufs.push(buf);
             if let Err(done) = self.shared.readers.run(w.read, w.want, w.done) {
-                let _ = done.send(b"-ERR cold read could not be queued\r\n".to_vec());
+                let _ = done.send(w.want.failed("cold read could not be queued"));
             }
             return;
         }
@@ -353,7 +354,7 @@ impl Ring {
                 // engine, which falls back as it must and names the error.
                 None => {
                     if let Err(done) = self.shared.readers.run(read, want, done) {
-                        let _ = done.send(b"-ERR cold read failed\r\n".to_vec());
+                        let _ = done.send(want.failed("cold read failed"));
                     }
                 }
             }
