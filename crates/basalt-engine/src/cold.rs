@@ -274,6 +274,16 @@ fn read_counted<R>(file: &DataFile, loc: Loc, f: impl FnOnce(&[u8]) -> R) -> std
     Ok(r)
 }
 
+/// Reads the record at `loc` of `file` as a [`ColdRead`] would: past the
+/// page cache unless [`choose_direct`] says otherwise.
+pub(crate) fn read_alone<R>(
+    file: &DataFile,
+    loc: Loc,
+    f: impl FnOnce(&[u8]) -> R,
+) -> std::io::Result<R> {
+    read_chosen(file, loc, choose_direct(file, loc), f)
+}
+
 /// Reads the record at `loc` of `file` with `pread`, through the page
 /// cache.
 pub(crate) fn read_cached<R>(
@@ -588,7 +598,9 @@ impl Db {
         // SAFETY: `loc` and `file` were read from this shard's index; checked
         // just now, so no second look.
         let v = unsafe {
-            inner.read_with_checked(inner.shard(key), &file, loc, false, |rec| rec.value())
+            inner.read_with_checked(inner.shard(key), &file, loc, false, false, |rec| {
+                rec.value()
+            })
         }?;
         Ok(Lookup::Here(v))
     }

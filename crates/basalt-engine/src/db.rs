@@ -1060,11 +1060,13 @@ impl Inner {
     ) -> Result<R> {
         let check = self.residency.load(Ordering::Relaxed) != crate::cold::Residency::InPlace as u8;
         // SAFETY: the caller's promise, passed on.
-        unsafe { self.read_with_checked(shard, file, loc, check, f) }
+        unsafe { self.read_with_checked(shard, file, loc, check, false, f) }
     }
 
     /// [`Inner::read_with`]; with `check`, a record whose pages are not all
-    /// in memory is read with one `pread` rather than through the map,
+    /// in memory is read with one `pread` rather than through the map (past
+    /// the page cache unless admitted when it is `lone`, a key's whole value
+    /// read on its own; through it otherwise, see below),
     /// where each of its pages would be a fault and a disk read in turn
     /// (and a failing disk a `SIGBUS` rather than an error).
     ///
@@ -1076,6 +1078,7 @@ impl Inner {
         file: &DataFile,
         loc: Loc,
         check: bool,
+        lone: bool,
         f: impl FnOnce(Record<'_>) -> std::result::Result<R, &'static str>,
     ) -> Result<R> {
         let corrupt = |reason: &str| Error::Corrupt {
@@ -1109,6 +1112,8 @@ impl Inner {
         // past it (`ColdRead`, `Db::cold_field_reads`).
         let read = match mapped {
             Some(bytes) => return parse(bytes),
+            // A key's whole value, read alone: as a `ColdRead` would be.
+            None if cold && lone => crate::cold::read_alone(file, loc, parse),
             None => crate::cold::read_cached(file, loc, parse),
         };
         read.map_err(|e| Error::io("read", shard.data_path(loc.file), e))?
@@ -1561,7 +1566,7 @@ impl Db {
         // SAFETY: `loc` and `file` were read from this shard's index
         // (`locate_value`).
         unsafe {
-            inner.read_with_checked(shard, file, loc, check, |rec| {
+            inner.read_with_checked(shard, file, loc, check, true, |rec| {
                 if rec.key() != key {
                     return Err("record holds another key than the index says");
                 }
