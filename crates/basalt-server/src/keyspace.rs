@@ -242,6 +242,11 @@ pub struct Keyspace {
     replicated: bool,
     /// The Raft state machine's marker database, in the same batch group.
     raft_db: Option<Arc<Db>>,
+    /// The residency mode the server last chose for every database
+    /// (`Shared::apply_residency`), given to one as it opens, so a database
+    /// reopened by FLUSHALL or opened by its first write checks as the
+    /// others do from the start, not from the next second.
+    residency: parking_lot::Mutex<basalt_engine::Residency>,
 }
 
 /// Magic and version at the start of `BATCHES`.
@@ -517,7 +522,13 @@ impl Keyspace {
             log,
             replicated,
             raft_db,
+            residency: parking_lot::Mutex::new(basalt_engine::Residency::InPlace),
         })
+    }
+
+    /// Sets the residency mode databases get as they open (see the field).
+    pub fn set_residency(&self, mode: basalt_engine::Residency) {
+        *self.residency.lock() = mode;
     }
 
     /// The Raft state machine's marker database (replicated nodes only).
@@ -571,7 +582,9 @@ impl Keyspace {
             &slot.number,
         )
         .active_expiry(!self.replicated);
-        slot.set_db(Db::open(&dir, opts)?);
+        let db = Db::open(&dir, opts)?;
+        db.set_residency(*self.residency.lock());
+        slot.set_db(db);
         Ok(())
     }
 

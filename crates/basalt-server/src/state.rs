@@ -321,6 +321,7 @@ impl Shared {
         } else {
             basalt_engine::Residency::InPlace
         };
+        self.keyspace.set_residency(mode);
         for n in 0..self.keyspace.len() {
             if let Some(db) = self.keyspace.read(n).db() {
                 if db.residency() != mode {

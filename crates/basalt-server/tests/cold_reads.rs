@@ -554,3 +554,29 @@ fn whole_map_reads_of_cold_maps(io_uring: bool) {
         "only {staged} reads used read-ahead records"
     );
 }
+
+#[test]
+fn a_database_reopened_by_flushall_checks_residency_from_its_first_read() {
+    let server = cold_server(64 << 10);
+    let mut c = server.client();
+    // Enough to seal data files: FLUSHALL then sets the database's files
+    // aside and opens a fresh one.
+    for i in 0..60 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("k{i}"))
+            .arg(value(i, 1))
+            .query(&mut c)
+            .unwrap();
+    }
+    let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
+    let _: () = redis::cmd("SET").arg("k").arg("v2").query(&mut c).unwrap();
+    // At once, not after the next once-a-second look at the memory budget.
+    let before = cold_reads_served(&mut c);
+    let v: Option<String> = redis::cmd("GET").arg("k").query(&mut c).unwrap();
+    assert_eq!(v.as_deref(), Some("v2"));
+    assert_eq!(
+        cold_reads_served(&mut c),
+        before + 1,
+        "the GET was not cold"
+    );
+}
