@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Random GETs on a data set larger than the memory Basalt may use.
 
-The server runs inside a memory cgroup (v1 `memory.limit_in_bytes`,
-created and removed here; root only) capped at --limit-mb, over a data
+The server runs inside a memory cgroup (v1 `memory.limit_in_bytes`, or
+v2 `memory.max` where no v1 memory hierarchy is mounted; created and
+removed here; root only) capped at --limit-mb, over a data
 set of --keys values of --value bytes (default: each of --ratios times the
 limit, grown step by step).
 The data is loaded once (`redis-cli --pipe`), then for each binary in
@@ -38,7 +39,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "clients"))
 from servers import free_port  # noqa: E402
 
-CGROUP_ROOT = "/sys/fs/cgroup/memory"
+CGROUP_V1 = "/sys/fs/cgroup/memory"
+CGROUP_V2 = "/sys/fs/cgroup"
 
 
 def resp(*args):
@@ -65,14 +67,29 @@ def wait_ping(port, timeout=120):
 
 class Cgroup:
     def __init__(self, name, limit):
-        self.path = os.path.join(CGROUP_ROOT, name)
+        self.v2 = not os.path.isdir(CGROUP_V1) and os.path.exists(
+            os.path.join(CGROUP_V2, "cgroup.controllers"))
+        if self.v2:
+            # The memory controller must be enabled for the root's children.
+            with open(os.path.join(CGROUP_V2, "cgroup.subtree_control"), "w") as f:
+                f.write("+memory")
+            self.path = os.path.join(CGROUP_V2, name)
+        else:
+            self.path = os.path.join(CGROUP_V1, name)
         os.makedirs(self.path, exist_ok=True)
-        with open(os.path.join(self.path, "memory.limit_in_bytes"), "w") as f:
+        knob = "memory.max" if self.v2 else "memory.limit_in_bytes"
+        with open(os.path.join(self.path, knob), "w") as f:
             f.write(str(limit))
 
     def usage(self):
-        with open(os.path.join(self.path, "memory.max_usage_in_bytes")) as f:
-            return int(f.read())
+        # Peak usage (v2's memory.peak exists from Linux 5.19 on).
+        knob = "memory.peak" if self.v2 else "memory.max_usage_in_bytes"
+        try:
+            with open(os.path.join(self.path, knob)) as f:
+                return int(f.read())
+        except OSError:
+            with open(os.path.join(self.path, "memory.current")) as f:
+                return int(f.read())
 
     def remove(self):
         try:

@@ -10,7 +10,13 @@ of the rounds. Prints one table (ops/s and the ratio to the redis-server
 setup of the same shape).
 
 Usage: python3 scripts/bench_group.py --basalt target/release/basalt
-         [--requests 100000] [--rounds 3] [--pipelines 1,16] [--tests set,get]
+         [--requests 100000] [--requests-pipelined N] [--rounds 3]
+         [--pipelines 1,16] [--tests set,get] [--client-threads N] [--single-only]
+
+--requests-pipelined sets the request count for P > 1 (default: --requests),
+so that fast pipelined runs last as long as the P=1 ones. --client-threads
+gives redis-benchmark that many threads (its --threads): on a many-core
+machine one client thread caps pipelined runs below what the servers do.
 """
 
 import argparse
@@ -120,10 +126,12 @@ def start_redis(root, replicas):
     return s
 
 
-def bench(port, test, requests, pipeline):
-    r = subprocess.run(["redis-benchmark", "-p", str(port), "-t", test, "-n", str(requests), "-c", "50",
-                        "-r", "1000000", "-d", "100", "-P", str(pipeline), "--csv"],
-                       capture_output=True, text=True, timeout=900)
+def bench(port, test, requests, pipeline, threads=0):
+    cmd = ["redis-benchmark", "-p", str(port), "-t", test, "-n", str(requests), "-c", "50",
+           "-r", "1000000", "-d", "100", "-P", str(pipeline), "--csv"]
+    if threads > 1:
+        cmd += ["--threads", str(threads)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     rows = [l for l in r.stdout.splitlines() if l.strip() and not l.startswith('"test"')]
     if not rows:
         sys.exit(f"redis-benchmark -t {test} -P {pipeline} on port {port} printed no result:\n"
@@ -138,6 +146,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--pipelines", default="1,16")
     ap.add_argument("--tests", default="set,get")
+    ap.add_argument("--requests-pipelined", type=int, default=0)
+    ap.add_argument("--client-threads", type=int, default=0)
+    ap.add_argument("--single-only", action="store_true",
+                    help="only the single-node setups (redis x1, basalt x1)")
     a = ap.parse_args()
     for tool in ("redis-server", "redis-benchmark", "redis-cli"):
         if not shutil.which(tool):
@@ -149,6 +161,8 @@ def main():
         ("redis +2 replicas", lambda: start_redis(root + "/r3-" + str(time.time_ns()), 2)),
         ("basalt raft x3", lambda: start_basalt_group(a.basalt, root + "/b3-" + str(time.time_ns()))),
     ]
+    if a.single_only:
+        starters = starters[:2]
     results = {}
     try:
         for rnd in range(a.rounds):
@@ -158,7 +172,8 @@ def main():
                 try:
                     for test in a.tests.split(","):
                         for p in [int(x) for x in a.pipelines.split(",")]:
-                            ops = bench(s.port, test, a.requests, p)
+                            n = a.requests_pipelined if p > 1 and a.requests_pipelined else a.requests
+                            ops = bench(s.port, test, n, p, a.client_threads)
                             results.setdefault((name, test, p), []).append(ops)
                             print(f"round {rnd + 1} {name:18} {test} P={p}: {ops:.0f} ops/s", flush=True)
                 finally:
@@ -166,14 +181,25 @@ def main():
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print()
-    print("| test | P | redis x1 | basalt x1 | redis +2 replicas | basalt raft x3 | basalt x1 / redis x1 | raft x3 / redis +2 |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    if a.single_only:
+        print("| test | P | redis x1 | basalt x1 | basalt x1 / redis x1 |")
+        print("|---|---:|---:|---:|---:|")
+        for test in a.tests.split(","):
+            for p in [int(x) for x in a.pipelines.split(",")]:
+                m = {n: statistics.median(results[(n, test, p)]) for n, _ in starters}
+                print(f"| {test.upper()} | {p} | {m['redis x1']:.0f} | {m['basalt x1']:.0f} | "
+                      f"{m['basalt x1'] / m['redis x1']:.2f}x |")
+        return
+    print("| test | P | redis x1 | basalt x1 | redis +2 replicas | basalt raft x3 | basalt x1 / redis x1 "
+          "| raft x3 / redis +2 | raft x3 / basalt x1 |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for test in a.tests.split(","):
         for p in [int(x) for x in a.pipelines.split(",")]:
             m = {n: statistics.median(results[(n, test, p)]) for n, _ in starters}
             print(f"| {test.upper()} | {p} | {m['redis x1']:.0f} | {m['basalt x1']:.0f} | "
                   f"{m['redis +2 replicas']:.0f} | {m['basalt raft x3']:.0f} | "
-                  f"{m['basalt x1'] / m['redis x1']:.2f}x | {m['basalt raft x3'] / m['redis +2 replicas']:.2f}x |")
+                  f"{m['basalt x1'] / m['redis x1']:.2f}x | {m['basalt raft x3'] / m['redis +2 replicas']:.2f}x | "
+                  f"{m['basalt raft x3'] / m['basalt x1']:.2f}x |")
 
 
 if __name__ == "__main__":

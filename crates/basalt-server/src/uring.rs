@@ -18,8 +18,9 @@
 //! io_uring is missing or refused (old kernels, seccomp, `io-uring no`),
 //! where the file hands out no descriptor (test file systems), or where a read comes back short or failed
 //! (the reader thread then retries it through the engine, which reports
-//! the error properly), the read goes to the reader threads. Past [`DEPTH`]
-//! reads in flight, reads wait in the ring's backlog.
+//! the error properly), the read goes to the reader threads. Past its
+//! depth ([`ring_depth`]: the workers share half the disk's request queue)
+//! reads wait in the ring's backlog.
 //!
 //! Safety of the buffers: the kernel writes into a slot's buffer until the
 //! slot's completion arrives, so a slot (and its buffer) is freed only by
@@ -43,13 +44,62 @@ use crate::readers::{Deferred, Want};
 use crate::state::Shared;
 
 /// Reads one ring keeps in flight at most (its submission queue's size;
-/// the completion queue is twice that, so it never overflows); more wait
-/// in the ring's backlog. A device takes only so many requests at once
-/// (this machine's virtio disk: 128 tags, 256 requests): past that a
-/// submission waits for one in the submitting thread, which here is a
-/// worker. Two workers at 64 each reach the disk's random-read peak (fio:
-/// queue depth 32 gives it).
-pub(crate) const DEPTH: usize = 64;
+/// the completion queue is twice that, so it never overflows), whatever
+/// the disk: more wait in the ring's backlog.
+const MAX_DEPTH: usize = 64;
+
+/// Reads one ring keeps in flight at least.
+const MIN_DEPTH: usize = 4;
+
+/// Reads all rings together keep in flight where the disk's queue cannot
+/// be read from sysfs (no block device under the data directory).
+const DEFAULT_DISK_DEPTH: usize = 128;
+
+/// Reads one ring keeps in flight: half the request queue of the disk
+/// holding the data directory (`queue/nr_requests`; the other half is
+/// left to writes and other processes), shared evenly among the workers,
+/// between [`MIN_DEPTH`] and [`MAX_DEPTH`].
+///
+/// Why bound all rings together: a disk takes only so many requests at
+/// once, and past that a submission waits for one in the submitting
+/// thread, which here is a worker with every client on it. With 16
+/// workers at 64 reads each (1,024 in flight against a 256-request
+/// queue), a hot key's p99 under cold load was 12 ms on a 16-core
+/// machine; at 8 each, 0.3 ms (`docs/benchmarks.md`). A fixed share per
+/// ring needs no coordination between workers and starves none: a shared
+/// counter, tried first, let busy rings take every freed place (a cold
+/// GET's p99 went to 172 ms).
+fn ring_depth(config: &crate::config::Config) -> usize {
+    let workers = match config.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    depth_for(disk_queue(&config.dir), workers)
+}
+
+fn depth_for(disk_queue: Option<usize>, workers: usize) -> usize {
+    let disk = disk_queue.map_or(DEFAULT_DISK_DEPTH, |n| n / 2);
+    (disk / workers.max(1)).clamp(MIN_DEPTH, MAX_DEPTH)
+}
+
+/// The request queue length of the block device holding `dir`.
+fn disk_queue(dir: &std::path::Path) -> Option<usize> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(dir).ok()?.dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let base = std::path::PathBuf::from(format!("/sys/dev/block/{major}:{minor}"));
+    // A whole disk has `queue/`; a partition's is its disk's.
+    ["queue/nr_requests", "../queue/nr_requests"]
+        .iter()
+        .find_map(|q| {
+            std::fs::read_to_string(base.join(q))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .filter(|&n: &usize| n > 0)
+}
 
 /// Queued entries that are submitted at once rather than at the end of
 /// the turn.
@@ -99,6 +149,9 @@ thread_local! {
 
 /// Workers with a ring now (INFO `basalt_io_uring_rings`).
 pub(crate) static RINGS: AtomicUsize = AtomicUsize::new(0);
+/// Reads each ring keeps in flight at most (INFO `basalt_io_uring_depth`;
+/// 0 until a ring exists).
+pub(crate) static DEPTH: AtomicUsize = AtomicUsize::new(0);
 /// Cold reads a ring completed (INFO `basalt_cold_reads_io_uring`).
 pub(crate) static READS: AtomicU64 = AtomicU64::new(0);
 
@@ -195,9 +248,11 @@ fn push(read: ColdRead, want: Want) -> Result<oneshot::Receiver<Vec<u8>>, ColdRe
 
 impl Ring {
     fn new(shared: Arc<Shared>) -> std::io::Result<Ring> {
+        let depth = ring_depth(&shared.config);
+        DEPTH.store(depth, Ordering::Relaxed);
         let ring = IoUring::builder()
-            .setup_cqsize(2 * DEPTH as u32)
-            .build(DEPTH as u32)?;
+            .setup_cqsize(2 * depth as u32)
+            .build(depth as u32)?;
         let mut probe = io_uring::Probe::new();
         ring.submitter().register_probe(&mut probe)?;
         if !probe.is_supported(opcode::Read::CODE) {
@@ -222,8 +277,8 @@ impl Ring {
         Ok(Ring {
             ring,
             eventfd: Rc::new(eventfd),
-            slots: (0..DEPTH).map(|_| None).collect(),
-            free: (0..DEPTH).rev().collect(),
+            slots: (0..depth).map(|_| None).collect(),
+            free: (0..depth).rev().collect(),
             backlog: std::collections::VecDeque::new(),
             bufs: Vec::new(),
             queued: 0,
@@ -370,7 +425,7 @@ impl Ring {
     }
 
     fn in_flight(&self) -> usize {
-        DEPTH - self.free.len()
+        self.slots.len() - self.free.len()
     }
 }
 
@@ -397,5 +452,33 @@ impl Drop for Ring {
             self.queued = 0;
             self.reap();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workers_share_half_the_disk_queue_within_bounds() {
+        // The 16-core device: 256 requests, 16 workers.
+        assert_eq!(depth_for(Some(256), 16), 8);
+        // Two workers on the same disk reach the most one ring keeps.
+        assert_eq!(depth_for(Some(256), 2), 64);
+        assert_eq!(depth_for(Some(256), 1), 64);
+        // A shallow queue or many workers still leave each ring a few.
+        assert_eq!(depth_for(Some(8), 16), MIN_DEPTH);
+        assert_eq!(depth_for(Some(256), 0), 64);
+        // No block device found: 128 for all rings together.
+        assert_eq!(depth_for(None, 8), 16);
+    }
+
+    #[test]
+    fn the_data_directorys_disk_queue_is_read_or_absent() {
+        let dir = tempfile::tempdir().unwrap();
+        // Wherever the temporary directory lives, the answer is a queue
+        // length or nothing, never a zero.
+        assert_ne!(disk_queue(dir.path()), Some(0));
+        assert_eq!(disk_queue(&dir.path().join("missing")), None);
     }
 }

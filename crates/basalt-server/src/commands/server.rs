@@ -1415,6 +1415,11 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
         );
         kv!(
             out,
+            "basalt_io_uring_depth",
+            crate::uring::DEPTH.load(Ordering::Relaxed)
+        );
+        kv!(
+            out,
             "basalt_cold_reads_staged",
             basalt_engine::staged_reads()
         );
