@@ -18,6 +18,10 @@ with O_DIRECT at queue depth 32 (libaio), the physical limit.
 
     sudo scripts/bench_cold.py --binary old=/tmp/basalt-old --binary new=target/release/basalt
 
+With --exec-gets N the load is transactions instead (--clients processes,
+each sending MULTI, N GETs of random keys and EXEC together, --requests
+transactions in all): GET/s then counts transactions.
+
 Reports GET throughput, p50/p99 (redis-benchmark's), the probe's p50/p99/
 max, and the ratio to fio's IOPS; medians over rounds. Needs
 redis-benchmark and redis-cli (apt-get install redis-tools) and fio.
@@ -197,7 +201,56 @@ def sectors_read(path):
     return 0
 
 
-def get_run(port, keys, requests, clients, pipeline, data, mix=False, value=8000, fields=0):
+def read_reply(f):
+    """Reads one RESP2 reply from `f` (arrays of bulk strings and nulls)."""
+    line = f.readline()
+    kind = line[:1]
+    if kind == b"$":
+        n = int(line[1:])
+        if n >= 0:
+            f.read(n + 2)
+    elif kind == b"*":
+        for _ in range(max(0, int(line[1:]))):
+            read_reply(f)
+    elif kind == b"-":
+        raise RuntimeError(line.decode(errors="replace").strip())
+
+
+def exec_client(args):
+    """One client: `count` transactions, each MULTI, `gets` GETs of random
+    keys and EXEC sent together; returns each transaction's latency (ms)."""
+    port, keys, count, gets, seed = args
+    import random
+    rnd = random.Random(seed)
+    s = socket.create_connection(("127.0.0.1", port))
+    f = s.makefile("rb")
+    lat = []
+    for _ in range(count):
+        req = resp("MULTI") + b"".join(
+            resp("GET", f"key:{rnd.randrange(keys):012d}") for _ in range(gets)) + resp("EXEC")
+        t = time.perf_counter()
+        s.sendall(req)
+        for _ in range(gets + 2):
+            read_reply(f)
+        lat.append((time.perf_counter() - t) * 1000)
+    s.close()
+    return lat
+
+
+def exec_load(port, keys, requests, clients, gets):
+    """`requests` transactions of `gets` GETs from `clients` processes."""
+    import multiprocessing
+    per = max(1, requests // clients)
+    t = time.perf_counter()
+    with multiprocessing.Pool(clients) as pool:
+        lats = pool.map(exec_client, [(port, keys, per, gets, i) for i in range(clients)])
+    wall = time.perf_counter() - t
+    lat = [x for ls in lats for x in ls]
+    return {"rps": len(lat) / wall, "p50": pct(lat, 50), "p99": pct(lat, 99)}
+
+
+def get_run(port, keys, requests, clients, pipeline, data, mix=False, value=8000, fields=0,
+            exec_gets=0):
     """Random GETs; with `mix`, a tenth of the clients send SETs of the same
     keys meanwhile (a tenth of the requests): a 90/10 read/update mix."""
     before = sectors_read(data)
@@ -214,25 +267,30 @@ def get_run(port, keys, requests, clients, pipeline, data, mix=False, value=8000
             ["redis-benchmark", "-p", str(port), "-t", "set", "-r", str(keys), "-d", str(value),
              "-n", str(requests // 9), "-c", str(wc), "-P", str(pipeline), "--csv"],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    what = ["HGETALL", "key:__rand_int__"] if fields else ["-t", "get"]
-    out = subprocess.run(
-        ["redis-benchmark", "-p", str(port), "-r", str(keys),
-         "-n", str(requests), "-c", str(clients), "-P", str(pipeline), "--csv"] + what,
-        capture_output=True, text=True, check=True).stdout
+    if exec_gets:
+        row = exec_load(port, keys, requests, clients, exec_gets)
+    else:
+        what = ["HGETALL", "key:__rand_int__"] if fields else ["-t", "get"]
+        out = subprocess.run(
+            ["redis-benchmark", "-p", str(port), "-r", str(keys),
+             "-n", str(requests), "-c", str(clients), "-P", str(pipeline), "--csv"] + what,
+            capture_output=True, text=True, check=True).stdout
+        row = next(csv.DictReader(io.StringIO(out)))
+        row = {"rps": float(row["rps"]), "p50": float(row["p50_latency_ms"]),
+               "p99": float(row["p99_latency_ms"])}
     set_rps = 0.0
     if writer:
         wout, _ = writer.communicate()
         set_rps = float(next(csv.DictReader(io.StringIO(wout)))["rps"])
     running.clear()
     t.join()
-    row = next(csv.DictReader(io.StringIO(out)))
     read_kb = (sectors_read(data) - before) * 512 / 1024
     return {
         "set_rps": set_rps,
         "disk_kb_per_get": read_kb / requests,
-        "rps": float(row["rps"]),
-        "p50": float(row["p50_latency_ms"]),
-        "p99": float(row["p99_latency_ms"]),
+        "rps": row["rps"],
+        "p50": row["p50"],
+        "p99": row["p99"],
         "probe_p50": pct(lat, 50),
         "probe_p99": pct(lat, 99),
         "probe_max": max(lat) if lat else float("nan"),
@@ -276,6 +334,10 @@ def main():
     ap.add_argument("--mix", action="store_true",
                     help="90/10: a tenth of the clients SET random keys (a ninth as many "
                          "requests as the GETs) while the others GET")
+    ap.add_argument("--exec-gets", type=int, default=0,
+                    help="instead of redis-benchmark, --clients processes send --requests "
+                         "transactions (MULTI, this many GETs of random keys, EXEC); "
+                         "GET/s then counts transactions and the pipeline depth is ignored")
     ap.add_argument("--hash-fields", type=int, default=0,
                     help="store each key as a hash of this many fields sharing the value's "
                          "bytes, and read with HGETALL instead of GET")
@@ -338,7 +400,7 @@ def main():
                         p = start(path, port, data, cg)
                         try:
                             res = get_run(port, keys, a.requests, a.clients, pl, data, a.mix,
-                                          a.value, a.hash_fields)
+                                          a.value, a.hash_fields, a.exec_gets)
                         finally:
                             stop(p, port)
                         runs[name][pl].append(res)

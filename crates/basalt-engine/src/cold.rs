@@ -210,12 +210,14 @@ pub(crate) fn any_staged() -> bool {
     ANY_STAGED.get()
 }
 
-/// The staged bytes of the record at `loc` of the file `uid`, if any.
+/// The staged bytes of the record at `loc` of the file `uid`, if any. They
+/// stay staged until [`clear_staged`]: a transaction may read a record
+/// twice (HGET of a field, then HGETALL of its hash).
 pub(crate) fn take_staged(uid: u64, loc: Loc) -> Option<Vec<u8>> {
     if !ANY_STAGED.get() {
         return None;
     }
-    let bytes = STAGED.with(|s| s.borrow_mut().remove(&(uid, loc.offset)))?;
+    let bytes = STAGED.with(|s| s.borrow().get(&(uid, loc.offset)).cloned())?;
     if bytes.len() != loc.len as usize {
         return None;
     }
@@ -372,6 +374,11 @@ impl ColdRead {
     /// [`Error::Io`] naming the file, never a signal), checks it (CRC, the
     /// key) and calls `f` with the value.
     pub fn read_with<R>(&self, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        // Fetched ahead for the command running now ([`stage_record`]):
+        // no disk read on this thread. Checked again all the same.
+        if let Some(record) = take_staged(self.file.uid, self.loc) {
+            return self.finish(&record, f);
+        }
         let direct = match self.planned {
             Some(direct) => direct,
             None => choose_direct(&self.file, self.loc),
@@ -638,6 +645,36 @@ impl Db {
             version: loc.seq,
             expires_at,
         })))
+    }
+
+    /// The read of `key`'s whole value when its record is not in memory,
+    /// for a caller that runs it elsewhere and stages its bytes
+    /// ([`stage_record`]) before a command reads the value in place (what
+    /// [`ColdRead::read_with`] and the engine's own reads then use). `None`
+    /// when the key is absent, its value is in memory or segmented (small
+    /// records), or residency is not checked ([`Residency::InPlace`]).
+    pub fn cold_value_read(&self, key: &[u8]) -> Result<Option<ColdRead>> {
+        let mode = self.residency();
+        if mode == Residency::InPlace {
+            return Ok(None);
+        }
+        Ok(match self.locate_value(key)? {
+            Some(Found::Record((file, loc, _))) => self.cold_read(mode, key, &file, loc),
+            _ => None,
+        })
+    }
+
+    /// Like [`Db::cold_value_read`], for the record of one field of the
+    /// map at `key`.
+    pub fn cold_field_read(&self, key: &[u8], field: &[u8]) -> Result<Option<ColdRead>> {
+        let mode = self.residency();
+        if mode == Residency::InPlace {
+            return Ok(None);
+        }
+        Ok(match self.locate_field(key, field)? {
+            Some((file, loc)) => self.cold_read(mode, key, &file, loc),
+            None => None,
+        })
     }
 
     /// The reads of every field record of the map at `key` that is not in

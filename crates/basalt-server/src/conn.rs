@@ -508,12 +508,34 @@ async fn run(
                             Route::Local => unreachable!("filtered above"),
                         }
                     } else if conn.tx.in_multi() && args[0].eq_ignore_ascii_case(b"exec") {
+                        // The records its queued reads need that are not in
+                        // memory are fetched first, off this worker's back:
+                        // EXEC holds the gate alone while it runs.
+                        let staged = StagedFor;
+                        if shared.readers.enabled() && crate::auth::may_run(shared, &info, 0) {
+                            let reads = exec_cold_reads(shared, conn);
+                            if !reads.is_empty() {
+                                gate.release();
+                                let fetched = tokio::select! {
+                                    biased;
+                                    _ = info.kill.notified() => return Ok(Ended::Closed),
+                                    _ = Shared::wait_shutdown(&mut shutdown) => return Ok(Ended::Closed),
+                                    f = fetch_records(shared, reads) => f,
+                                };
+                                for (plan, bytes) in fetched {
+                                    basalt_engine::stage_record(&plan, &bytes);
+                                }
+                                conn.batch_clock = 0;
+                                conn.tick = now_ns();
+                            }
+                        }
                         // EXEC runs its queue outside the command table's
                         // path: MONITOR is refused inside it, and EXEC is
                         // shown after the commands it ran.
                         let scope = crate::monitor::ExecScope::enter();
                         let ran = tx::run(shared, conn, &mut out, args, &mut gate);
                         drop(scope);
+                        drop(staged);
                         if ran.0.is_some() {
                             crate::monitor::exec(&shared.pubsub, &info, conn.db, &args);
                         }
@@ -820,6 +842,57 @@ fn reads_whole_map(args: &basalt_resp::Args<'_>) -> bool {
         ]
         .iter()
         .any(|n| args[0].eq_ignore_ascii_case(n))
+}
+
+/// The reads of the records that the commands queued for EXEC read and
+/// that are not in memory: GET and MGET's values, HGET and HMGET's fields,
+/// the maps of [`reads_whole_map`] commands; at most [`FETCH_AHEAD_MAX`]
+/// reads and 16 MiB in all. Stops at a SELECT (later commands read
+/// another database). Fetching a record that the transaction then does not
+/// read (a write before it moved the key) costs a read and nothing else:
+/// staged bytes are found by where a record lies, and records never
+/// change.
+fn exec_cold_reads(shared: &Shared, conn: &Conn) -> Vec<basalt_engine::ColdRead> {
+    const MAX_BYTES: usize = 16 << 20;
+    let Some(queue) = conn.tx.queued() else {
+        return Vec::new();
+    };
+    let slot = shared.keyspace.read(conn.db);
+    let Some(db) = slot.db() else {
+        return Vec::new();
+    };
+    let mut reads: Vec<basalt_engine::ColdRead> = Vec::new();
+    let mut bytes = 0;
+    let mut parser = basalt_resp::RequestParser::new(basalt_resp::Limits::default());
+    let mut pos = 0;
+    while let Ok(Parsed::Command { args, consumed }) = parser.parse(&queue[pos..]) {
+        pos += consumed;
+        let is = |name: &str| args[0].eq_ignore_ascii_case(name.as_bytes());
+        let mut found: Vec<basalt_engine::ColdRead> = Vec::new();
+        if is("select") {
+            break;
+        } else if is("get") && args.len() == 2 {
+            found.extend(db.cold_value_read(&args[1]).ok().flatten());
+        } else if is("mget") {
+            for key in args.iter().skip(1) {
+                found.extend(db.cold_value_read(key).ok().flatten());
+            }
+        } else if (is("hget") && args.len() == 3) || (is("hmget") && args.len() >= 3) {
+            for field in args.iter().skip(2) {
+                found.extend(db.cold_field_read(&args[1], field).ok().flatten());
+            }
+        } else if reads_whole_map(&args) {
+            found = db.cold_field_reads(&args[1], FETCH_AHEAD_MAX);
+        }
+        for read in found {
+            if reads.len() == FETCH_AHEAD_MAX || bytes + read.record_len() > MAX_BYTES {
+                return reads;
+            }
+            bytes += read.record_len();
+            reads.push(read);
+        }
+    }
+    reads
 }
 
 /// Reads `reads` on this worker's io_uring (or the reader threads) and

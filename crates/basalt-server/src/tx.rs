@@ -431,6 +431,15 @@ impl TxState {
         self.multi.is_some()
     }
 
+    /// The queued commands (RESP multibulk) of a transaction EXEC would
+    /// run: `None` outside MULTI or after a queuing error.
+    pub(crate) fn queued(&self) -> Option<&[u8]> {
+        self.multi
+            .as_ref()
+            .filter(|q| !q.dirty)
+            .map(|q| q.bytes.as_slice())
+    }
+
     /// MULTI: starts queuing.
     pub fn begin(&mut self, info: &ClientInfo) {
         self.multi = Some(Queue::default());

@@ -580,3 +580,102 @@ fn a_database_reopened_by_flushall_checks_residency_from_its_first_read() {
         "the GET was not cold"
     );
 }
+
+#[test]
+fn exec_fetches_its_cold_reads_ahead_and_answers_each_at_its_turn() {
+    for io_uring in [true, false] {
+        exec_cold_reads(io_uring);
+    }
+}
+
+fn exec_cold_reads(io_uring: bool) {
+    // Small data files, so the records lie in sealed files too.
+    let server = cold_server_with(64 << 10, io_uring);
+    let mut c = server.client();
+    for i in 0..40 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("k{i}"))
+            .arg(value(i, 1))
+            .query(&mut c)
+            .unwrap();
+        let _: () = redis::cmd("HSET")
+            .arg("h")
+            .arg(format!("f{i}"))
+            .arg(value(i + 100, 1))
+            .query(&mut c)
+            .unwrap();
+    }
+    let ring_before = stat(&mut c, "basalt_cold_reads_io_uring");
+    let staged_before = stat(&mut c, "basalt_cold_reads_staged");
+    type Replies = (
+        String,
+        Vec<Option<String>>,
+        String,
+        Vec<Option<String>>,
+        std::collections::HashMap<String, String>,
+        String,
+        Option<String>,
+    );
+    let got: Replies = redis::pipe()
+        .atomic()
+        .cmd("GET")
+        .arg("k1")
+        .cmd("MGET")
+        .arg("k2")
+        .arg("nothing")
+        .arg("k3")
+        .cmd("HGET")
+        .arg("h")
+        .arg("f5")
+        .cmd("HMGET")
+        .arg("h")
+        .arg("f6")
+        .arg("nofield")
+        .cmd("HGETALL")
+        .arg("h")
+        // A write inside the transaction: the GET after it reads the new
+        // record, not the one fetched ahead.
+        .cmd("SET")
+        .arg("k1")
+        .arg("changed")
+        .ignore()
+        .cmd("GET")
+        .arg("k1")
+        .cmd("GET")
+        .arg("missing")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(got.0, value(1, 1));
+    assert_eq!(got.1, [Some(value(2, 1)), None, Some(value(3, 1))]);
+    assert_eq!(got.2, value(105, 1));
+    assert_eq!(got.3, [Some(value(106, 1)), None]);
+    assert_eq!(got.4.len(), 40);
+    for i in 0..40 {
+        assert_eq!(got.4[&format!("f{i}")], value(i + 100, 1));
+    }
+    assert_eq!(got.5, "changed");
+    assert_eq!(got.6, None);
+    // GET, MGET's two values, HGET, HMGET's field and the 40 fields of
+    // HGETALL were read from records fetched ahead (all-cold counts every
+    // record as missing).
+    let staged = stat(&mut c, "basalt_cold_reads_staged") - staged_before;
+    assert!(
+        staged >= 1 + 2 + 1 + 1 + 40,
+        "only {staged} reads used fetched records"
+    );
+    check_ring_use(&mut c, io_uring, ring_before);
+    // A transaction with a queuing error fetches nothing and is refused.
+    let staged_before = stat(&mut c, "basalt_cold_reads_staged");
+    let mut raw = server.raw();
+    raw.send(&common::resp(&["MULTI"]));
+    raw.send(&common::resp(&["GET", "k4"]));
+    raw.send(&common::resp(&["NOSUCHCOMMAND"]));
+    raw.send(&common::resp(&["EXEC"]));
+    assert_eq!(raw.read(), ok());
+    assert_eq!(raw.read(), basalt_resp::Frame::Simple(b"QUEUED".to_vec()));
+    assert!(matches!(raw.read(), basalt_resp::Frame::Error(_)));
+    assert!(matches!(raw.read(), basalt_resp::Frame::Error(e) if e.starts_with(b"EXECABORT")));
+    assert_eq!(stat(&mut c, "basalt_cold_reads_staged"), staged_before);
+    // The connection goes on serving cold reads.
+    assert_eq!(raw.cmd(&["GET", "k4"]), bulk(&value(4, 1)));
+}
