@@ -657,8 +657,27 @@ async fn run(
                         }
                     }
                     readers::settle(&mut out, &mut conn.deferred).await;
+                    // The script thread runs with the gate held alone, so a
+                    // disk read there would stall every client: what the
+                    // scripts' keys hold that is not in memory is fetched
+                    // first, while only this connection waits.
+                    let mut staged = Vec::new();
+                    if shared.readers.enabled() && crate::auth::may_run(shared, &info, 0) {
+                        let reads = script_cold_reads(shared, conn);
+                        if !reads.is_empty() {
+                            staged = tokio::select! {
+                                biased;
+                                _ = info.kill.notified() => return Ok(Ended::Closed),
+                                _ = Shared::wait_shutdown(&mut shutdown) => return Ok(Ended::Closed),
+                                f = fetch_records(shared, reads) => f,
+                            };
+                        }
+                    }
                     // The replies go straight into this batch's output.
-                    let Some(done) = shared.scripts.offload(conn, std::mem::take(&mut out)).await
+                    let Some(done) = shared
+                        .scripts
+                        .offload(conn, std::mem::take(&mut out), staged)
+                        .await
                     else {
                         return Ok(Ended::Closed);
                     };
@@ -844,16 +863,38 @@ fn reads_whole_map(args: &basalt_resp::Args<'_>) -> bool {
         .any(|n| args[0].eq_ignore_ascii_case(n))
 }
 
+/// Cold reads gathered for one transaction or batch of scripts, within
+/// bounds: at most [`FETCH_AHEAD_MAX`] reads and 16 MiB.
+#[derive(Default)]
+struct Gathered {
+    reads: Vec<basalt_engine::ColdRead>,
+    bytes: usize,
+}
+
+impl Gathered {
+    /// Adds `found`; false once the bounds are reached (the rest is left
+    /// to be read where it is needed).
+    fn add(&mut self, found: impl IntoIterator<Item = basalt_engine::ColdRead>) -> bool {
+        const MAX_BYTES: usize = 16 << 20;
+        for read in found {
+            if self.reads.len() == FETCH_AHEAD_MAX || self.bytes + read.record_len() > MAX_BYTES {
+                return false;
+            }
+            self.bytes += read.record_len();
+            self.reads.push(read);
+        }
+        true
+    }
+}
+
 /// The reads of the records that the commands queued for EXEC read and
 /// that are not in memory: GET and MGET's values, HGET and HMGET's fields,
-/// the maps of [`reads_whole_map`] commands; at most [`FETCH_AHEAD_MAX`]
-/// reads and 16 MiB in all. Stops at a SELECT (later commands read
-/// another database). Fetching a record that the transaction then does not
-/// read (a write before it moved the key) costs a read and nothing else:
-/// staged bytes are found by where a record lies, and records never
-/// change.
+/// the maps of [`reads_whole_map`] commands; within [`Gathered`]'s bounds.
+/// Stops at a SELECT (later commands read another database). Fetching a
+/// record that the transaction then does not read (a write before it moved
+/// the key) costs a read and nothing else: staged bytes are found by where
+/// a record lies, and records never change.
 fn exec_cold_reads(shared: &Shared, conn: &Conn) -> Vec<basalt_engine::ColdRead> {
-    const MAX_BYTES: usize = 16 << 20;
     let Some(queue) = conn.tx.queued() else {
         return Vec::new();
     };
@@ -861,38 +902,82 @@ fn exec_cold_reads(shared: &Shared, conn: &Conn) -> Vec<basalt_engine::ColdRead>
     let Some(db) = slot.db() else {
         return Vec::new();
     };
-    let mut reads: Vec<basalt_engine::ColdRead> = Vec::new();
-    let mut bytes = 0;
+    let mut gathered = Gathered::default();
     let mut parser = basalt_resp::RequestParser::new(basalt_resp::Limits::default());
     let mut pos = 0;
     while let Ok(Parsed::Command { args, consumed }) = parser.parse(&queue[pos..]) {
         pos += consumed;
         let is = |name: &str| args[0].eq_ignore_ascii_case(name.as_bytes());
-        let mut found: Vec<basalt_engine::ColdRead> = Vec::new();
-        if is("select") {
+        let more = if is("select") {
             break;
         } else if is("get") && args.len() == 2 {
-            found.extend(db.cold_value_read(&args[1]).ok().flatten());
+            gathered.add(db.cold_value_read(&args[1]).ok().flatten())
         } else if is("mget") {
-            for key in args.iter().skip(1) {
-                found.extend(db.cold_value_read(key).ok().flatten());
-            }
+            gathered.add(
+                args.iter()
+                    .skip(1)
+                    .filter_map(|key| db.cold_value_read(key).ok().flatten()),
+            )
         } else if (is("hget") && args.len() == 3) || (is("hmget") && args.len() >= 3) {
-            for field in args.iter().skip(2) {
-                found.extend(db.cold_field_read(&args[1], field).ok().flatten());
-            }
+            gathered.add(
+                args.iter()
+                    .skip(2)
+                    .filter_map(|field| db.cold_field_read(&args[1], field).ok().flatten()),
+            )
         } else if reads_whole_map(&args) {
-            found = db.cold_field_reads(&args[1], FETCH_AHEAD_MAX);
-        }
-        for read in found {
-            if reads.len() == FETCH_AHEAD_MAX || bytes + read.record_len() > MAX_BYTES {
-                return reads;
-            }
-            bytes += read.record_len();
-            reads.push(read);
+            gathered.add(db.cold_field_reads(&args[1], FETCH_AHEAD_MAX))
+        } else {
+            true
+        };
+        if !more {
+            break;
         }
     }
-    reads
+    gathered.reads
+}
+
+/// Most records of one map a script's key fetches ahead: a script may read
+/// one field of a hash, or all of them, and which is not known before it
+/// runs.
+const SCRIPT_MAP_MAX: usize = 64;
+
+/// The reads of what the keys that the scripts handed over (`conn.script`:
+/// EVAL, EVALSHA, FCALL and their read-only forms) declare hold and is not
+/// in memory: a string's value, or a map's records when it has at most
+/// [`SCRIPT_MAP_MAX`] missing; within [`Gathered`]'s bounds. Keys in the
+/// selected database (a script that selects another reads on).
+fn script_cold_reads(shared: &Shared, conn: &Conn) -> Vec<basalt_engine::ColdRead> {
+    let slot = shared.keyspace.read(conn.db);
+    let Some(db) = slot.db() else {
+        return Vec::new();
+    };
+    let mut gathered = Gathered::default();
+    let mut parser = basalt_resp::RequestParser::new(basalt_resp::Limits {
+        max_bulk_len: usize::MAX,
+        ..basalt_resp::Limits::default()
+    });
+    let mut pos = 0;
+    while let Ok(Parsed::Command { args, consumed }) = parser.parse(&conn.script[pos..]) {
+        pos += consumed;
+        // EVAL* and FCALL* name their keys the same way: body or name,
+        // the number of keys, the keys.
+        let Some(count) = args
+            .get(2)
+            .and_then(|n| std::str::from_utf8(n).ok()?.parse::<usize>().ok())
+        else {
+            continue;
+        };
+        for key in args.iter().skip(3).take(count) {
+            let found = match db.cold_value_read(key).ok().flatten() {
+                Some(read) => vec![read],
+                None => db.cold_field_reads(key, SCRIPT_MAP_MAX),
+            };
+            if !gathered.add(found) {
+                return gathered.reads;
+            }
+        }
+    }
+    gathered.reads
 }
 
 /// Reads `reads` on this worker's io_uring (or the reader threads) and

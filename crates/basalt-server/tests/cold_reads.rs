@@ -679,3 +679,75 @@ fn exec_cold_reads(io_uring: bool) {
     // The connection goes on serving cold reads.
     assert_eq!(raw.cmd(&["GET", "k4"]), bulk(&value(4, 1)));
 }
+
+#[test]
+fn scripts_keys_are_fetched_ahead_and_read_from_staged_records() {
+    for io_uring in [true, false] {
+        script_cold_reads(io_uring);
+    }
+}
+
+fn script_cold_reads(io_uring: bool) {
+    let server = cold_server_with(64 << 10, io_uring);
+    let mut c = server.client();
+    for i in 0..30 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("k{i}"))
+            .arg(value(i, 2))
+            .query(&mut c)
+            .unwrap();
+        let _: () = redis::cmd("HSET")
+            .arg("h")
+            .arg(format!("f{i}"))
+            .arg(value(i + 100, 2))
+            .query(&mut c)
+            .unwrap();
+    }
+    let staged_before = stat(&mut c, "basalt_cold_reads_staged");
+    let body = "return {redis.call('get', KEYS[1]), redis.call('hget', KEYS[2], 'f3'), \
+                #redis.call('hgetall', KEYS[2]), redis.call('get', KEYS[3])}";
+    let got: (String, String, i64, Option<String>) = redis::cmd("EVAL")
+        .arg(body)
+        .arg(3)
+        .arg("k7")
+        .arg("h")
+        .arg("missing")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(got, (value(7, 2), value(103, 2), 60, None));
+    // A pipeline of scripts goes in one hand-over: each one's keys are
+    // fetched, and each reads its own values.
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg("return redis.call('get', KEYS[1])")
+        .query(&mut c)
+        .unwrap();
+    let mut pipe = redis::pipe();
+    for i in 10..20 {
+        pipe.cmd("EVALSHA").arg(&sha).arg(1).arg(format!("k{i}"));
+    }
+    let values: Vec<String> = pipe.query(&mut c).unwrap();
+    assert_eq!(values, (10..20).map(|i| value(i, 2)).collect::<Vec<_>>());
+    // The GET, the field, the 30 fields of HGETALL and the ten EVALSHAs'
+    // values were read from records fetched ahead (all-cold counts every
+    // record as missing).
+    let staged = stat(&mut c, "basalt_cold_reads_staged") - staged_before;
+    assert!(
+        staged >= 1 + 1 + 30 + 10,
+        "only {staged} reads used fetched records"
+    );
+    // Nothing staged outlives its scripts: a write, then a script reads
+    // the new value.
+    let _: () = redis::cmd("SET")
+        .arg("k7")
+        .arg("new")
+        .query(&mut c)
+        .unwrap();
+    let again: String = redis::cmd("EVALSHA")
+        .arg(&sha)
+        .arg(1)
+        .arg("k7")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(again, "new");
+}

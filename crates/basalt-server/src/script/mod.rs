@@ -230,6 +230,9 @@ impl std::fmt::Debug for Scripts {
 struct Job {
     conn: Conn,
     out: Vec<u8>,
+    /// Records fetched ahead for the scripts' keys (`conn.rs`), staged on
+    /// the script thread while they run.
+    staged: Vec<(basalt_engine::StagePlan, Vec<u8>)>,
     done: tokio::sync::oneshot::Sender<Done>,
 }
 
@@ -407,7 +410,12 @@ impl Scripts {
     /// and waits for them; `None` if the script thread is gone (the server
     /// is stopping), in which case `conn` is a stand-in and the connection
     /// must close.
-    pub(crate) async fn offload(&self, conn: &mut Conn, out: Vec<u8>) -> Option<Done> {
+    pub(crate) async fn offload(
+        &self,
+        conn: &mut Conn,
+        out: Vec<u8>,
+        staged: Vec<(basalt_engine::StagePlan, Vec<u8>)>,
+    ) -> Option<Done> {
         let sender = self.thread.get_or_init(|| {
             let (tx, rx) = std::sync::mpsc::channel::<Job>();
             let weak = self.shared.get().cloned().unwrap_or_default();
@@ -434,6 +442,7 @@ impl Scripts {
             .send(Job {
                 conn: owned,
                 out,
+                staged,
                 done,
             })
             .ok()?;
@@ -530,6 +539,13 @@ fn script_thread(shared: Weak<Shared>, jobs: std::sync::mpsc::Receiver<Job>) {
             }
         }
         let mut done = Vec::with_capacity(batch.len());
+        // What was fetched ahead for the batch's keys: found by where each
+        // record lies, so one job's records never answer for another's.
+        for job in &mut batch {
+            for (plan, bytes) in std::mem::take(&mut job.staged) {
+                basalt_engine::stage_record(&plan, &bytes);
+            }
+        }
         shared.gate.exclusive(|| {
             for mut job in batch {
                 let mut after = None;
@@ -555,6 +571,7 @@ fn script_thread(shared: Weak<Shared>, jobs: std::sync::mpsc::Receiver<Job>) {
                 done.push((job, out, after, wrote));
             }
         });
+        basalt_engine::clear_staged();
         drop(shared);
         for (job, out, after, wrote) in done {
             let _ = job.done.send(Done {
