@@ -387,6 +387,14 @@ impl ColdRead {
             .map_err(|e| Error::io("read", self.path.clone(), e))?
     }
 
+    /// What the read fetches: its file's uid (never reused in a process),
+    /// the offset there and the length (a span of a map's records starts
+    /// where its first record does). Two reads with the same place fetch
+    /// the same bytes.
+    pub fn place(&self) -> (u64, u32, u32) {
+        (self.file.uid, self.loc.offset, self.loc.len)
+    }
+
     /// The record's length in bytes (what the read will fetch).
     pub fn record_len(&self) -> usize {
         self.loc.len as usize

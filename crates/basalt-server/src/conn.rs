@@ -352,32 +352,23 @@ async fn run(
             let reply_at = out.len();
             let (found, after, ran_writes) = match parser.parse(&buf[pos..]) {
                 Ok(Parsed::Command { args, consumed }) => {
-                    if shared.pubsub.pause.active() {
-                        // CLIENT PAUSE: the command waits, unread, with the
-                        // replies so far written (crate::monitor).
-                        let pause = &shared.pubsub.pause;
-                        if pause.holds_command(&args).is_some() {
-                            gate.release();
-                            flush(
-                                stream,
-                                shared,
-                                &info,
-                                &mut out,
-                                &mut conn.deferred,
-                                &mut wrote,
-                            )
-                            .await?;
-                            while let Some(until) = pause.holds_command(&args) {
-                                tokio::select! {
-                                    biased;
-                                    _ = info.kill.notified() => return Ok(Ended::Closed),
-                                    _ = Shared::wait_shutdown(&mut shutdown) => return Ok(Ended::Closed),
-                                    _ = pause.wait(until) => {}
-                                }
-                            }
-                            conn.batch_clock = 0;
-                            conn.tick = now_ns();
+                    if shared.pubsub.pause.active()
+                        && shared.pubsub.pause.holds_command(&args).is_some()
+                    {
+                        gate.release();
+                        let mut io = PauseIo {
+                            stream,
+                            info: &info,
+                            out: &mut out,
+                            deferred: &mut conn.deferred,
+                            wrote: &mut wrote,
+                            shutdown: &mut shutdown,
+                        };
+                        if io.wait_out_pause(shared, &args).await? {
+                            return Ok(Ended::Closed);
                         }
+                        conn.batch_clock = 0;
+                        conn.tick = now_ns();
                     }
                     pos += consumed;
                     if count % CLOCK_EVERY == CLOCK_EVERY - 1 {
@@ -512,7 +503,10 @@ async fn run(
                         // memory are fetched first, off this worker's back:
                         // EXEC holds the gate alone while it runs.
                         let staged = StagedFor;
-                        if shared.readers.enabled() && crate::auth::may_run(shared, &info, 0) {
+                        if args.len() == 1
+                            && shared.readers.enabled()
+                            && crate::auth::may_run(shared, &info, 0)
+                        {
                             let reads = exec_cold_reads(shared, conn);
                             if !reads.is_empty() {
                                 gate.release();
@@ -522,6 +516,22 @@ async fn run(
                                     _ = Shared::wait_shutdown(&mut shutdown) => return Ok(Ended::Closed),
                                     f = fetch_records(shared, reads) => f,
                                 };
+                                // A CLIENT PAUSE that began during the fetch
+                                // holds the transaction as it would have
+                                // before it (its OK promised no writes).
+                                if shared.pubsub.pause.active() {
+                                    let mut io = PauseIo {
+                                        stream,
+                                        info: &info,
+                                        out: &mut out,
+                                        deferred: &mut conn.deferred,
+                                        wrote: &mut wrote,
+                                        shutdown: &mut shutdown,
+                                    };
+                                    if io.wait_out_pause(shared, &args).await? {
+                                        return Ok(Ended::Closed);
+                                    }
+                                }
                                 for (plan, bytes) in fetched {
                                     basalt_engine::stage_record(&plan, &bytes);
                                 }
@@ -564,6 +574,19 @@ async fn run(
                                     _ = Shared::wait_shutdown(&mut shutdown) => return Ok(Ended::Closed),
                                     f = fetch_records(shared, reads) => f,
                                 };
+                                if shared.pubsub.pause.active() {
+                                    let mut io = PauseIo {
+                                        stream,
+                                        info: &info,
+                                        out: &mut out,
+                                        deferred: &mut conn.deferred,
+                                        wrote: &mut wrote,
+                                        shutdown: &mut shutdown,
+                                    };
+                                    if io.wait_out_pause(shared, &args).await? {
+                                        return Ok(Ended::Closed);
+                                    }
+                                }
                                 for (plan, bytes) in fetched {
                                     basalt_engine::stage_record(&plan, &bytes);
                                 }
@@ -671,6 +694,34 @@ async fn run(
                                 _ = Shared::wait_shutdown(&mut shutdown) => return Ok(Ended::Closed),
                                 f = fetch_records(shared, reads) => f,
                             };
+                            // A CLIENT PAUSE that began during the fetch
+                            // holds the scripts it would have held before.
+                            if shared.pubsub.pause.active() {
+                                let script = std::mem::take(&mut conn.script);
+                                let mut io = PauseIo {
+                                    stream,
+                                    info: &info,
+                                    out: &mut out,
+                                    deferred: &mut conn.deferred,
+                                    wrote: &mut wrote,
+                                    shutdown: &mut shutdown,
+                                };
+                                let mut parser =
+                                    basalt_resp::RequestParser::new(basalt_resp::Limits {
+                                        max_bulk_len: usize::MAX,
+                                        ..basalt_resp::Limits::default()
+                                    });
+                                let mut at = 0;
+                                while let Ok(Parsed::Command { args, consumed }) =
+                                    parser.parse(&script[at..])
+                                {
+                                    at += consumed;
+                                    if io.wait_out_pause(shared, &args).await? {
+                                        return Ok(Ended::Closed);
+                                    }
+                                }
+                                conn.script = script;
+                            }
                         }
                     }
                     // The replies go straight into this batch's output.
@@ -843,6 +894,51 @@ async fn run(
     }
 }
 
+/// What waiting out a CLIENT PAUSE needs of a connection: the replies so
+/// far are written before it waits (crate::monitor).
+struct PauseIo<'a> {
+    stream: &'a mut TcpStream,
+    info: &'a ClientInfo,
+    out: &'a mut Vec<u8>,
+    deferred: &'a mut Vec<Deferred>,
+    wrote: &'a mut bool,
+    shutdown: &'a mut tokio::sync::watch::Receiver<bool>,
+}
+
+impl PauseIo<'_> {
+    /// Holds `args` (unread, its reply not begun) while a CLIENT PAUSE
+    /// holds it; true when the connection is to close meanwhile (killed,
+    /// shutdown). The caller has released the gate.
+    async fn wait_out_pause(
+        &mut self,
+        shared: &Shared,
+        args: &basalt_resp::Args<'_>,
+    ) -> std::io::Result<bool> {
+        let pause = &shared.pubsub.pause;
+        if pause.holds_command(args).is_none() {
+            return Ok(false);
+        }
+        flush(
+            self.stream,
+            shared,
+            self.info,
+            self.out,
+            self.deferred,
+            self.wrote,
+        )
+        .await?;
+        while let Some(until) = pause.holds_command(args) {
+            tokio::select! {
+                biased;
+                _ = self.info.kill.notified() => return Ok(true),
+                _ = Shared::wait_shutdown(self.shutdown) => return Ok(true),
+                _ = pause.wait(until) => {}
+            }
+        }
+        Ok(false)
+    }
+}
+
 /// Most records of one key fetched ahead of a command
 /// ([`reads_whole_map`]); a key with more missing is read as before.
 const FETCH_AHEAD_MAX: usize = 256;
@@ -863,23 +959,41 @@ fn reads_whole_map(args: &basalt_resp::Args<'_>) -> bool {
         .any(|n| args[0].eq_ignore_ascii_case(n))
 }
 
-/// Cold reads gathered for one transaction or batch of scripts, within
-/// bounds: at most [`FETCH_AHEAD_MAX`] reads and 16 MiB.
-#[derive(Default)]
+/// Cold reads gathered for one transaction or hand-over of scripts,
+/// within bounds (reads, bytes).
 struct Gathered {
     reads: Vec<basalt_engine::ColdRead>,
     bytes: usize,
+    max_reads: usize,
+    max_bytes: usize,
+    /// What each read fetches: a record wanted twice (`GET k` twice) is
+    /// fetched once.
+    places: std::collections::HashSet<(u64, u32, u32)>,
 }
 
 impl Gathered {
+    fn new(max_reads: usize, max_bytes: usize) -> Gathered {
+        Gathered {
+            reads: Vec::new(),
+            bytes: 0,
+            max_reads,
+            max_bytes,
+            places: Default::default(),
+        }
+    }
+
     /// Adds `found`; false once the bounds are reached (the rest is left
     /// to be read where it is needed).
     fn add(&mut self, found: impl IntoIterator<Item = basalt_engine::ColdRead>) -> bool {
-        const MAX_BYTES: usize = 16 << 20;
         for read in found {
-            if self.reads.len() == FETCH_AHEAD_MAX || self.bytes + read.record_len() > MAX_BYTES {
+            if self.places.contains(&read.place()) {
+                continue;
+            }
+            if self.reads.len() == self.max_reads || self.bytes + read.record_len() > self.max_bytes
+            {
                 return false;
             }
+            self.places.insert(read.place());
             self.bytes += read.record_len();
             self.reads.push(read);
         }
@@ -889,7 +1003,8 @@ impl Gathered {
 
 /// The reads of the records that the commands queued for EXEC read and
 /// that are not in memory: GET and MGET's values, HGET and HMGET's fields,
-/// the maps of [`reads_whole_map`] commands; within [`Gathered`]'s bounds.
+/// the maps of [`reads_whole_map`] commands; at most [`FETCH_AHEAD_MAX`]
+/// reads and 16 MiB (what one command may hold staged).
 /// Stops at a SELECT (later commands read another database). Fetching a
 /// record that the transaction then does not read (a write before it moved
 /// the key) costs a read and nothing else: staged bytes are found by where
@@ -899,10 +1014,13 @@ fn exec_cold_reads(shared: &Shared, conn: &Conn) -> Vec<basalt_engine::ColdRead>
         return Vec::new();
     };
     let slot = shared.keyspace.read(conn.db);
-    let Some(db) = slot.db() else {
+    let Some(db) = slot
+        .db()
+        .filter(|db| db.residency() != basalt_engine::Residency::InPlace)
+    else {
         return Vec::new();
     };
-    let mut gathered = Gathered::default();
+    let mut gathered = Gathered::new(FETCH_AHEAD_MAX, 16 << 20);
     let mut parser = basalt_resp::RequestParser::new(basalt_resp::Limits::default());
     let mut pos = 0;
     while let Ok(Parsed::Command { args, consumed }) = parser.parse(&queue[pos..]) {
@@ -944,14 +1062,18 @@ const SCRIPT_MAP_MAX: usize = 64;
 /// The reads of what the keys that the scripts handed over (`conn.script`:
 /// EVAL, EVALSHA, FCALL and their read-only forms) declare hold and is not
 /// in memory: a string's value, or a map's records when it has at most
-/// [`SCRIPT_MAP_MAX`] missing; within [`Gathered`]'s bounds. Keys in the
+/// [`SCRIPT_MAP_MAX`] missing; at most 64 reads and 1 MiB per hand-over
+/// (the script thread stages up to 64 hand-overs at once). Keys in the
 /// selected database (a script that selects another reads on).
 fn script_cold_reads(shared: &Shared, conn: &Conn) -> Vec<basalt_engine::ColdRead> {
     let slot = shared.keyspace.read(conn.db);
-    let Some(db) = slot.db() else {
+    let Some(db) = slot
+        .db()
+        .filter(|db| db.residency() != basalt_engine::Residency::InPlace)
+    else {
         return Vec::new();
     };
-    let mut gathered = Gathered::default();
+    let mut gathered = Gathered::new(SCRIPT_MAP_MAX, 1 << 20);
     let mut parser = basalt_resp::RequestParser::new(basalt_resp::Limits {
         max_bulk_len: usize::MAX,
         ..basalt_resp::Limits::default()
@@ -967,6 +1089,11 @@ fn script_cold_reads(shared: &Shared, conn: &Conn) -> Vec<basalt_engine::ColdRea
         else {
             continue;
         };
+        if count > args.len() - 3 {
+            // EVAL refuses it ("Number of keys can't be greater than
+            // number of args"): nothing to fetch.
+            continue;
+        }
         for key in args.iter().skip(3).take(count) {
             let found = match db.cold_value_read(key).ok().flatten() {
                 Some(read) => vec![read],
@@ -988,31 +1115,42 @@ async fn fetch_records(
     shared: &Shared,
     reads: Vec<basalt_engine::ColdRead>,
 ) -> Vec<(basalt_engine::StagePlan, Vec<u8>)> {
-    let mut waits = Vec::with_capacity(reads.len());
-    for read in reads {
-        let at = read.stage_plan();
-        let rx = match crate::uring::submit_record(read) {
-            Ok(rx) => rx,
-            Err(read) => {
-                let (done, rx) = tokio::sync::oneshot::channel();
-                // Without readers `done` is dropped and the record is read
-                // by the command itself.
-                let _ = shared.readers.run(read, readers::Want::Record, done);
-                rx
-            }
+    let mut fetched = Vec::with_capacity(reads.len());
+    let mut waits = std::collections::VecDeque::with_capacity(FETCH_WINDOW);
+    let mut reads = reads.into_iter();
+    loop {
+        // At most FETCH_WINDOW of this connection's reads wait in the ring
+        // (or for the reader threads) at once, so that a transaction's
+        // hundreds of reads do not queue every other client's GET of this
+        // worker behind them.
+        while waits.len() < FETCH_WINDOW {
+            let Some(read) = reads.next() else { break };
+            let at = read.stage_plan();
+            let rx = match crate::uring::submit_record(read) {
+                Ok(rx) => rx,
+                Err(read) => {
+                    let (done, rx) = tokio::sync::oneshot::channel();
+                    // Without readers `done` is dropped and the record is
+                    // read by the command itself.
+                    let _ = shared.readers.run(read, readers::Want::Record, done);
+                    rx
+                }
+            };
+            waits.push_back((at, rx));
+        }
+        let Some((at, rx)) = waits.pop_front() else {
+            return fetched;
         };
-        waits.push((at, rx));
-    }
-    let mut fetched = Vec::with_capacity(waits.len());
-    for (at, rx) in waits {
         if let Ok(record) = rx.await {
             if !record.is_empty() {
                 fetched.push((at, record));
             }
         }
     }
-    fetched
 }
+
+/// Reads of one fetch ahead in flight at once ([`fetch_records`]).
+const FETCH_WINDOW: usize = 16;
 
 /// Drops the records staged for one command when the command is done,
 /// however it ends.
