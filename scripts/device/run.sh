@@ -1,0 +1,51 @@
+#!/bin/bash
+# Runs on the lent multi-core machine, from the repository root, after
+# scripts/device/pack.sh here (carry [".dev"]):
+#   bash scripts/device/run.sh env      machine facts only
+#   bash scripts/device/run.sh group    3-node group vs redis (issue 21), 4 client threads
+#   bash scripts/device/run.sh group1   the same, SET only, one client thread
+#   bash scripts/device/run.sh warm     single node SET/GET P=16 vs redis, one client thread
+#   bash scripts/device/run.sh cold     cold GETs at 4.1x a 512 MiB cgroup, rings vs reader threads
+#   bash scripts/device/run.sh cpu      CPU per thread of a single node and of a group under SET
+# Output goes to $OUT/log.txt (the tool brings it back) and the terminal.
+# Stages take 35-130 s each; the machine's first start costs about 35 s.
+set -u
+ROOT=$(pwd)
+O=${OUT:-/tmp/out}
+mkdir -p "$O"
+exec > >(tee -a "$O/log.txt") 2>&1
+T0=$(date +%s)
+mkdir -p /opt/dev/wrap && tar xJf .dev/devpkg.tar.xz -C /opt/dev || exit 1
+for b in redis-server redis-cli redis-benchmark fio; do
+  printf '#!/bin/sh\nLD_LIBRARY_PATH=/opt/dev/lib exec /opt/dev/bin/%s "$@"\n' $b > /opt/dev/wrap/$b
+done
+printf '#!/bin/sh\nexec /opt/dev/bin/basalt --io-uring no "$@"\n' > /opt/dev/wrap/basalt-threads
+chmod +x /opt/dev/wrap/*
+export PATH=/opt/dev/wrap:$PATH PYTHONUNBUFFERED=1
+# Temporary data on the machine's disk, not a tmpfs.
+mkdir -p "$ROOT/.devtmp"
+export TMPDIR=$ROOT/.devtmp
+echo "== env"
+nproc; uname -r; grep -m1 "model name" /proc/cpuinfo; free -g | head -2
+mount | grep -E "cgroup|on / " | head -3
+for q in nr_requests scheduler; do echo "vda $q: $(cat /sys/block/vda/queue/$q 2>/dev/null)"; done
+redis-server --version; fio --version; /opt/dev/bin/basalt --version
+B=/opt/dev/bin/basalt
+for stage in "$@"; do
+  echo "== $stage $(date +%T)"
+  case $stage in
+    env) ;;
+    group) timeout 200 python3 scripts/bench_group.py --basalt $B --requests 100000 \
+        --requests-pipelined 1000000 --rounds 3 --pipelines 1,16 --tests set,get --client-threads 4 ;;
+    group1) timeout 150 python3 scripts/bench_group.py --basalt $B --requests 100000 \
+        --requests-pipelined 1000000 --rounds 3 --pipelines 1,16 --tests set ;;
+    warm) timeout 80 python3 scripts/bench_group.py --basalt $B --requests 100000 \
+        --requests-pipelined 2000000 --rounds 3 --pipelines 16 --tests set,get --single-only ;;
+    cold) timeout 240 python3 scripts/bench_cold.py --binary ring=$B \
+        --binary threads=/opt/dev/wrap/basalt-threads --limit-mb 512 --ratios 4 --requests 300000 \
+        --rounds 3 --pipelines 1,16 --fio-seconds 5 --dir "$ROOT/.devtmp" --json "$O/cold.json" ;;
+    cpu) timeout 90 python3 scripts/perf/group_cpu.py $B ;;
+    *) echo "unknown stage $stage" ;;
+  esac
+  echo "$stage rc=$? at $(( $(date +%s) - T0 )) s"
+done
