@@ -555,17 +555,12 @@ async fn run(
                         // are not in memory has them fetched first, off
                         // this worker's back, and runs in place on them.
                         let staged = StagedFor;
-                        if reads_whole_map(&args)
+                        if fetches_ahead(&args)
                             && !conn.tx.in_multi()
                             && shared.readers.enabled()
                             && crate::auth::may_run(shared, &info, 0)
                         {
-                            let reads = shared
-                                .keyspace
-                                .read(conn.db)
-                                .db()
-                                .map(|db| db.cold_field_reads(&args[1], FETCH_AHEAD_MAX))
-                                .unwrap_or_default();
+                            let reads = command_cold_reads(shared, conn, &args);
                             if !reads.is_empty() {
                                 gate.release();
                                 let fetched = tokio::select! {
@@ -937,6 +932,48 @@ impl PauseIo<'_> {
         }
         Ok(false)
     }
+}
+
+/// The reads a command about to run needs that are not in memory, to be
+/// fetched before it: a whole map's records ([`reads_whole_map`]), or the
+/// list elements a pop or LINDEX reads (`commands::list::cold_reads`).
+/// Nothing for a database whose residency is not checked.
+fn command_cold_reads(
+    shared: &Shared,
+    conn: &Conn,
+    args: &basalt_resp::Args<'_>,
+) -> Vec<basalt_engine::ColdRead> {
+    let slot = shared.keyspace.read(conn.db);
+    let Some(db) = slot
+        .db()
+        .filter(|db| db.residency() != basalt_engine::Residency::InPlace)
+    else {
+        return Vec::new();
+    };
+    if reads_whole_map(args) {
+        return db.cold_field_reads(&args[1], FETCH_AHEAD_MAX);
+    }
+    crate::commands::list::cold_reads(db, slot.generation(), conn.db, args)
+}
+
+/// Whether the command may have reads fetched ahead
+/// ([`command_cold_reads`]): a name check, before any lock.
+fn fetches_ahead(args: &basalt_resp::Args<'_>) -> bool {
+    args.len() >= 2
+        && (reads_whole_map(args)
+            || [
+                &b"lpop"[..],
+                b"rpop",
+                b"lindex",
+                b"lmove",
+                b"blmove",
+                b"rpoplpush",
+                b"brpoplpush",
+                b"blpop",
+                b"brpop",
+            ]
+            .iter()
+            .any(|n| args[0].eq_ignore_ascii_case(n)))
 }
 
 /// Most records of one key fetched ahead of a command

@@ -412,6 +412,93 @@ impl<'a> List<'a> {
 
 /// Every element of the list at `key`, head first (empty if there is
 /// none; WRONGTYPE for another type). The caller holds the key's stripe.
+/// Most elements one pop with a count fetches ahead.
+const FETCH_POPPED: i64 = 16;
+
+/// The reads of the elements a list command is about to read that are not
+/// in memory, for the connection to fetch ahead of it (`conn.rs`): LPOP and
+/// RPOP (with a count, its first 16), LINDEX, the source end of LMOVE,
+/// BLMOVE, RPOPLPUSH and BRPOPLPUSH, and the first key of BLPOP and BRPOP.
+/// The list's head is looked up without its stripe and without scanning or
+/// remembering: a list whose head is not known yet is read as before, and
+/// one changed meanwhile only makes the fetch useless, never a reply wrong
+/// (staged records are found by where they lie).
+pub(crate) fn cold_reads(
+    db: &Db,
+    gen: u64,
+    dbi: usize,
+    args: &Args<'_>,
+) -> Vec<basalt_engine::ColdRead> {
+    let name = |n: &str| is(&args[0], n);
+    let (end, index, count) = if name("lpop") || name("rpop") {
+        let end = if name("lpop") { End::Left } else { End::Right };
+        let count = match args.get(2) {
+            None => 1,
+            Some(c) => match parse_i64(c) {
+                Some(n) if n > 0 => n.min(FETCH_POPPED),
+                _ => return Vec::new(),
+            },
+        };
+        (end, None, count)
+    } else if name("lindex") && args.len() == 3 {
+        match parse_i64(&args[2]) {
+            Some(i) => (End::Left, Some(i), 1),
+            None => return Vec::new(),
+        }
+    } else if (name("lmove") && args.len() == 5) || (name("blmove") && args.len() == 6) {
+        match end_arg(&args[3]) {
+            Ok(end) => (end, None, 1),
+            Err(_) => return Vec::new(),
+        }
+    } else if name("rpoplpush") || name("brpoplpush") || name("brpop") {
+        (End::Right, None, 1)
+    } else if name("blpop") {
+        (End::Left, None, 1)
+    } else {
+        return Vec::new();
+    };
+    let key = &args[1];
+    let Some(meta) = db.meta(key) else {
+        return Vec::new();
+    };
+    let KeyKind::Map {
+        tag: TAG_LIST,
+        len,
+        run,
+    } = meta.kind
+    else {
+        return Vec::new();
+    };
+    let len = len as i64;
+    let head = match run {
+        Some(base) => field_pos(&base.to_be_bytes()),
+        None => cache_shard(key)
+            .lock()
+            .get(&(gen, dbi))
+            .and_then(|m| m.get(key).copied())
+            .filter(|&(v, _)| v == meta.version)
+            .map(|(_, head)| head),
+    };
+    let Some(head) = head else {
+        return Vec::new();
+    };
+    let positions: Vec<i64> = match (index, end) {
+        (Some(i), _) => {
+            let i = if i < 0 { i.saturating_add(len) } else { i };
+            if !(0..len).contains(&i) {
+                return Vec::new();
+            }
+            vec![head + i]
+        }
+        (None, End::Left) => (0..count.min(len)).map(|i| head + i).collect(),
+        (None, End::Right) => (0..count.min(len)).map(|i| head + len - 1 - i).collect(),
+    };
+    positions
+        .into_iter()
+        .filter_map(|p| db.cold_field_read(key, &pos_field(p)).ok().flatten())
+        .collect()
+}
+
 pub(crate) fn elements(db: &Db, gen: u64, dbi: usize, key: &[u8]) -> Result<Vec<Vec<u8>>> {
     let l = List::load(db, gen, dbi, key)?;
     l.range(0, l.len)
