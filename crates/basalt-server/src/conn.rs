@@ -959,21 +959,29 @@ fn command_cold_reads(
 /// Whether the command may have reads fetched ahead
 /// ([`command_cold_reads`]): a name check, before any lock.
 fn fetches_ahead(args: &basalt_resp::Args<'_>) -> bool {
-    args.len() >= 2
-        && (reads_whole_map(args)
-            || [
-                &b"lpop"[..],
-                b"rpop",
-                b"lindex",
-                b"lmove",
-                b"blmove",
-                b"rpoplpush",
-                b"brpoplpush",
-                b"blpop",
-                b"brpop",
-            ]
-            .iter()
-            .any(|n| args[0].eq_ignore_ascii_case(n)))
+    // Every such name has 4 to 10 bytes and starts with h, x, l, r or b:
+    // GET, SET and most others are out after two comparisons.
+    let name = &args[0];
+    if args.len() < 2
+        || !(4..=10).contains(&name.len())
+        || !matches!(name[0] | 0x20, b'h' | b'x' | b'l' | b'r' | b'b')
+    {
+        return false;
+    }
+    reads_whole_map(args)
+        || [
+            &b"lpop"[..],
+            b"rpop",
+            b"lindex",
+            b"lmove",
+            b"blmove",
+            b"rpoplpush",
+            b"brpoplpush",
+            b"blpop",
+            b"brpop",
+        ]
+        .iter()
+        .any(|n| args[0].eq_ignore_ascii_case(n))
 }
 
 /// Most records of one key fetched ahead of a command
