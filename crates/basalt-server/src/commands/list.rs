@@ -410,14 +410,16 @@ impl<'a> List<'a> {
 
 // ------------------------------------------------------------- helpers
 
-/// Every element of the list at `key`, head first (empty if there is
-/// none; WRONGTYPE for another type). The caller holds the key's stripe.
 /// Most elements one pop with a count fetches ahead.
 const FETCH_POPPED: i64 = 16;
 
+/// Most bytes one list command fetches ahead (staged bytes are held until
+/// the command ends).
+const FETCH_BYTES: usize = 1 << 20;
+
 /// The reads of the elements a list command is about to read that are not
 /// in memory, for the connection to fetch ahead of it (`conn.rs`): LPOP and
-/// RPOP (with a count, its first 16), LINDEX, the source end of LMOVE,
+/// RPOP (with a count, its first 16, at most 1 MiB in all), LINDEX, the source end of LMOVE,
 /// BLMOVE, RPOPLPUSH and BRPOPLPUSH, and the first key of BLPOP and BRPOP.
 /// The list's head is looked up without its stripe and without scanning or
 /// remembering: a list whose head is not known yet is read as before, and
@@ -493,12 +495,19 @@ pub(crate) fn cold_reads(
         (None, End::Left) => (0..count.min(len)).map(|i| head + i).collect(),
         (None, End::Right) => (0..count.min(len)).map(|i| head + len - 1 - i).collect(),
     };
+    let mut bytes = 0;
     positions
         .into_iter()
         .filter_map(|p| db.cold_field_read(key, &pos_field(p)).ok().flatten())
+        .take_while(|read| {
+            bytes += read.record_len();
+            bytes <= FETCH_BYTES
+        })
         .collect()
 }
 
+/// Every element of the list at `key`, head first (empty if there is
+/// none; WRONGTYPE for another type). The caller holds the key's stripe.
 pub(crate) fn elements(db: &Db, gen: u64, dbi: usize, key: &[u8]) -> Result<Vec<Vec<u8>>> {
     let l = List::load(db, gen, dbi, key)?;
     l.range(0, l.len)
