@@ -1048,7 +1048,8 @@ impl Gathered {
 
 /// The reads of the records that the commands queued for EXEC read and
 /// that are not in memory: GET and MGET's values, HGET and HMGET's fields,
-/// the maps of [`reads_whole_map`] commands; at most [`FETCH_AHEAD_MAX`]
+/// the maps of [`reads_whole_map`] commands, the elements list pops and
+/// LINDEX read (`commands::list::cold_reads`); at most [`FETCH_AHEAD_MAX`]
 /// reads and 16 MiB (what one command may hold staged).
 /// Stops at a SELECT (later commands read another database). Fetching a
 /// record that the transaction then does not read (a write before it moved
@@ -1089,6 +1090,16 @@ fn exec_cold_reads(shared: &Shared, conn: &Conn) -> Vec<basalt_engine::ColdRead>
             )
         } else if reads_whole_map(&args) {
             gathered.add(db.cold_field_reads(&args[1], FETCH_AHEAD_MAX))
+        } else if fetches_ahead(&args) {
+            // A list pop or LINDEX: the elements at the list's ends as
+            // they are now (a second pop of the same list in the queue
+            // reads its own element on the worker).
+            gathered.add(crate::commands::list::cold_reads(
+                db,
+                slot.generation(),
+                conn.db,
+                &args,
+            ))
         } else {
             true
         };

@@ -815,4 +815,24 @@ fn list_cold_reads(io_uring: bool) {
         .query(&mut c)
         .unwrap();
     assert_eq!(rest, items[3..36].to_vec());
+    // In EXEC: each end's element is fetched before the transaction runs;
+    // LINDEX after the LPOP reads the new head itself.
+    let staged_before = stat(&mut c, "basalt_cold_reads_staged");
+    let got: (String, String, String) = redis::pipe()
+        .atomic()
+        .cmd("LPOP")
+        .arg("q")
+        .cmd("LINDEX")
+        .arg("q")
+        .arg(0)
+        .cmd("RPOP")
+        .arg("q")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(got, (items[3].clone(), items[4].clone(), items[35].clone()));
+    let staged = stat(&mut c, "basalt_cold_reads_staged") - staged_before;
+    assert!(
+        staged >= 2,
+        "only {staged} reads used fetched records in EXEC"
+    );
 }
