@@ -356,7 +356,7 @@ async fn run(
                         && shared.pubsub.pause.holds_command(&args).is_some()
                     {
                         gate.release();
-                        let mut io = PauseIo {
+                        let mut io = ConnIo {
                             stream,
                             info: &info,
                             out: &mut out,
@@ -498,107 +498,68 @@ async fn run(
                             }
                             Route::Local => unreachable!("filtered above"),
                         }
-                    } else if conn.tx.in_multi() && args[0].eq_ignore_ascii_case(b"exec") {
-                        // The records its queued reads need that are not in
-                        // memory are fetched first, off this worker's back:
-                        // EXEC holds the gate alone while it runs.
-                        let staged = StagedFor;
-                        if args.len() == 1
-                            && shared.readers.enabled()
-                            && crate::auth::may_run(shared, &info, 0)
-                        {
-                            let reads = exec_cold_reads(shared, conn);
-                            if !reads.is_empty() {
-                                gate.release();
-                                let fetched = tokio::select! {
-                                    biased;
-                                    _ = info.kill.notified() => return Ok(Ended::Closed),
-                                    _ = Shared::wait_shutdown(&mut shutdown) => return Ok(Ended::Closed),
-                                    f = fetch_records(shared, reads) => f,
-                                };
-                                // A CLIENT PAUSE that began during the fetch
-                                // holds the transaction as it would have
-                                // before it (its OK promised no writes).
-                                if shared.pubsub.pause.active() {
-                                    let mut io = PauseIo {
-                                        stream,
-                                        info: &info,
-                                        out: &mut out,
-                                        deferred: &mut conn.deferred,
-                                        wrote: &mut wrote,
-                                        shutdown: &mut shutdown,
-                                    };
-                                    if io.wait_out_pause(shared, &args).await? {
-                                        return Ok(Ended::Closed);
-                                    }
-                                }
-                                for (plan, bytes) in fetched {
-                                    basalt_engine::stage_record(&plan, &bytes);
-                                }
-                                conn.batch_clock = 0;
-                                conn.tick = now_ns();
-                            }
-                        }
-                        // EXEC runs its queue outside the command table's
-                        // path: MONITOR is refused inside it, and EXEC is
-                        // shown after the commands it ran.
-                        let scope = crate::monitor::ExecScope::enter();
-                        let ran = tx::run(shared, conn, &mut out, args, &mut gate);
-                        drop(scope);
-                        drop(staged);
-                        if ran.0.is_some() {
-                            crate::monitor::exec(&shared.pubsub, &info, conn.db, &args);
-                        }
-                        ran
                     } else {
-                        // A command that reads a whole map whose records
-                        // are not in memory has them fetched first, off
-                        // this worker's back, and runs in place on them.
+                        // What the command (or the transaction EXEC runs)
+                        // reads and is not in memory is fetched first, off
+                        // this worker's back, and it then runs in place on
+                        // it; EXEC holds the gate alone while it runs.
+                        let exec = conn.tx.in_multi() && args[0].eq_ignore_ascii_case(b"exec");
                         let staged = StagedFor;
-                        if fetches_ahead(&args)
-                            && !conn.tx.in_multi()
+                        let wanted = if exec {
+                            args.len() == 1
+                        } else {
+                            fetches_ahead(&args) && !conn.tx.in_multi()
+                        };
+                        if wanted
                             && shared.readers.enabled()
                             && crate::auth::may_run(shared, &info, 0)
                         {
-                            let reads = command_cold_reads(shared, conn, &args);
+                            let reads = if exec {
+                                exec_cold_reads(shared, conn)
+                            } else {
+                                command_cold_reads(shared, conn, &args)
+                            };
                             if !reads.is_empty() {
                                 gate.release();
-                                let fetched = tokio::select! {
-                                    biased;
-                                    _ = info.kill.notified() => return Ok(Ended::Closed),
-                                    _ = Shared::wait_shutdown(&mut shutdown) => return Ok(Ended::Closed),
-                                    f = fetch_records(shared, reads) => f,
+                                let mut io = ConnIo {
+                                    stream,
+                                    info: &info,
+                                    out: &mut out,
+                                    deferred: &mut conn.deferred,
+                                    wrote: &mut wrote,
+                                    shutdown: &mut shutdown,
                                 };
-                                if shared.pubsub.pause.active() {
-                                    let mut io = PauseIo {
-                                        stream,
-                                        info: &info,
-                                        out: &mut out,
-                                        deferred: &mut conn.deferred,
-                                        wrote: &mut wrote,
-                                        shutdown: &mut shutdown,
-                                    };
-                                    if io.wait_out_pause(shared, &args).await? {
-                                        return Ok(Ended::Closed);
-                                    }
-                                }
-                                for (plan, bytes) in fetched {
-                                    basalt_engine::stage_record(&plan, &bytes);
+                                if io.fetch_and_stage(shared, reads, &args).await? {
+                                    return Ok(Ended::Closed);
                                 }
                                 conn.batch_clock = 0;
                                 conn.tick = now_ns();
                             }
                         }
-                        // A GET whose value is not in memory may leave its
-                        // reply to a reader thread (crate::readers) when
-                        // nothing rewrites this reply after it: no CLIENT
-                        // REPLY/CACHING mode, no pending pushes.
-                        conn.may_defer = info.pubsub.modes.load(Ordering::Relaxed) == 0
-                            && !info.pubsub.has_pending();
-                        let ran = tx::run(shared, conn, &mut out, args, &mut gate);
-                        conn.may_defer = false;
-                        drop(staged);
-                        ran
+                        if exec {
+                            // EXEC runs its queue outside the command
+                            // table's path: MONITOR is refused inside it,
+                            // and EXEC is shown after the commands it ran.
+                            let scope = crate::monitor::ExecScope::enter();
+                            let ran = tx::run(shared, conn, &mut out, args, &mut gate);
+                            drop(scope);
+                            drop(staged);
+                            if ran.0.is_some() {
+                                crate::monitor::exec(&shared.pubsub, &info, conn.db, &args);
+                            }
+                            ran
+                        } else {
+                            // A GET whose value is not in memory may leave
+                            // its reply to a reader thread (crate::readers)
+                            // when nothing rewrites this reply after it: no
+                            // CLIENT REPLY/CACHING mode, no pending pushes.
+                            conn.may_defer = info.pubsub.modes.load(Ordering::Relaxed) == 0
+                                && !info.pubsub.has_pending();
+                            let ran = tx::run(shared, conn, &mut out, args, &mut gate);
+                            conn.may_defer = false;
+                            drop(staged);
+                            ran
+                        }
                     }
                 }
                 Ok(Parsed::Incomplete { consumed }) => {
@@ -683,24 +644,22 @@ async fn run(
                     if shared.readers.enabled() && crate::auth::may_run(shared, &info, 0) {
                         let reads = script_cold_reads(shared, conn);
                         if !reads.is_empty() {
-                            staged = tokio::select! {
-                                biased;
-                                _ = info.kill.notified() => return Ok(Ended::Closed),
-                                _ = Shared::wait_shutdown(&mut shutdown) => return Ok(Ended::Closed),
-                                f = fetch_records(shared, reads) => f,
+                            let script = std::mem::take(&mut conn.script);
+                            let mut io = ConnIo {
+                                stream,
+                                info: &info,
+                                out: &mut out,
+                                deferred: &mut conn.deferred,
+                                wrote: &mut wrote,
+                                shutdown: &mut shutdown,
                             };
+                            let Some(fetched) = io.fetch(shared, reads).await else {
+                                return Ok(Ended::Closed);
+                            };
+                            staged = fetched;
                             // A CLIENT PAUSE that began during the fetch
                             // holds the scripts it would have held before.
                             if shared.pubsub.pause.active() {
-                                let script = std::mem::take(&mut conn.script);
-                                let mut io = PauseIo {
-                                    stream,
-                                    info: &info,
-                                    out: &mut out,
-                                    deferred: &mut conn.deferred,
-                                    wrote: &mut wrote,
-                                    shutdown: &mut shutdown,
-                                };
                                 let mut parser =
                                     basalt_resp::RequestParser::new(basalt_resp::Limits {
                                         max_bulk_len: usize::MAX,
@@ -715,8 +674,8 @@ async fn run(
                                         return Ok(Ended::Closed);
                                     }
                                 }
-                                conn.script = script;
                             }
+                            conn.script = script;
                         }
                     }
                     // The replies go straight into this batch's output.
@@ -889,9 +848,10 @@ async fn run(
     }
 }
 
-/// What waiting out a CLIENT PAUSE needs of a connection: the replies so
-/// far are written before it waits (crate::monitor).
-struct PauseIo<'a> {
+/// What waiting inside a batch needs of a connection: its socket and the
+/// replies so far (written before a CLIENT PAUSE wait, crate::monitor), and
+/// the signals that end a wait (kill, shutdown).
+struct ConnIo<'a> {
     stream: &'a mut TcpStream,
     info: &'a ClientInfo,
     out: &'a mut Vec<u8>,
@@ -900,7 +860,45 @@ struct PauseIo<'a> {
     shutdown: &'a mut tokio::sync::watch::Receiver<bool>,
 }
 
-impl PauseIo<'_> {
+impl ConnIo<'_> {
+    /// Reads `reads` ahead ([`fetch_records`]) while only this connection
+    /// waits; `None` when it is to close meanwhile. The caller has released
+    /// the gate.
+    async fn fetch(
+        &mut self,
+        shared: &Shared,
+        reads: Vec<basalt_engine::ColdRead>,
+    ) -> Option<Vec<(basalt_engine::StagePlan, Vec<u8>)>> {
+        tokio::select! {
+            biased;
+            _ = self.info.kill.notified() => None,
+            _ = Shared::wait_shutdown(self.shutdown) => None,
+            f = fetch_records(shared, reads) => Some(f),
+        }
+    }
+
+    /// [`ConnIo::fetch`], then holds `args` for a CLIENT PAUSE that began
+    /// meanwhile (as it would have been held before the fetch: the pause's
+    /// OK promised no writes), then stages what arrived on this thread.
+    /// True when the connection is to close.
+    async fn fetch_and_stage(
+        &mut self,
+        shared: &Shared,
+        reads: Vec<basalt_engine::ColdRead>,
+        args: &basalt_resp::Args<'_>,
+    ) -> std::io::Result<bool> {
+        let Some(fetched) = self.fetch(shared, reads).await else {
+            return Ok(true);
+        };
+        if shared.pubsub.pause.active() && self.wait_out_pause(shared, args).await? {
+            return Ok(true);
+        }
+        for (plan, bytes) in fetched {
+            basalt_engine::stage_record(&plan, &bytes);
+        }
+        Ok(false)
+    }
+
     /// Holds `args` (unread, its reply not begun) while a CLIENT PAUSE
     /// holds it; true when the connection is to close meanwhile (killed,
     /// shutdown). The caller has released the gate.
@@ -943,17 +941,28 @@ fn command_cold_reads(
     conn: &Conn,
     args: &basalt_resp::Args<'_>,
 ) -> Vec<basalt_engine::ColdRead> {
+    with_checked_db(shared, conn, |db, gen| {
+        if reads_whole_map(args) {
+            db.cold_field_reads(&args[1], FETCH_AHEAD_MAX)
+        } else {
+            crate::commands::list::cold_reads(db, gen, conn.db, args)
+        }
+    })
+}
+
+/// Calls `f` with the selected database and its slot's generation when
+/// that database checks residency (reads there may be cold); nothing to
+/// fetch otherwise (a database reading in place, or none opened yet).
+fn with_checked_db(
+    shared: &Shared,
+    conn: &Conn,
+    f: impl FnOnce(&basalt_engine::Db, u64) -> Vec<basalt_engine::ColdRead>,
+) -> Vec<basalt_engine::ColdRead> {
     let slot = shared.keyspace.read(conn.db);
-    let Some(db) = slot
-        .db()
-        .filter(|db| db.residency() != basalt_engine::Residency::InPlace)
-    else {
-        return Vec::new();
-    };
-    if reads_whole_map(args) {
-        return db.cold_field_reads(&args[1], FETCH_AHEAD_MAX);
+    match slot.db() {
+        Some(db) if db.residency() != basalt_engine::Residency::InPlace => f(db, slot.generation()),
+        _ => Vec::new(),
     }
-    crate::commands::list::cold_reads(db, slot.generation(), conn.db, args)
 }
 
 /// Whether the command may have reads fetched ahead
@@ -969,19 +978,9 @@ fn fetches_ahead(args: &basalt_resp::Args<'_>) -> bool {
         return false;
     }
     reads_whole_map(args)
-        || [
-            &b"lpop"[..],
-            b"rpop",
-            b"lindex",
-            b"lmove",
-            b"blmove",
-            b"rpoplpush",
-            b"brpoplpush",
-            b"blpop",
-            b"brpop",
-        ]
-        .iter()
-        .any(|n| args[0].eq_ignore_ascii_case(n))
+        || crate::commands::list::READS_AT_ENDS
+            .iter()
+            .any(|n| name.eq_ignore_ascii_case(n))
 }
 
 /// Most records of one key fetched ahead of a command
@@ -1059,13 +1058,15 @@ fn exec_cold_reads(shared: &Shared, conn: &Conn) -> Vec<basalt_engine::ColdRead>
     let Some(queue) = conn.tx.queued() else {
         return Vec::new();
     };
-    let slot = shared.keyspace.read(conn.db);
-    let Some(db) = slot
-        .db()
-        .filter(|db| db.residency() != basalt_engine::Residency::InPlace)
-    else {
-        return Vec::new();
-    };
+    with_checked_db(shared, conn, |db, gen| exec_reads_in(db, gen, conn, queue))
+}
+
+fn exec_reads_in(
+    db: &basalt_engine::Db,
+    gen: u64,
+    conn: &Conn,
+    queue: &[u8],
+) -> Vec<basalt_engine::ColdRead> {
     let mut gathered = Gathered::new(FETCH_AHEAD_MAX, 16 << 20);
     let mut parser = basalt_resp::RequestParser::new(basalt_resp::Limits::default());
     let mut pos = 0;
@@ -1094,12 +1095,7 @@ fn exec_cold_reads(shared: &Shared, conn: &Conn) -> Vec<basalt_engine::ColdRead>
             // A list pop or LINDEX: the elements at the list's ends as
             // they are now (a second pop of the same list in the queue
             // reads its own element on the worker).
-            gathered.add(crate::commands::list::cold_reads(
-                db,
-                slot.generation(),
-                conn.db,
-                &args,
-            ))
+            gathered.add(crate::commands::list::cold_reads(db, gen, conn.db, &args))
         } else {
             true
         };
@@ -1115,6 +1111,11 @@ fn exec_cold_reads(shared: &Shared, conn: &Conn) -> Vec<basalt_engine::ColdRead>
 /// runs.
 const SCRIPT_MAP_MAX: usize = 64;
 
+/// Most reads and bytes one hand-over of scripts fetches ahead (the script
+/// thread stages up to 64 hand-overs at once).
+const SCRIPT_FETCH_READS: usize = 64;
+const SCRIPT_FETCH_BYTES: usize = 1 << 20;
+
 /// The reads of what the keys that the scripts handed over (`conn.script`:
 /// EVAL, EVALSHA, FCALL and their read-only forms) declare hold and is not
 /// in memory: a string's value, or a map's records when it has at most
@@ -1122,20 +1123,17 @@ const SCRIPT_MAP_MAX: usize = 64;
 /// (the script thread stages up to 64 hand-overs at once). Keys in the
 /// selected database (a script that selects another reads on).
 fn script_cold_reads(shared: &Shared, conn: &Conn) -> Vec<basalt_engine::ColdRead> {
-    let slot = shared.keyspace.read(conn.db);
-    let Some(db) = slot
-        .db()
-        .filter(|db| db.residency() != basalt_engine::Residency::InPlace)
-    else {
-        return Vec::new();
-    };
-    let mut gathered = Gathered::new(SCRIPT_MAP_MAX, 1 << 20);
+    with_checked_db(shared, conn, |db, _| script_reads_in(db, &conn.script))
+}
+
+fn script_reads_in(db: &basalt_engine::Db, script: &[u8]) -> Vec<basalt_engine::ColdRead> {
+    let mut gathered = Gathered::new(SCRIPT_FETCH_READS, SCRIPT_FETCH_BYTES);
     let mut parser = basalt_resp::RequestParser::new(basalt_resp::Limits {
         max_bulk_len: usize::MAX,
         ..basalt_resp::Limits::default()
     });
     let mut pos = 0;
-    while let Ok(Parsed::Command { args, consumed }) = parser.parse(&conn.script[pos..]) {
+    while let Ok(Parsed::Command { args, consumed }) = parser.parse(&script[pos..]) {
         pos += consumed;
         // EVAL* and FCALL* name their keys the same way: body or name,
         // the number of keys, the keys.

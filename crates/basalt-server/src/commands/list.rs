@@ -410,6 +410,19 @@ impl<'a> List<'a> {
 
 // ------------------------------------------------------------- helpers
 
+/// The commands [`cold_reads`] fetches ahead for.
+pub(crate) const READS_AT_ENDS: &[&[u8]] = &[
+    b"lpop",
+    b"rpop",
+    b"lindex",
+    b"lmove",
+    b"blmove",
+    b"rpoplpush",
+    b"brpoplpush",
+    b"blpop",
+    b"brpop",
+];
+
 /// Most elements one pop with a count fetches ahead.
 const FETCH_POPPED: i64 = 16;
 
