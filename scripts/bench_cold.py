@@ -21,7 +21,8 @@ with O_DIRECT at queue depth 32 (libaio), the physical limit.
 With --exec-gets N the load is transactions instead (--clients processes,
 each sending MULTI, N GETs of random keys and EXEC together, --requests
 transactions in all): GET/s then counts transactions. With --script each
-request is an EVAL whose script GETs the random key.
+request is an EVAL whose script GETs the random key; with --command, the
+command given (GET/s then counts those commands).
 
 Reports GET throughput, p50/p99 (redis-benchmark's), the probe's p50/p99/
 max, and the ratio to fio's IOPS; medians over rounds. Needs
@@ -251,7 +252,7 @@ def exec_load(port, keys, requests, clients, gets):
 
 
 def get_run(port, keys, requests, clients, pipeline, data, mix=False, value=8000, fields=0,
-            exec_gets=0, script=False):
+            exec_gets=0, script=False, command=None):
     """Random GETs; with `mix`, a tenth of the clients send SETs of the same
     keys meanwhile (a tenth of the requests): a 90/10 read/update mix."""
     before = sectors_read(data)
@@ -271,7 +272,9 @@ def get_run(port, keys, requests, clients, pipeline, data, mix=False, value=8000
     if exec_gets:
         row = exec_load(port, keys, requests, clients, exec_gets)
     else:
-        if script:
+        if command:
+            what = command.split()
+        elif script:
             what = ["EVAL", "return redis.call('get', KEYS[1])", "1", "key:__rand_int__"]
         elif fields:
             what = ["HGETALL", "key:__rand_int__"]
@@ -346,6 +349,10 @@ def main():
                          "GET/s then counts transactions and the pipeline depth is ignored")
     ap.add_argument("--script", action="store_true",
                     help="each request is EVAL of a script that GETs the random key")
+    ap.add_argument("--command", default=None,
+                    help="instead of GET, this command (words split on spaces; redis-benchmark "
+                         "puts a random key number for __rand_int__), e.g. "
+                         "'GETRANGE key:__rand_int__ 0 99' or 'STRLEN key:__rand_int__'")
     ap.add_argument("--hash-fields", type=int, default=0,
                     help="store each key as a hash of this many fields sharing the value's "
                          "bytes, and read with HGETALL instead of GET")
@@ -408,7 +415,8 @@ def main():
                         p = start(path, port, data, cg)
                         try:
                             res = get_run(port, keys, a.requests, a.clients, pl, data, a.mix,
-                                          a.value, a.hash_fields, a.exec_gets, a.script)
+                                          a.value, a.hash_fields, a.exec_gets, a.script,
+                                          a.command)
                         finally:
                             stop(p, port)
                         runs[name][pl].append(res)

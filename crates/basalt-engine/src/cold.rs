@@ -572,7 +572,7 @@ impl Db {
     /// The detached read of the record at `loc` of `file` (which holds
     /// `key`) when it is not to be read in place now under `mode` (not
     /// [`Residency::InPlace`]); `None` when it looks resident.
-    fn cold_read(
+    pub(crate) fn cold_read(
         &self,
         mode: Residency,
         key: &[u8],
@@ -697,10 +697,6 @@ impl Db {
     /// MiB are missing (those commands read as before). Under
     /// [`Residency::AllCold`] every record counts as missing.
     pub fn cold_field_reads(&self, key: &[u8], cap: usize) -> Vec<ColdRead> {
-        const GAP: u64 = 4096;
-        const SPAN: u64 = 256 << 10;
-        // What one command may hold staged.
-        const MAX_BYTES: u64 = 16 << 20;
         let mode = self.residency();
         if mode == Residency::InPlace {
             return Vec::new();
@@ -709,7 +705,7 @@ impl Db {
         let shard = inner.shard(key);
         // The map's records, under the index lock; nothing more for a map
         // too large to fetch ahead (the scan itself would cost too much).
-        let mut locs: Vec<(Arc<DataFile>, Loc)> = {
+        let locs: Vec<(Arc<DataFile>, Loc)> = {
             let idx = shard.index.read();
             let Ok(Some(m)) = Self::live_map(inner, &idx, key) else {
                 return Vec::new();
@@ -722,6 +718,26 @@ impl Db {
                 .filter_map(|loc| Some((idx.files.get(&loc.file)?.handle.clone(), loc)))
                 .collect()
         };
+        self.cold_spans(key, mode, locs, cap)
+    }
+
+    /// The reads of those of `locs` (records of `key`) that are not in
+    /// memory under `mode`, records of one file that lie close together
+    /// merged into one read (spans of up to 256 KiB with gaps of at most 4
+    /// KiB), with one look at residency per run of neighbouring records.
+    /// Empty when more than `cap` records or 16 MiB are missing.
+    pub(crate) fn cold_spans(
+        &self,
+        key: &[u8],
+        mode: Residency,
+        mut locs: Vec<(Arc<DataFile>, Loc)>,
+        cap: usize,
+    ) -> Vec<ColdRead> {
+        const GAP: u64 = 4096;
+        const SPAN: u64 = 256 << 10;
+        // What one command may hold staged.
+        const MAX_BYTES: u64 = 16 << 20;
+        let shard = self.inner.shard(key);
         locs.sort_by_key(|(_, l)| (l.file, l.offset));
         // Which are in memory: one `mincore` per run of neighbouring
         // records (a map's records mostly lie together), not per record.

@@ -425,6 +425,60 @@ impl Db {
         }
     }
 
+    /// The reads of the records holding bytes `offset .. offset + len` of
+    /// the value at `key` that are not in memory, for a caller that runs
+    /// them elsewhere and stages their bytes ([`crate::stage_record`])
+    /// before reading or changing that range in place ([`Db::read_range`],
+    /// [`Db::modify_range`], [`Db::get`]): a plain value's record (read
+    /// whole, whatever the range: its CRC covers all of it), or the records
+    /// of the segments of a segmented value that hold the range, neighbours
+    /// merged into one read as for a map's fields
+    /// ([`Db::cold_field_reads`]). A segment whose record is a patch is
+    /// fetched as the patch; its base, earlier in the file being appended
+    /// to, is read where it is needed. Empty when residency is not checked,
+    /// when the key holds no value, or when the range covers more than
+    /// `cap` of the value's segments.
+    pub fn cold_range_reads(
+        &self,
+        key: &[u8],
+        offset: u64,
+        len: u64,
+        cap: usize,
+    ) -> Vec<crate::ColdRead> {
+        let mode = self.residency();
+        if mode == crate::Residency::InPlace || len == 0 || cap == 0 {
+            return Vec::new();
+        }
+        let seg = SEGMENT_LEN as u64;
+        let end = offset.saturating_add(len);
+        let (first, last) = (offset / seg, (end - 1) / seg);
+        // One look at the index, for at most `cap` segments whatever the
+        // value's size (it may grow meanwhile).
+        let upto = last.min(first.saturating_add(cap as u64 - 1));
+        match self.shape(key, first, upto) {
+            Ok(Shape::Plain) => self
+                .cold_value_read(key)
+                .ok()
+                .flatten()
+                .into_iter()
+                .collect(),
+            Ok(Shape::Segmented { wanted, count, .. }) => {
+                if upto < last && count > upto + 1 {
+                    // More segments than `cap` in the range.
+                    return Vec::new();
+                }
+                if let [(_, file, loc)] = &wanted[..] {
+                    // One record: the sampled residency check of a lone
+                    // read (a hot bitmap's GETBIT costs no `mincore`).
+                    return self.cold_read(mode, key, file, *loc).into_iter().collect();
+                }
+                let locs = wanted.into_iter().map(|(_, f, l)| (f, l)).collect();
+                self.cold_spans(key, mode, locs, cap)
+            }
+            _ => Vec::new(),
+        }
+    }
+
     /// Up to `len` bytes of the value from byte `offset` (fewer at its end,
     /// none past it) and the value's whole length; `None` if the key does
     /// not exist. Reads only the segments the range covers.

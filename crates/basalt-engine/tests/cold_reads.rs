@@ -30,6 +30,14 @@ fn value(i: u64, gen: u64) -> Vec<u8> {
     v
 }
 
+/// Held by the tests that count staged reads: the counter is the
+/// process's, and `cargo test` runs tests in parallel threads.
+static STAGING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn staging() -> std::sync::MutexGuard<'static, ()> {
+    STAGING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn read_cold(db: &Db, key: &[u8]) -> Vec<u8> {
     match db.get_or_cold(key, |v| v.to_vec()).unwrap() {
         Lookup::Cold(c) => c.read_with(|v| v.to_vec()).unwrap(),
@@ -460,6 +468,7 @@ fn a_planned_read_of_a_sealed_file_is_direct_and_aligned_and_refusing_direct_rea
 
 #[test]
 fn a_maps_cold_fields_are_read_in_spans_staged_and_used_until_cleared() {
+    let _staging = staging();
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(dir.path(), opts().max_file_size(1 << 20)).unwrap();
     db.set_residency(Residency::AllCold);
@@ -510,4 +519,70 @@ fn a_maps_cold_fields_are_read_in_spans_staged_and_used_until_cleared() {
     let last = bytes.len() - 1;
     bytes[last] ^= 1;
     assert!(read.check_record(&bytes).is_err());
+}
+
+#[test]
+fn a_values_cold_range_reads_are_the_records_holding_the_range_and_staged_ones_are_read() {
+    let _staging = staging();
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), opts().max_file_size(1 << 20)).unwrap();
+    let seg = basalt_engine::SEGMENT_LEN as u64;
+    // 40 segments, then a plain value and a map.
+    let long: Vec<u8> = (0..40 * seg).map(|i| (i % 251) as u8).collect();
+    db.write_range(b"seg", 0, &long).unwrap();
+    db.put(b"plain", &value(1, 1)).unwrap();
+    db.put_field(b"map", b"f", b"v").unwrap();
+    assert!(
+        db.cold_range_reads(b"seg", 0, 10, 256).is_empty(),
+        "nothing is checked in place"
+    );
+    db.set_residency(Residency::AllCold);
+    // How many segment records a ranged read then took from what the
+    // reads fetched (neighbouring segments come in one read).
+    let staged = |from: u64, len: u64, cap: usize| {
+        let reads = db.cold_range_reads(b"seg", from, len, cap);
+        if reads.is_empty() {
+            return 0;
+        }
+        assert!(
+            reads.len() <= 2,
+            "{} reads: neighbours are merged",
+            reads.len()
+        );
+        for read in reads {
+            let bytes = read.read_record().unwrap();
+            read.check_record(&bytes).unwrap();
+            basalt_engine::stage_record(&read.stage_plan(), &bytes);
+        }
+        let before = basalt_engine::staged_reads();
+        let (got, total) = db
+            .read_range(b"seg", from, len.min(40 * seg) as usize)
+            .unwrap()
+            .unwrap();
+        let at = from.min(total) as usize;
+        assert_eq!(got, &long[at..(at + got.len())]);
+        basalt_engine::clear_staged();
+        basalt_engine::staged_reads() - before
+    };
+    assert_eq!(staged(seg + 5, 10, 256), 1, "inside one segment");
+    assert_eq!(staged(seg - 5, 10, 256), 2, "across a boundary");
+    assert_eq!(staged(0, u64::MAX, 256), 40, "the whole value");
+    assert_eq!(
+        staged(38 * seg, u64::MAX, 4),
+        2,
+        "from a segment to the end"
+    );
+    assert_eq!(staged(0, u64::MAX, 10), 0, "more segments than the cap");
+    assert_eq!(staged(0, 20 * seg, 10), 0, "a range of more than the cap");
+    assert_eq!(staged(0, 10 * seg, 10), 10, "a range of the cap");
+    assert_eq!(staged(100 * seg, 10, 256), 0, "past the end");
+    assert!(
+        db.cold_range_reads(b"seg", 0, 0, 256).is_empty(),
+        "an empty range"
+    );
+    let plain = db.cold_range_reads(b"plain", 5, 1, 256);
+    assert_eq!(plain.len(), 1, "a plain value's record, whole");
+    assert!(plain[0].record_len() > value(1, 1).len());
+    assert!(db.cold_range_reads(b"map", 0, 10, 256).is_empty());
+    assert!(db.cold_range_reads(b"missing", 0, 10, 256).is_empty());
 }

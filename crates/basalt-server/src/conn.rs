@@ -34,7 +34,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::blocking::Unblock;
-use crate::commands::{flags::BLOCKING, After, Conn};
+use crate::commands::{fetch, flags::BLOCKING, After, Conn};
 use crate::config::Appendfsync;
 use crate::pubsub;
 use crate::readers::{self, Deferred};
@@ -505,11 +505,14 @@ async fn run(
                         // it; EXEC holds the gate alone while it runs.
                         let exec = conn.tx.in_multi() && args[0].eq_ignore_ascii_case(b"exec");
                         let staged = StagedFor;
-                        let wanted = if exec {
-                            args.len() == 1
-                        } else {
-                            fetches_ahead(&args) && !conn.tx.in_multi()
-                        };
+                        // One load first: while no database checks
+                        // residency (warm data), nothing else is looked at.
+                        let wanted = shared.keyspace.reads_may_be_cold()
+                            && if exec {
+                                args.len() == 1
+                            } else {
+                                fetch::fetches_ahead(&args) && !conn.tx.in_multi()
+                            };
                         if wanted
                             && shared.readers.enabled()
                             && crate::auth::may_run(shared, &info, 0)
@@ -933,20 +936,15 @@ impl ConnIo<'_> {
 }
 
 /// The reads a command about to run needs that are not in memory, to be
-/// fetched before it: a whole map's records ([`reads_whole_map`]), or the
-/// list elements a pop or LINDEX reads (`commands::list::cold_reads`).
-/// Nothing for a database whose residency is not checked.
+/// fetched before it (`commands::fetch` says which). Nothing for a
+/// database whose residency is not checked.
 fn command_cold_reads(
     shared: &Shared,
     conn: &Conn,
     args: &basalt_resp::Args<'_>,
 ) -> Vec<basalt_engine::ColdRead> {
     with_checked_db(shared, conn, |db, gen| {
-        if reads_whole_map(args) {
-            db.cold_field_reads(&args[1], FETCH_AHEAD_MAX)
-        } else {
-            crate::commands::list::cold_reads(db, gen, conn.db, args)
-        }
+        fetch::cold_reads(db, gen, conn.db, args)
     })
 }
 
@@ -963,44 +961,6 @@ fn with_checked_db(
         Some(db) if db.residency() != basalt_engine::Residency::InPlace => f(db, slot.generation()),
         _ => Vec::new(),
     }
-}
-
-/// Whether the command may have reads fetched ahead
-/// ([`command_cold_reads`]): a name check, before any lock.
-fn fetches_ahead(args: &basalt_resp::Args<'_>) -> bool {
-    // Every such name has 4 to 10 bytes and starts with h, x, l, r or b:
-    // GET, SET and most others are out after two comparisons.
-    let name = &args[0];
-    if args.len() < 2
-        || !(4..=10).contains(&name.len())
-        || !matches!(name[0] | 0x20, b'h' | b'x' | b'l' | b'r' | b'b')
-    {
-        return false;
-    }
-    reads_whole_map(args)
-        || crate::commands::list::READS_AT_ENDS
-            .iter()
-            .any(|n| name.eq_ignore_ascii_case(n))
-}
-
-/// Most records of one key fetched ahead of a command
-/// ([`reads_whole_map`]); a key with more missing is read as before.
-const FETCH_AHEAD_MAX: usize = 256;
-
-/// Whether the command reads the fields of the map at `args[1]` (a hash's,
-/// a list's or a stream's records), so that those not in memory are
-/// fetched before it runs: HGETALL, HVALS, LRANGE, XRANGE, XREVRANGE.
-fn reads_whole_map(args: &basalt_resp::Args<'_>) -> bool {
-    args.len() >= 2
-        && [
-            &b"hgetall"[..],
-            b"hvals",
-            b"lrange",
-            b"xrange",
-            b"xrevrange",
-        ]
-        .iter()
-        .any(|n| args[0].eq_ignore_ascii_case(n))
 }
 
 /// Cold reads gathered for one transaction or hand-over of scripts,
@@ -1047,9 +1007,9 @@ impl Gathered {
 
 /// The reads of the records that the commands queued for EXEC read and
 /// that are not in memory: GET and MGET's values, HGET and HMGET's fields,
-/// the maps of [`reads_whole_map`] commands, the elements list pops and
-/// LINDEX read (`commands::list::cold_reads`); at most [`FETCH_AHEAD_MAX`]
-/// reads and 16 MiB (what one command may hold staged).
+/// and what each other command reads that `commands::fetch` fetches ahead
+/// of it outside a transaction; at most `fetch::FETCH_AHEAD_MAX` reads and
+/// `fetch::FETCH_AHEAD_BYTES` (what one command may hold staged).
 /// Stops at a SELECT (later commands read another database). Fetching a
 /// record that the transaction then does not read (a write before it moved
 /// the key) costs a read and nothing else: staged bytes are found by where
@@ -1067,7 +1027,7 @@ fn exec_reads_in(
     conn: &Conn,
     queue: &[u8],
 ) -> Vec<basalt_engine::ColdRead> {
-    let mut gathered = Gathered::new(FETCH_AHEAD_MAX, 16 << 20);
+    let mut gathered = Gathered::new(fetch::FETCH_AHEAD_MAX, fetch::FETCH_AHEAD_BYTES);
     let mut parser = basalt_resp::RequestParser::new(basalt_resp::Limits::default());
     let mut pos = 0;
     while let Ok(Parsed::Command { args, consumed }) = parser.parse(&queue[pos..]) {
@@ -1089,13 +1049,11 @@ fn exec_reads_in(
                     .skip(2)
                     .filter_map(|field| db.cold_field_read(&args[1], field).ok().flatten()),
             )
-        } else if reads_whole_map(&args) {
-            gathered.add(db.cold_field_reads(&args[1], FETCH_AHEAD_MAX))
-        } else if fetches_ahead(&args) {
-            // A list pop or LINDEX: the elements at the list's ends as
-            // they are now (a second pop of the same list in the queue
-            // reads its own element on the worker).
-            gathered.add(crate::commands::list::cold_reads(db, gen, conn.db, &args))
+        } else if fetch::fetches_ahead(&args) {
+            // What the command reads as the keys are now: a second pop of
+            // the same list in the queue, or a read of a key an earlier
+            // command wrote, reads on the worker.
+            gathered.add(fetch::cold_reads(db, gen, conn.db, &args))
         } else {
             true
         };

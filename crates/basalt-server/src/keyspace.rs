@@ -247,6 +247,8 @@ pub struct Keyspace {
     /// reopened by FLUSHALL or opened by its first write checks as the
     /// others do from the start, not from the next second.
     residency: parking_lot::Mutex<basalt_engine::Residency>,
+    /// `residency` is not `InPlace` ([`Keyspace::reads_may_be_cold`]).
+    reads_may_be_cold: AtomicBool,
 }
 
 /// Magic and version at the start of `BATCHES`.
@@ -523,12 +525,22 @@ impl Keyspace {
             replicated,
             raft_db,
             residency: parking_lot::Mutex::new(basalt_engine::Residency::InPlace),
+            reads_may_be_cold: AtomicBool::new(false),
         })
     }
 
     /// Sets the residency mode databases get as they open (see the field).
     pub fn set_residency(&self, mode: basalt_engine::Residency) {
         *self.residency.lock() = mode;
+        self.reads_may_be_cold
+            .store(mode != basalt_engine::Residency::InPlace, Ordering::Relaxed);
+    }
+
+    /// Whether the databases check residency (their reads may be cold):
+    /// one load, for the paths that fetch reads ahead to skip the
+    /// database lookup when nothing can be cold.
+    pub fn reads_may_be_cold(&self) -> bool {
+        self.reads_may_be_cold.load(Ordering::Relaxed)
     }
 
     /// The Raft state machine's marker database (replicated nodes only).

@@ -15,6 +15,15 @@ use basalt_server::Config;
 use common::{bulk, ok, TestServer};
 use redis::Value;
 
+/// Held by every test here: INFO's cold-read counters are the process's,
+/// and `cargo test` runs the tests of this file in parallel threads, so a
+/// test's counts would otherwise include another's reads.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn cold_server(file_size: u64) -> TestServer {
     cold_server_with(file_size, true)
 }
@@ -76,6 +85,7 @@ fn value(key: usize, gen: usize) -> String {
 
 #[test]
 fn a_pipeline_of_cold_gets_answers_in_order_with_the_value_at_each_turn() {
+    let _serial = serial();
     for io_uring in [true, false] {
         a_pipeline_of_cold_gets_answers_in_order(io_uring);
     }
@@ -158,6 +168,7 @@ fn a_pipeline_of_cold_gets_answers_in_order(io_uring: bool) {
 
 #[test]
 fn transactions_scripts_reply_modes_and_resp3_read_cold_values_correctly() {
+    let _serial = serial();
     let server = cold_server(1 << 20);
     let mut raw = server.raw();
     let v = value(1, 1);
@@ -196,6 +207,7 @@ fn transactions_scripts_reply_modes_and_resp3_read_cold_values_correctly() {
 
 #[test]
 fn cold_reads_return_whole_values_while_writers_and_compaction_move_them() {
+    let _serial = serial();
     for io_uring in [true, false] {
         cold_reads_stay_whole_under_writers_and_compaction(io_uring);
     }
@@ -264,6 +276,7 @@ fn cold_reads_stay_whole_under_writers_and_compaction(io_uring: bool) {
 
 #[test]
 fn a_damaged_record_is_an_error_for_its_key_and_the_server_keeps_serving() {
+    let _serial = serial();
     for io_uring in [true, false] {
         a_damaged_record_is_an_error_for_its_key(io_uring);
     }
@@ -348,6 +361,7 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 
 #[test]
 fn http_get_of_a_cold_value_answers_the_value_and_its_version() {
+    let _serial = serial();
     let h = common::http::Http::start_with(|c| {
         c.read_residency = Policy::AllCold;
         c.cold_readers = 2;
@@ -382,6 +396,7 @@ fn http_get_of_a_cold_value_answers_the_value_and_its_version() {
 
 #[test]
 fn hget_of_cold_fields_answers_in_pipeline_order() {
+    let _serial = serial();
     let server = cold_server(1 << 20);
     let mut c = server.client();
     let mut pipe = redis::pipe();
@@ -449,6 +464,7 @@ fn hget_of_cold_fields_answers_in_pipeline_order() {
 
 #[test]
 fn hgetall_lrange_and_xrange_of_cold_maps_read_their_records_ahead_and_answer_in_order() {
+    let _serial = serial();
     for io_uring in [true, false] {
         whole_map_reads_of_cold_maps(io_uring);
     }
@@ -557,6 +573,7 @@ fn whole_map_reads_of_cold_maps(io_uring: bool) {
 
 #[test]
 fn a_database_reopened_by_flushall_checks_residency_from_its_first_read() {
+    let _serial = serial();
     let server = cold_server(64 << 10);
     let mut c = server.client();
     // Enough to seal data files: FLUSHALL then sets the database's files
@@ -583,6 +600,7 @@ fn a_database_reopened_by_flushall_checks_residency_from_its_first_read() {
 
 #[test]
 fn exec_fetches_its_cold_reads_ahead_and_answers_each_at_its_turn() {
+    let _serial = serial();
     for io_uring in [true, false] {
         exec_cold_reads(io_uring);
     }
@@ -682,6 +700,7 @@ fn exec_cold_reads(io_uring: bool) {
 
 #[test]
 fn scripts_keys_are_fetched_ahead_and_read_from_staged_records() {
+    let _serial = serial();
     for io_uring in [true, false] {
         script_cold_reads(io_uring);
     }
@@ -754,6 +773,7 @@ fn script_cold_reads(io_uring: bool) {
 
 #[test]
 fn list_pops_and_lindex_of_cold_elements_are_fetched_ahead() {
+    let _serial = serial();
     for io_uring in [true, false] {
         list_cold_reads(io_uring);
     }
@@ -835,4 +855,218 @@ fn list_cold_reads(io_uring: bool) {
         staged >= 2,
         "only {staged} reads used fetched records in EXEC"
     );
+    // LMPOP, BLMPOP and BLPOP fetch from the first list that is not empty
+    // ("none" does not exist), the one they pop.
+    let staged_before = stat(&mut c, "basalt_cold_reads_staged");
+    let got: (String, Vec<String>) = redis::cmd("LMPOP")
+        .arg(2)
+        .arg("none")
+        .arg("q")
+        .arg("LEFT")
+        .arg("COUNT")
+        .arg(2)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(got, ("q".into(), vec![items[4].clone(), items[5].clone()]));
+    let got: (String, Vec<String>) = redis::cmd("BLMPOP")
+        .arg(0)
+        .arg(2)
+        .arg("none")
+        .arg("q")
+        .arg("RIGHT")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(got, ("q".into(), vec![items[34].clone()]));
+    let got: (String, String) = redis::cmd("BLPOP")
+        .arg("none")
+        .arg("q")
+        .arg(0)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(got, ("q".into(), items[6].clone()));
+    let staged = stat(&mut c, "basalt_cold_reads_staged") - staged_before;
+    assert!(
+        staged >= 4,
+        "only {staged} of 4 popped elements came from fetched records"
+    );
+}
+
+/// Runs `cmd` and returns its reply with how many of the records it read
+/// came from bytes fetched ahead (INFO `basalt_cold_reads_staged`).
+fn staged_by<T: redis::FromRedisValue>(c: &mut redis::Connection, cmd: &redis::Cmd) -> (T, u64) {
+    let before = stat(c, "basalt_cold_reads_staged");
+    let reply: T = cmd.query(c).unwrap();
+    (reply, stat(c, "basalt_cold_reads_staged") - before)
+}
+
+#[test]
+fn string_bit_and_hash_field_reads_of_cold_records_are_fetched_ahead() {
+    let _serial = serial();
+    for io_uring in [true, false] {
+        value_cold_reads(io_uring);
+    }
+}
+
+fn value_cold_reads(io_uring: bool) {
+    let server = cold_server_with(64 << 10, io_uring);
+    let mut c = server.client();
+    let ring_before = stat(&mut c, "basalt_cold_reads_io_uring");
+    for i in 0..12 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("s{i}"))
+            .arg(value(i, 1))
+            .query(&mut c)
+            .unwrap();
+    }
+    // A bitmap of 12,501 bytes: 25 segments of 512 bytes.
+    for bit in [3u64, 700, 4_000, 100_000] {
+        let _: i64 = redis::cmd("SETBIT")
+            .arg("bm")
+            .arg(bit)
+            .arg(1)
+            .query(&mut c)
+            .unwrap();
+    }
+    let _: () = redis::cmd("HSET")
+        .arg("h")
+        .arg("f")
+        .arg(value(50, 1))
+        .arg("n")
+        .arg(41)
+        .query(&mut c)
+        .unwrap();
+    let v = |i: usize| value(i, 1);
+
+    // Whole values: each command finds its key's record staged.
+    let (got, staged): (String, u64) = staged_by(&mut c, redis::cmd("GETDEL").arg("s0"));
+    assert_eq!((got, staged >= 1), (v(0), true), "GETDEL");
+    let (got, staged): (String, u64) =
+        staged_by(&mut c, redis::cmd("GETEX").arg("s1").arg("PX").arg(600_000));
+    assert_eq!((got, staged >= 1), (v(1), true), "GETEX");
+    let (got, staged): (String, u64) = staged_by(&mut c, redis::cmd("GETSET").arg("s2").arg("x"));
+    assert_eq!((got, staged >= 1), (v(2), true), "GETSET");
+    let (got, staged): (String, u64) =
+        staged_by(&mut c, redis::cmd("SET").arg("s3").arg("y").arg("GET"));
+    assert_eq!((got, staged >= 1), (v(3), true), "SET GET");
+    let (got, staged): (usize, u64) = staged_by(&mut c, redis::cmd("STRLEN").arg("s4"));
+    assert_eq!((got, staged >= 1), (v(4).len(), true), "STRLEN");
+    let (got, staged): (String, u64) =
+        staged_by(&mut c, redis::cmd("GETRANGE").arg("s5").arg(2).arg(6));
+    assert_eq!(
+        (got, staged >= 1),
+        (v(5)[2..7].to_string(), true),
+        "GETRANGE"
+    );
+    let (got, staged): (String, u64) =
+        staged_by(&mut c, redis::cmd("GETRANGE").arg("s6").arg(-4).arg(-1));
+    let tail = v(6)[v(6).len() - 4..].to_string();
+    assert_eq!((got, staged >= 1), (tail, true), "GETRANGE from the end");
+    let (got, staged): (usize, u64) =
+        staged_by(&mut c, redis::cmd("SETRANGE").arg("s7").arg(1).arg("ab"));
+    assert_eq!((got, staged >= 1), (v(7).len(), true), "SETRANGE");
+    let (got, staged): (usize, u64) =
+        staged_by(&mut c, redis::cmd("LCS").arg("s8").arg("s9").arg("LEN"));
+    assert!(got > 0, "LCS LEN {got}");
+    assert!(staged >= 2, "LCS used {staged} fetched records");
+    let (dumped, staged): (Vec<u8>, u64) = staged_by(&mut c, redis::cmd("DUMP").arg("s10"));
+    assert!(staged >= 1, "DUMP used {staged} fetched records");
+    let _: () = redis::cmd("RESTORE")
+        .arg("copy")
+        .arg(0)
+        .arg(dumped)
+        .query(&mut c)
+        .unwrap();
+    let copy: String = redis::cmd("GET").arg("copy").query(&mut c).unwrap();
+    assert_eq!(copy, v(10));
+    let s7: String = redis::cmd("GET").arg("s7").query(&mut c).unwrap();
+    assert_eq!(&s7[1..3], "ab");
+
+    // Bits: one segment for GETBIT, SETBIT and BITFIELD, two for a range
+    // across a boundary, every segment for BITCOUNT and BITPOS.
+    let (got, staged): (i64, u64) = staged_by(&mut c, redis::cmd("GETBIT").arg("bm").arg(100_000));
+    assert_eq!((got, staged), (1, 1), "GETBIT");
+    let (got, staged): (i64, u64) =
+        staged_by(&mut c, redis::cmd("SETBIT").arg("bm").arg(50_000).arg(1));
+    assert_eq!((got, staged), (0, 1), "SETBIT");
+    let (got, staged): (Vec<u8>, u64) =
+        staged_by(&mut c, redis::cmd("GETRANGE").arg("bm").arg(510).arg(513));
+    assert_eq!((got, staged), (vec![0; 4], 2), "GETRANGE across segments");
+    let (got, staged): (Vec<i64>, u64) = staged_by(
+        &mut c,
+        redis::cmd("BITFIELD")
+            .arg("bm")
+            .arg("SET")
+            .arg("u8")
+            .arg("#100")
+            .arg(255),
+    );
+    // The field's segment is read for its old value, then for the write:
+    // both times from the one record fetched.
+    assert_eq!((got, staged), (vec![0], 2), "BITFIELD SET");
+    let (got, staged): (i64, u64) = staged_by(&mut c, redis::cmd("BITCOUNT").arg("bm"));
+    assert_eq!(got, 13, "BITCOUNT");
+    assert!(
+        staged >= 20,
+        "BITCOUNT used {staged} fetched segments of 25"
+    );
+    let (got, staged): (i64, u64) = staged_by(&mut c, redis::cmd("BITPOS").arg("bm").arg(1).arg(1));
+    assert_eq!((got, staged >= 1), (700, true), "BITPOS");
+
+    // Hash fields.
+    let (got, staged): (usize, u64) = staged_by(&mut c, redis::cmd("HSTRLEN").arg("h").arg("f"));
+    assert_eq!((got, staged >= 1), (v(50).len(), true), "HSTRLEN");
+    let (got, staged): (i64, u64) =
+        staged_by(&mut c, redis::cmd("HINCRBY").arg("h").arg("n").arg(1));
+    assert_eq!((got, staged >= 1), (42, true), "HINCRBY");
+    let (got, staged): ((String, Vec<String>), u64) =
+        staged_by(&mut c, redis::cmd("HSCAN").arg("h").arg(0));
+    assert_eq!(got.0, "0");
+    assert_eq!(got.1.len(), 4, "HSCAN {:?}", got.1);
+    assert!(staged >= 2, "HSCAN used {staged} fetched records");
+    let (got, staged): (Vec<String>, u64) = staged_by(
+        &mut c,
+        redis::cmd("HRANDFIELD").arg("h").arg(2).arg("WITHVALUES"),
+    );
+    assert_eq!(got.len(), 4, "HRANDFIELD {got:?}");
+    assert!(staged >= 2, "HRANDFIELD used {staged} fetched records");
+
+    // A hash of more than 128 fields is walked by HSCAN a part at a time:
+    // nothing is fetched for it, nor for a MATCH.
+    let mut big = redis::cmd("HSET");
+    big.arg("big");
+    for i in 0..200 {
+        big.arg(format!("f{i}")).arg(i);
+    }
+    let _: () = big.query(&mut c).unwrap();
+    let (_, staged): ((String, Vec<String>), u64) =
+        staged_by(&mut c, redis::cmd("HSCAN").arg("big").arg(0));
+    assert_eq!(staged, 0, "HSCAN of 200 fields");
+    let (_, staged): ((String, Vec<String>), u64) = staged_by(
+        &mut c,
+        redis::cmd("HSCAN").arg("h").arg(0).arg("MATCH").arg("f*"),
+    );
+    assert_eq!(staged, 0, "HSCAN with MATCH");
+
+    // The same reads inside EXEC are fetched before it runs.
+    let (got, staged): ((String, i64, usize), u64) = {
+        let before = stat(&mut c, "basalt_cold_reads_staged");
+        let got = redis::pipe()
+            .atomic()
+            .cmd("GETRANGE")
+            .arg("s11")
+            .arg(0)
+            .arg(3)
+            .cmd("GETBIT")
+            .arg("bm")
+            .arg(4_000)
+            .cmd("HSTRLEN")
+            .arg("h")
+            .arg("f")
+            .query(&mut c)
+            .unwrap();
+        (got, stat(&mut c, "basalt_cold_reads_staged") - before)
+    };
+    assert_eq!(got, (v(11)[..4].to_string(), 1, v(50).len()));
+    assert!(staged >= 3, "EXEC used {staged} fetched records");
+    check_ring_use(&mut c, io_uring, ring_before);
 }

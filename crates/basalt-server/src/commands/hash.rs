@@ -21,7 +21,7 @@ use crate::notify::{GENERIC, HASH, NEW};
 const G: Group = Group::Hash;
 
 /// Redis's `hash-max-listpack-entries` default.
-const LISTPACK_ENTRIES: usize = 128;
+pub(crate) const LISTPACK_ENTRIES: usize = 128;
 /// Redis's `hash-max-listpack-value` default.
 const LISTPACK_VALUE: usize = 64;
 

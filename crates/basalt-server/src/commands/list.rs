@@ -412,6 +412,8 @@ impl<'a> List<'a> {
 
 /// The commands [`cold_reads`] fetches ahead for.
 pub(crate) const READS_AT_ENDS: &[&[u8]] = &[
+    b"lmpop",
+    b"blmpop",
     b"lpop",
     b"rpop",
     b"lindex",
@@ -433,7 +435,8 @@ const FETCH_BYTES: usize = 1 << 20;
 /// The reads of the elements a list command is about to read that are not
 /// in memory, for the connection to fetch ahead of it (`conn.rs`): LPOP and
 /// RPOP (with a count, its first 16, at most 1 MiB in all), LINDEX, the source end of LMOVE,
-/// BLMOVE, RPOPLPUSH and BRPOPLPUSH, and the first key of BLPOP and BRPOP.
+/// BLMOVE, RPOPLPUSH and BRPOPLPUSH, and the first non-empty list of BLPOP,
+/// BRPOP, LMPOP and BLMPOP (the one they pop from when they do not block).
 /// The list's head is looked up without its stripe and without scanning or
 /// remembering: a list whose head is not known yet is read as before, and
 /// one changed meanwhile only makes the fetch useless, never a reply wrong
@@ -445,45 +448,87 @@ pub(crate) fn cold_reads(
     args: &Args<'_>,
 ) -> Vec<basalt_engine::ColdRead> {
     let name = |n: &str| is(&args[0], n);
-    let (end, index, count) = if name("lpop") || name("rpop") {
-        let end = if name("lpop") { End::Left } else { End::Right };
-        let count = match args.get(2) {
-            None => 1,
-            Some(c) => match parse_i64(c) {
-                Some(n) if n > 0 => n.min(FETCH_POPPED),
-                _ => return Vec::new(),
-            },
+    let first = || vec![&args[1]];
+    let (keys, end, index, count): (Vec<&[u8]>, End, Option<i64>, i64) =
+        if name("lpop") || name("rpop") {
+            let end = if name("lpop") { End::Left } else { End::Right };
+            let count = match args.get(2) {
+                None => 1,
+                Some(c) => match parse_i64(c) {
+                    Some(n) if n > 0 => n.min(FETCH_POPPED),
+                    _ => return Vec::new(),
+                },
+            };
+            (first(), end, None, count)
+        } else if name("lindex") && args.len() == 3 {
+            match parse_i64(&args[2]) {
+                Some(i) => (first(), End::Left, Some(i), 1),
+                None => return Vec::new(),
+            }
+        } else if (name("lmove") && args.len() == 5) || (name("blmove") && args.len() == 6) {
+            match end_arg(&args[3]) {
+                Ok(end) => (first(), end, None, 1),
+                Err(_) => return Vec::new(),
+            }
+        } else if name("rpoplpush") || name("brpoplpush") {
+            (first(), End::Right, None, 1)
+        } else if (name("blpop") || name("brpop")) && args.len() >= 3 {
+            // The keys, then the timeout.
+            let end = if name("blpop") { End::Left } else { End::Right };
+            let keys = args.iter().skip(1).take(args.len() - 2).collect();
+            (keys, end, None, 1)
+        } else if name("lmpop") || name("blmpop") {
+            match mpop_args(args, if name("lmpop") { 1 } else { 2 }) {
+                Ok((keys, end, count)) => (keys, end, None, count.min(FETCH_POPPED)),
+                Err(_) => return Vec::new(),
+            }
+        } else {
+            return Vec::new();
         };
-        (end, None, count)
-    } else if name("lindex") && args.len() == 3 {
-        match parse_i64(&args[2]) {
-            Some(i) => (End::Left, Some(i), 1),
-            None => return Vec::new(),
+    // The first key holding a non-empty list is the one popped (a key of
+    // another type is an error: nothing to fetch).
+    for key in keys {
+        let Some(meta) = db.meta(key) else {
+            continue;
+        };
+        let KeyKind::Map {
+            tag: TAG_LIST,
+            len,
+            run,
+        } = meta.kind
+        else {
+            return Vec::new();
+        };
+        if len == 0 {
+            continue;
         }
-    } else if (name("lmove") && args.len() == 5) || (name("blmove") && args.len() == 6) {
-        match end_arg(&args[3]) {
-            Ok(end) => (end, None, 1),
-            Err(_) => return Vec::new(),
-        }
-    } else if name("rpoplpush") || name("brpoplpush") || name("brpop") {
-        (End::Right, None, 1)
-    } else if name("blpop") {
-        (End::Left, None, 1)
-    } else {
-        return Vec::new();
-    };
-    let key = &args[1];
-    let Some(meta) = db.meta(key) else {
-        return Vec::new();
-    };
-    let KeyKind::Map {
-        tag: TAG_LIST,
-        len,
-        run,
-    } = meta.kind
-    else {
-        return Vec::new();
-    };
+        return end_reads(
+            db,
+            gen,
+            dbi,
+            key,
+            (len, run, meta.version),
+            end,
+            index,
+            count,
+        );
+    }
+    Vec::new()
+}
+
+/// [`cold_reads`] for the list at `key` (`len` elements, its run form if
+/// any, its version).
+#[allow(clippy::too_many_arguments)]
+fn end_reads(
+    db: &Db,
+    gen: u64,
+    dbi: usize,
+    key: &[u8],
+    (len, run, version): (usize, Option<u64>, u64),
+    end: End,
+    index: Option<i64>,
+    count: i64,
+) -> Vec<basalt_engine::ColdRead> {
     let len = len as i64;
     let head = match run {
         Some(base) => field_pos(&base.to_be_bytes()),
@@ -491,7 +536,7 @@ pub(crate) fn cold_reads(
             .lock()
             .get(&(gen, dbi))
             .and_then(|m| m.get(key).copied())
-            .filter(|&(v, _)| v == meta.version)
+            .filter(|&(v, _)| v == version)
             .map(|(_, head)| head),
     };
     let Some(head) = head else {

@@ -13,6 +13,7 @@ pub mod cnum;
 pub mod connection;
 pub mod dump;
 pub mod expiry;
+pub(crate) mod fetch;
 pub mod geo;
 pub mod hash;
 pub mod hll;
