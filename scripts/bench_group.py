@@ -73,7 +73,7 @@ def start_basalt_single(binary, root):
     return s
 
 
-def start_basalt_group(binary, root):
+def start_basalt_group(binary, root, flags=()):
     s = Setup("basalt raft x3")
     ports = [free_port() for _ in range(3)]
     rafts = [free_port() for _ in range(3)]
@@ -82,7 +82,7 @@ def start_basalt_group(binary, root):
         d = os.path.join(root, f"basalt-n{i + 1}")
         s.procs.append(subprocess.Popen(
             [binary, "--port", str(ports[i]), "--http-port", "0", "--dir", d, "--node-id", str(i + 1),
-             "--raft-port", str(rafts[i]), "--peers", peers],
+             "--raft-port", str(rafts[i]), "--peers", peers, *flags],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     for p in ports:
         wait_ping(p)
@@ -150,6 +150,10 @@ def main():
     ap.add_argument("--client-threads", type=int, default=0)
     ap.add_argument("--single-only", action="store_true",
                     help="only the single-node setups (redis x1, basalt x1)")
+    ap.add_argument("--group-only", action="store_true",
+                    help="only the Basalt group (e.g. to compare --group-flags settings)")
+    ap.add_argument("--group-flags", default="",
+                    help="extra flags for every group node, e.g. '--raft-in-flight 16'")
     a = ap.parse_args()
     for tool in ("redis-server", "redis-benchmark", "redis-cli"):
         if not shutil.which(tool):
@@ -159,10 +163,13 @@ def main():
         ("redis x1", lambda: start_redis(root + "/r1-" + str(time.time_ns()), 0)),
         ("basalt x1", lambda: start_basalt_single(a.basalt, root + "/b1-" + str(time.time_ns()))),
         ("redis +2 replicas", lambda: start_redis(root + "/r3-" + str(time.time_ns()), 2)),
-        ("basalt raft x3", lambda: start_basalt_group(a.basalt, root + "/b3-" + str(time.time_ns()))),
+        ("basalt raft x3", lambda: start_basalt_group(a.basalt, root + "/b3-" + str(time.time_ns()),
+                                                      a.group_flags.split())),
     ]
     if a.single_only:
         starters = starters[:2]
+    if a.group_only:
+        starters = starters[3:]
     results = {}
     try:
         for rnd in range(a.rounds):
@@ -181,6 +188,13 @@ def main():
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print()
+    if a.group_only:
+        print(f"| test | P | basalt raft x3 {a.group_flags} |")
+        print("|---|---:|---:|")
+        for test in a.tests.split(","):
+            for p in [int(x) for x in a.pipelines.split(",")]:
+                print(f"| {test.upper()} | {p} | {statistics.median(results[('basalt raft x3', test, p)]):.0f} |")
+        return
     if a.single_only:
         print("| test | P | redis x1 | basalt x1 | basalt x1 / redis x1 |")
         print("|---|---:|---:|---:|---:|")

@@ -4,6 +4,7 @@
 #   bash scripts/device/run.sh env      machine facts only
 #   bash scripts/device/run.sh group    3-node group vs redis (issue 21), 4 client threads
 #   bash scripts/device/run.sh group1   the same, SET only, one client thread
+#   bash scripts/device/run.sh inflight the group alone, SET P=16, --raft-in-flight 4, 16, 64
 #   bash scripts/device/run.sh warm     single node SET/GET P=16 vs redis, one client thread
 #   bash scripts/device/run.sh cold     cold GETs at 4.1x a 512 MiB cgroup, rings vs reader threads
 #   bash scripts/device/run.sh cpu      CPU per thread of a single node and of a group under SET
@@ -39,6 +40,9 @@ for stage in "$@"; do
         --requests-pipelined 1000000 --rounds 3 --pipelines 1,16 --tests set,get --client-threads 4 ;;
     group1) timeout 150 python3 scripts/bench_group.py --basalt $B --requests 100000 \
         --requests-pipelined 1000000 --rounds 3 --pipelines 1,16 --tests set ;;
+    inflight) for n in 4 16 64; do timeout 60 python3 scripts/bench_group.py --basalt $B \
+        --requests 100000 --requests-pipelined 1000000 --rounds 3 --pipelines 16 --tests set \
+        --group-only --group-flags "--raft-in-flight $n"; done ;;
     warm) timeout 80 python3 scripts/bench_group.py --basalt $B --requests 100000 \
         --requests-pipelined 2000000 --rounds 3 --pipelines 16 --tests set,get --single-only ;;
     cold) timeout 240 python3 scripts/bench_cold.py --binary ring=$B \

@@ -241,6 +241,10 @@ pub struct ServerArgs {
     /// [default: 100000]
     #[arg(long, env = "BASALT_RAFT_SNAPSHOT_EVERY")]
     pub raft_snapshot_every: Option<u64>,
+    /// Group commit: combined log entries the leader keeps in flight
+    /// (proposed and not yet applied) [default: 4]
+    #[arg(long, env = "BASALT_RAFT_IN_FLIGHT")]
+    pub raft_in_flight: Option<usize>,
 }
 
 /// The contents of a `--config` TOML file.
@@ -294,6 +298,8 @@ struct FileConfig {
     master_name: Option<String>,
     #[serde(rename = "raft-snapshot-every")]
     raft_snapshot_every: Option<u64>,
+    #[serde(rename = "raft-in-flight")]
+    raft_in_flight: Option<usize>,
 }
 
 /// The merged configuration the server runs with.
@@ -379,6 +385,11 @@ pub struct Config {
     /// more than this number, for followers that lag a little). Default:
     /// 100,000.
     pub raft_snapshot_every: u64,
+    /// `raft-in-flight`: how many combined log entries the leader keeps in
+    /// flight (proposed, not yet applied); proposals that arrive meanwhile
+    /// queue and go together in the next entry (`repl::combine`). Default:
+    /// 4, between 1 and 256.
+    pub raft_in_flight: usize,
 }
 
 impl Default for Config {
@@ -414,6 +425,7 @@ impl Default for Config {
             peers: Vec::new(),
             master_name: "mymaster".into(),
             raft_snapshot_every: 100_000,
+            raft_in_flight: 4,
         }
     }
 }
@@ -601,6 +613,11 @@ impl Config {
                 Some(0) => anyhow::bail!("raft-snapshot-every must be at least 1"),
                 Some(n) => n,
                 None => d.raft_snapshot_every,
+            },
+            raft_in_flight: match args.raft_in_flight.or(file.raft_in_flight) {
+                Some(n @ 1..=256) => n,
+                Some(_) => anyhow::bail!("raft-in-flight must be between 1 and 256"),
+                None => d.raft_in_flight,
             },
             slowlog_log_slower_than,
             slowlog_max_len,
@@ -883,6 +900,29 @@ mod tests {
         ] {
             let cli = Cli::try_parse_from(bad).unwrap();
             assert!(Config::from_args(cli.server).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn raft_in_flight_comes_from_file_or_flag_and_out_of_range_counts_are_refused() {
+        let from = |argv: &[&str]| {
+            let cli = Cli::try_parse_from(argv).unwrap();
+            Config::from_args(cli.server).map(|c| c.raft_in_flight)
+        };
+        assert_eq!(from(&["basalt"]).unwrap(), 4);
+        assert_eq!(from(&["basalt", "--raft-in-flight", "16"]).unwrap(), 16);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("basalt.toml");
+        std::fs::write(&path, "raft-in-flight = 32\n").unwrap();
+        assert_eq!(
+            from(&["basalt", "--config", path.to_str().unwrap()]).unwrap(),
+            32
+        );
+        for bad in ["0", "257"] {
+            let e = from(&["basalt", "--raft-in-flight", bad])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("raft-in-flight"), "{bad}: {e}");
         }
     }
 

@@ -352,9 +352,6 @@ struct Job {
     reply: tokio::sync::oneshot::Sender<Result<Vec<u8>, String>>,
 }
 
-/// Entries of [`combine`] in flight at once; while they all are,
-/// proposals queue and then go together in the next entry.
-const IN_FLIGHT: usize = 4;
 /// Proposals in one combined entry, at most.
 const BATCH_PROPOSALS: usize = 256;
 /// Bytes of proposals in one combined entry, at most (one proposal larger
@@ -362,7 +359,8 @@ const BATCH_PROPOSALS: usize = 256;
 const BATCH_BYTES: usize = 4 << 20;
 
 /// Group commit on the leader: proposals of all clients queue here, and
-/// whatever queued while [`IN_FLIGHT`] entries were in flight goes to the
+/// whatever queued while `raft-in-flight` entries (`Config::raft_in_flight`,
+/// default 4) were in flight goes to the
 /// log as one [`Proposal::Batch`] entry, submitted in queue order (so a
 /// connection's proposals stay in its order). Under load that is one
 /// append, one replication round, one fsync and one apply hand-off for
@@ -370,7 +368,10 @@ const BATCH_BYTES: usize = 4 << 20;
 /// at once, alone. A node that is not (or no longer) the leader sends each
 /// queued proposal its own way ([`Repl::write_bytes`], which forwards).
 async fn combine(shared: Weak<Shared>, mut rx: tokio::sync::mpsc::UnboundedReceiver<Job>) {
-    let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
+    let Some(in_flight) = shared.upgrade().map(|s| s.config.raft_in_flight) else {
+        return;
+    };
+    let slots = Arc::new(tokio::sync::Semaphore::new(in_flight));
     while let Some(first) = rx.recv().await {
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
