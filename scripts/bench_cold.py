@@ -129,9 +129,11 @@ def stop(p, port):
         p.wait()
 
 
-def load(binary, data, first, keys, size, fields=0):
+def load(binary, data, first, keys, size, fields=0, segmented=False):
     """Writes keys `first..keys` (and the hot keys); with `fields`, each key
-    is a hash of that many fields sharing the `size` bytes."""
+    is a hash of that many fields sharing the `size` bytes; with
+    `segmented`, each value is written by SETRANGE, which keeps a value over
+    4 KiB in 512-byte segments (Basalt's bitmaps and ranged strings)."""
     port = free_port()
     p = start(binary, port, data)
     cli = subprocess.Popen(["redis-cli", "-p", str(port), "--pipe"],
@@ -148,6 +150,8 @@ def load(binary, data, first, keys, size, fields=0):
             for f in range(fields):
                 args += [b"f%d" % f, v[f * part:(f + 1) * part]]
             batch.append(resp(*args))
+        elif segmented:
+            batch.append(resp(b"SETRANGE", key, b"0", v))
         else:
             batch.append(resp(b"SET", key, v))
         if len(batch) == 256:
@@ -353,6 +357,8 @@ def main():
                     help="instead of GET, this command (words split on spaces; redis-benchmark "
                          "puts a random key number for __rand_int__), e.g. "
                          "'GETRANGE key:__rand_int__ 0 99' or 'STRLEN key:__rand_int__'")
+    ap.add_argument("--segmented", action="store_true",
+                    help="write each value with SETRANGE (kept in 512-byte segments) instead of SET")
     ap.add_argument("--hash-fields", type=int, default=0,
                     help="store each key as a hash of this many fields sharing the value's "
                          "bytes, and read with HGETALL instead of GET")
@@ -397,7 +403,7 @@ def main():
         loaded = 0
         for keys in steps:
             t0 = time.time()
-            load(binaries[0][1], data, loaded, keys, a.value, a.hash_fields)
+            load(binaries[0][1], data, loaded, keys, a.value, a.hash_fields, a.segmented)
             loaded = keys
             size = sum(os.path.getsize(os.path.join(r, f))
                        for r, _, fs in os.walk(data) for f in fs)

@@ -198,6 +198,23 @@ pub fn stage_record(plan: &StagePlan, bytes: &[u8]) {
     ANY_STAGED.set(true);
 }
 
+/// Drops the records of `plan` that [`stage_record`] left on this thread,
+/// and only those: what another command staged stays.
+pub fn unstage_record(plan: &StagePlan) {
+    if !ANY_STAGED.get() {
+        return;
+    }
+    STAGED.with(|s| {
+        let mut s = s.borrow_mut();
+        for &(offset, _) in &plan.records {
+            s.remove(&(plan.uid, offset));
+        }
+        if s.is_empty() {
+            ANY_STAGED.set(false);
+        }
+    });
+}
+
 /// Drops whatever [`stage_record`] left on this thread.
 pub fn clear_staged() {
     if ANY_STAGED.replace(false) {
@@ -333,6 +350,66 @@ pub enum Lookup<R> {
     /// The value is on disk only: read it with [`ColdRead::read_with`],
     /// where waiting for the disk harms no one.
     Cold(ColdRead),
+    /// A segmented value whose segments are not all in memory: make its
+    /// reads where waiting harms no one, stage them, then assemble it
+    /// ([`ColdValue`]).
+    ColdValue(ColdValue),
+}
+
+/// A segmented value (`segmented.rs`) whose segments are not all in
+/// memory, as [`Db::get_or_cold`] found it: where each segment's record
+/// is, and the reads of those not in memory (neighbours merged into
+/// spans). Records never change, so assembling it later gives the value
+/// as it was when looked up, whatever happened to the key meanwhile.
+pub struct ColdValue {
+    inner: Arc<crate::db::Inner>,
+    key: Box<[u8]>,
+    parts: Vec<(Arc<DataFile>, Loc)>,
+    reads: Vec<ColdRead>,
+}
+
+impl std::fmt::Debug for ColdValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ColdValue")
+            .field("segments", &self.parts.len())
+            .field("reads", &self.reads.len())
+            .finish()
+    }
+}
+
+impl ColdValue {
+    pub(crate) fn new(
+        inner: Arc<crate::db::Inner>,
+        key: &[u8],
+        parts: Vec<(Arc<DataFile>, Loc)>,
+        reads: Vec<ColdRead>,
+    ) -> ColdValue {
+        ColdValue {
+            inner,
+            key: key.into(),
+            parts,
+            reads,
+        }
+    }
+
+    /// The reads to make (taken once): each a span of segment records,
+    /// whose checked bytes ([`ColdRead::read_record`], or a planned read
+    /// and [`ColdRead::check_record`]) go to [`stage_record`] on the
+    /// thread that then calls [`ColdValue::assemble`].
+    pub fn take_reads(&mut self) -> Vec<ColdRead> {
+        std::mem::take(&mut self.reads)
+    }
+
+    /// The value: every segment in order, from this thread's staged bytes
+    /// where they are, from the files otherwise (a read not staged, or a
+    /// patch's base).
+    pub fn assemble(&self) -> Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(self.parts.len() * crate::SEGMENT_LEN);
+        for (file, loc) in &self.parts {
+            out.extend_from_slice(&self.inner.read_segment(&self.key, file, *loc)?);
+        }
+        Ok(out)
+    }
 }
 
 /// What [`Db::get_versioned_or_cold`] found for a key that exists.
@@ -836,11 +913,11 @@ impl Db {
             match self.locate_value(key)? {
                 None => return Ok(Lookup::Absent),
                 Some(Found::Record(r)) => break r,
-                Some(Found::Segments { .. }) => {
-                    if let Some((v, _)) = self.assemble(key)? {
-                        return Ok(Lookup::Here(f(&v)));
-                    }
-                }
+                Some(Found::Segments { .. }) => match self.segments_or_cold(key, mode)? {
+                    Some(Ok(v)) => return Ok(Lookup::Here(f(&v))),
+                    Some(Err(cold)) => return Ok(Lookup::ColdValue(cold)),
+                    None => {}
+                },
             }
         };
         if let Some(read) = self.cold_read(mode, key, &file, loc) {

@@ -77,8 +77,8 @@ pub use check::{
 };
 pub use checkpoint::CheckpointFile;
 pub use cold::{
-    clear_staged, cold_read_counts, set_page_cache_budget, stage_record, staged_reads, ColdRead,
-    Lookup, ReadPlan, Residency, StagePlan, VersionedLookup,
+    clear_staged, cold_read_counts, set_page_cache_budget, stage_record, staged_reads,
+    unstage_record, ColdRead, ColdValue, Lookup, ReadPlan, Residency, StagePlan, VersionedLookup,
 };
 pub use compaction::CompactionReport;
 pub use db::{Db, FileStats, KeyKind, KeyMeta, Stats, Versioned};

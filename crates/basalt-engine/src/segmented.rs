@@ -225,179 +225,6 @@ impl Db {
         })
     }
 
-    fn read_segment(&self, key: &[u8], file: &DataFile, loc: Loc) -> Result<Vec<u8>> {
-        Ok(self.read_segment_from(key, file, loc, false)?.0)
-    }
-
-    /// Appends bytes `from .. to` of the segment whose record is at `loc`
-    /// (fewer at its end) to `out`: what [`Db::read_segment`] gives, without
-    /// copying the rest of the segment (a GETBIT wants one byte of 512).
-    fn read_segment_window(
-        &self,
-        key: &[u8],
-        file: &DataFile,
-        loc: Loc,
-        from: usize,
-        to: usize,
-        out: &mut Vec<u8>,
-    ) -> Result<()> {
-        let window = |bytes: &[u8], out: &mut Vec<u8>| {
-            let to = to.min(bytes.len());
-            if from < to {
-                out.extend_from_slice(&bytes[from..to]);
-            }
-        };
-        let hit = cached(file, loc, |e| {
-            window(&e.bytes, out);
-            Some(())
-        });
-        if hit.is_some() {
-            return Ok(());
-        }
-        let head = self.read_head(key, file, loc, |rec| {
-            window(&rec.value_ref()?, out);
-            Ok(())
-        })?;
-        let Head::Patch(p) = head else {
-            return Ok(());
-        };
-        let (bytes, _) = self.apply_patch(key, file, loc, &p, false)?;
-        window(&bytes, out);
-        // Kept for the next read of this segment on this thread (a hot
-        // sketch header is read by every PFADD and PFCOUNT).
-        cache(file, loc, bytes.into(), None);
-        Ok(())
-    }
-
-    /// The bytes of the segment whose record is at `loc`, a full record or
-    /// a patch applied to its base. With `want_base`, also the full record
-    /// a new patch of this segment may name, with its bytes: the record
-    /// itself or the patch's base, unless that is a batch member (a patch
-    /// is not one, and must not outlive a batch that never committed).
-    fn read_segment_from(
-        &self,
-        key: &[u8],
-        file: &DataFile,
-        loc: Loc,
-        want_base: bool,
-    ) -> Result<(Vec<u8>, Option<Base>)> {
-        let hit = cached(file, loc, |e| {
-            let base = match (&e.base, want_base) {
-                (_, false) => None,
-                (None, true) => return None,
-                (Some(b), true) => b.as_ref().map(|(l, b)| (*l, b.to_vec())),
-            };
-            Some((e.bytes.to_vec(), base))
-        });
-        if let Some(hit) = hit {
-            return Ok(hit);
-        }
-        let head = self.read_head(key, file, loc, |rec| {
-            Ok((rec.value()?, rec.header.flags & FLAG_BATCH == 0))
-        })?;
-        let p = match head {
-            Head::Full((v, may_base)) => {
-                let base = (want_base && may_base).then(|| (loc, v.clone()));
-                return Ok((v, base));
-            }
-            Head::Patch(p) => p,
-        };
-        let (bytes, base) = self.apply_patch(key, file, loc, &p, want_base)?;
-        cache(
-            file,
-            loc,
-            bytes.as_slice().into(),
-            want_base.then(|| base.as_ref().map(|(l, b)| (*l, b.as_slice().into()))),
-        );
-        Ok((bytes, base))
-    }
-
-    /// Reads the record at a segment's index entry `loc`: a full record is
-    /// handed to `full`; a patch comes back as what reading its base needs.
-    fn read_head<R>(
-        &self,
-        key: &[u8],
-        file: &DataFile,
-        loc: Loc,
-        full: impl FnOnce(Record<'_>) -> std::result::Result<R, &'static str>,
-    ) -> Result<Head<R>> {
-        let inner = &*self.inner;
-        // SAFETY: `file` and `loc` were read from this shard's index
-        // (`shape`); the handle keeps the file mapped.
-        unsafe {
-            inner.read_with(inner.shard(key), file, loc, |rec| {
-                if rec.header.flags & FLAG_PATCH == 0 {
-                    return full(rec).map(Head::Full);
-                }
-                let p = Patch::decode(rec.stored_value())?;
-                let mut runs = [0u8; PATCH_MAX];
-                runs.get_mut(..p.runs.len())
-                    .ok_or("patch longer than a patch may be")?
-                    .copy_from_slice(p.runs);
-                Ok(Head::Patch(PatchHead {
-                    base: Loc {
-                        file: loc.file,
-                        offset: p.base_offset,
-                        len: p.base_len,
-                        seq: 0,
-                    },
-                    runs,
-                    runs_len: p.runs.len(),
-                    field: rec
-                        .field()
-                        .try_into()
-                        .map_err(|_| "segment name not 8 bytes")?,
-                }))
-            })
-        }
-    }
-
-    /// The segment a patch (at `loc`) stands for: its base, read and
-    /// checked, with the runs applied. With `want_base`, also the base's
-    /// location and bytes, if a new patch may name it (not a batch member).
-    fn apply_patch(
-        &self,
-        key: &[u8],
-        file: &DataFile,
-        loc: Loc,
-        p: &PatchHead,
-        want_base: bool,
-    ) -> Result<(Vec<u8>, Option<Base>)> {
-        let inner = &*self.inner;
-        let shard = inner.shard(key);
-        let corrupt = |reason: &str| Error::Corrupt {
-            path: shard.data_path(loc.file),
-            offset: loc.offset as u64,
-            reason: reason.into(),
-        };
-        if u64::from(p.base.offset) + u64::from(p.base.len) > u64::from(loc.offset) {
-            return Err(corrupt("patch names a base that does not precede it"));
-        }
-        // SAFETY: the base lies in the same file before the patch, which is
-        // an index entry: its bytes were written before the patch's, below
-        // the file's length, and are never written again.
-        let (mut bytes, may_base) = unsafe {
-            inner.read_with(shard, file, p.base, |rec| {
-                if !is_patch_base(&rec, key, &p.field) {
-                    return Err("patch base is not a full record of its segment");
-                }
-                Ok((
-                    rec.stored_value().to_vec(),
-                    rec.header.flags & FLAG_BATCH == 0,
-                ))
-            })?
-        };
-        let base = (want_base && may_base).then(|| (p.base, bytes.clone()));
-        Patch {
-            base_offset: p.base.offset,
-            base_len: p.base.len,
-            runs: &p.runs[..p.runs_len],
-        }
-        .apply(&mut bytes)
-        .map_err(corrupt)?;
-        Ok((bytes, base))
-    }
-
     /// The whole of a segmented value (`None` if the key stopped being one
     /// meanwhile), with its expiry. What [`Db::get`] returns for it.
     pub(crate) fn assemble(&self, key: &[u8]) -> Result<Option<(Vec<u8>, Option<u64>)>> {
@@ -409,9 +236,38 @@ impl Db {
         };
         let mut out = Vec::with_capacity(wanted.len() * SEGMENT_LEN);
         for (_, file, loc) in &wanted {
-            out.extend_from_slice(&self.read_segment(key, file, *loc)?);
+            out.extend_from_slice(&self.inner.read_segment(key, file, *loc)?);
         }
         Ok(Some((out, expires_at)))
+    }
+
+    /// The whole segmented value at `key` when its segments are in memory
+    /// under `mode` (or it is too large to fetch: more than 16 MiB of it
+    /// missing), read here; else what reading it elsewhere needs. `None`
+    /// if the key stopped being a segmented value meanwhile.
+    pub(crate) fn segments_or_cold(
+        &self,
+        key: &[u8],
+        mode: crate::Residency,
+    ) -> Result<Option<std::result::Result<Vec<u8>, crate::ColdValue>>> {
+        let Shape::Segmented { wanted, .. } = self.shape(key, 0, u64::MAX)? else {
+            return Ok(None);
+        };
+        let parts: Vec<(Arc<DataFile>, Loc)> = wanted.into_iter().map(|(_, f, l)| (f, l)).collect();
+        let reads = self.cold_spans(key, mode, parts.clone(), parts.len());
+        if !reads.is_empty() {
+            return Ok(Some(Err(crate::cold::ColdValue::new(
+                self.inner.clone(),
+                key,
+                parts,
+                reads,
+            ))));
+        }
+        let mut out = Vec::with_capacity(parts.len() * SEGMENT_LEN);
+        for (file, loc) in &parts {
+            out.extend_from_slice(&self.inner.read_segment(key, file, *loc)?);
+        }
+        Ok(Some(Ok(out)))
     }
 
     /// The value's length in bytes, `None` if the key does not exist; a
@@ -509,7 +365,8 @@ impl Db {
                     let base = i * seg;
                     let from = offset.saturating_sub(base) as usize;
                     let to = (end - base).min(seg) as usize;
-                    self.read_segment_window(key, file, *loc, from, to, &mut out)?;
+                    self.inner
+                        .read_segment_window(key, file, *loc, from, to, &mut out)?;
                 }
                 Ok(Some((out, total)))
             }
@@ -666,7 +523,8 @@ impl Db {
                     let mut bytes = if i < count {
                         match wanted.iter().find(|(j, ..)| *j == i) {
                             Some((_, file, loc)) if patchable => {
-                                let (b, base) = self.read_segment_from(key, file, *loc, true)?;
+                                let (b, base) =
+                                    self.inner.read_segment_from(key, file, *loc, true)?;
                                 patch_from = base.map(|(base, base_bytes)| PatchFrom {
                                     i,
                                     head: *loc,
@@ -675,7 +533,7 @@ impl Db {
                                 });
                                 b
                             }
-                            Some((_, file, loc)) => self.read_segment(key, file, *loc)?,
+                            Some((_, file, loc)) => self.inner.read_segment(key, file, *loc)?,
                             None => self.get_segment_of(key, i)?,
                         }
                     } else {
@@ -728,7 +586,7 @@ impl Db {
         match self.shape(key, i, i)? {
             Shape::Segmented { wanted, .. } if !wanted.is_empty() => {
                 let (_, file, loc) = &wanted[0];
-                self.read_segment(key, file, *loc)
+                self.inner.read_segment(key, file, *loc)
             }
             _ => Err(Error::WrongKind {
                 expected: "segmented value",
@@ -983,7 +841,7 @@ impl Db {
                 if !patched {
                     continue;
                 }
-                let (bytes, _) = self.read_segment_from(&key, &file, loc, false)?;
+                let (bytes, _) = self.inner.read_segment_from(&key, &file, loc, false)?;
                 if !matches!(
                     self.put_segments(&key, &[(i, &bytes)], None, None, true)?,
                     Step::Done(_)
@@ -997,5 +855,183 @@ impl Db {
             }
         }
         Ok(written)
+    }
+}
+
+/// Reads of a segment's record (a full record, or a patch applied to its
+/// base), on the engine's shared state: what [`Db`]'s ranged reads use,
+/// and what a [`crate::ColdValue`] assembles with after its reads.
+impl crate::db::Inner {
+    pub(crate) fn read_segment(&self, key: &[u8], file: &DataFile, loc: Loc) -> Result<Vec<u8>> {
+        Ok(self.read_segment_from(key, file, loc, false)?.0)
+    }
+
+    /// Appends bytes `from .. to` of the segment whose record is at `loc`
+    /// (fewer at its end) to `out`: what [`Db::read_segment`] gives, without
+    /// copying the rest of the segment (a GETBIT wants one byte of 512).
+    fn read_segment_window(
+        &self,
+        key: &[u8],
+        file: &DataFile,
+        loc: Loc,
+        from: usize,
+        to: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
+        let window = |bytes: &[u8], out: &mut Vec<u8>| {
+            let to = to.min(bytes.len());
+            if from < to {
+                out.extend_from_slice(&bytes[from..to]);
+            }
+        };
+        let hit = cached(file, loc, |e| {
+            window(&e.bytes, out);
+            Some(())
+        });
+        if hit.is_some() {
+            return Ok(());
+        }
+        let head = self.read_head(key, file, loc, |rec| {
+            window(&rec.value_ref()?, out);
+            Ok(())
+        })?;
+        let Head::Patch(p) = head else {
+            return Ok(());
+        };
+        let (bytes, _) = self.apply_patch(key, file, loc, &p, false)?;
+        window(&bytes, out);
+        // Kept for the next read of this segment on this thread (a hot
+        // sketch header is read by every PFADD and PFCOUNT).
+        cache(file, loc, bytes.into(), None);
+        Ok(())
+    }
+
+    /// The bytes of the segment whose record is at `loc`, a full record or
+    /// a patch applied to its base. With `want_base`, also the full record
+    /// a new patch of this segment may name, with its bytes: the record
+    /// itself or the patch's base, unless that is a batch member (a patch
+    /// is not one, and must not outlive a batch that never committed).
+    fn read_segment_from(
+        &self,
+        key: &[u8],
+        file: &DataFile,
+        loc: Loc,
+        want_base: bool,
+    ) -> Result<(Vec<u8>, Option<Base>)> {
+        let hit = cached(file, loc, |e| {
+            let base = match (&e.base, want_base) {
+                (_, false) => None,
+                (None, true) => return None,
+                (Some(b), true) => b.as_ref().map(|(l, b)| (*l, b.to_vec())),
+            };
+            Some((e.bytes.to_vec(), base))
+        });
+        if let Some(hit) = hit {
+            return Ok(hit);
+        }
+        let head = self.read_head(key, file, loc, |rec| {
+            Ok((rec.value()?, rec.header.flags & FLAG_BATCH == 0))
+        })?;
+        let p = match head {
+            Head::Full((v, may_base)) => {
+                let base = (want_base && may_base).then(|| (loc, v.clone()));
+                return Ok((v, base));
+            }
+            Head::Patch(p) => p,
+        };
+        let (bytes, base) = self.apply_patch(key, file, loc, &p, want_base)?;
+        cache(
+            file,
+            loc,
+            bytes.as_slice().into(),
+            want_base.then(|| base.as_ref().map(|(l, b)| (*l, b.as_slice().into()))),
+        );
+        Ok((bytes, base))
+    }
+
+    /// Reads the record at a segment's index entry `loc`: a full record is
+    /// handed to `full`; a patch comes back as what reading its base needs.
+    fn read_head<R>(
+        &self,
+        key: &[u8],
+        file: &DataFile,
+        loc: Loc,
+        full: impl FnOnce(Record<'_>) -> std::result::Result<R, &'static str>,
+    ) -> Result<Head<R>> {
+        let inner = self;
+        // SAFETY: `file` and `loc` were read from this shard's index
+        // (`shape`); the handle keeps the file mapped.
+        unsafe {
+            inner.read_with(inner.shard(key), file, loc, |rec| {
+                if rec.header.flags & FLAG_PATCH == 0 {
+                    return full(rec).map(Head::Full);
+                }
+                let p = Patch::decode(rec.stored_value())?;
+                let mut runs = [0u8; PATCH_MAX];
+                runs.get_mut(..p.runs.len())
+                    .ok_or("patch longer than a patch may be")?
+                    .copy_from_slice(p.runs);
+                Ok(Head::Patch(PatchHead {
+                    base: Loc {
+                        file: loc.file,
+                        offset: p.base_offset,
+                        len: p.base_len,
+                        seq: 0,
+                    },
+                    runs,
+                    runs_len: p.runs.len(),
+                    field: rec
+                        .field()
+                        .try_into()
+                        .map_err(|_| "segment name not 8 bytes")?,
+                }))
+            })
+        }
+    }
+
+    /// The segment a patch (at `loc`) stands for: its base, read and
+    /// checked, with the runs applied. With `want_base`, also the base's
+    /// location and bytes, if a new patch may name it (not a batch member).
+    fn apply_patch(
+        &self,
+        key: &[u8],
+        file: &DataFile,
+        loc: Loc,
+        p: &PatchHead,
+        want_base: bool,
+    ) -> Result<(Vec<u8>, Option<Base>)> {
+        let inner = self;
+        let shard = inner.shard(key);
+        let corrupt = |reason: &str| Error::Corrupt {
+            path: shard.data_path(loc.file),
+            offset: loc.offset as u64,
+            reason: reason.into(),
+        };
+        if u64::from(p.base.offset) + u64::from(p.base.len) > u64::from(loc.offset) {
+            return Err(corrupt("patch names a base that does not precede it"));
+        }
+        // SAFETY: the base lies in the same file before the patch, which is
+        // an index entry: its bytes were written before the patch's, below
+        // the file's length, and are never written again.
+        let (mut bytes, may_base) = unsafe {
+            inner.read_with(shard, file, p.base, |rec| {
+                if !is_patch_base(&rec, key, &p.field) {
+                    return Err("patch base is not a full record of its segment");
+                }
+                Ok((
+                    rec.stored_value().to_vec(),
+                    rec.header.flags & FLAG_BATCH == 0,
+                ))
+            })?
+        };
+        let base = (want_base && may_base).then(|| (p.base, bytes.clone()));
+        Patch {
+            base_offset: p.base.offset,
+            base_len: p.base.len,
+            runs: &p.runs[..p.runs_len],
+        }
+        .apply(&mut bytes)
+        .map_err(corrupt)?;
+        Ok((bytes, base))
     }
 }

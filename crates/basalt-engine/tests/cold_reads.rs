@@ -165,6 +165,7 @@ fn under_check_a_value_out_of_memory_is_read_past_the_cache_once_and_served_in_p
                     break;
                 }
                 Lookup::Absent => panic!("{key} absent"),
+                Lookup::ColdValue(_) => panic!("{key} is no segmented value"),
             }
         }
         cold += usize::from(reads > 0);
@@ -367,6 +368,7 @@ fn after_a_run_of_resident_checks_only_a_sample_is_checked_until_one_misses() {
             false
         }
         Lookup::Absent => panic!("k{i} absent"),
+        Lookup::ColdValue(_) => panic!("k{i} is no segmented value"),
     };
     // Just written: resident, and 64 resident checks in a row start sampling.
     for i in 0..64 {
@@ -585,4 +587,55 @@ fn a_values_cold_range_reads_are_the_records_holding_the_range_and_staged_ones_a
     assert!(plain[0].record_len() > value(1, 1).len());
     assert!(db.cold_range_reads(b"map", 0, 10, 256).is_empty());
     assert!(db.cold_range_reads(b"missing", 0, 10, 256).is_empty());
+}
+
+#[test]
+fn a_cold_segmented_value_assembles_as_it_was_at_lookup_from_staged_spans() {
+    let _staging = staging();
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), opts().max_file_size(1 << 20)).unwrap();
+    let seg = basalt_engine::SEGMENT_LEN as u64;
+    let long: Vec<u8> = (0..20 * seg).map(|i| (i % 253) as u8).collect();
+    db.write_range(b"seg", 0, &long).unwrap();
+    // In memory: assembled at once.
+    db.set_residency(Residency::Check);
+    match db.get_or_cold(b"seg", |v| v.to_vec()).unwrap() {
+        Lookup::Here(v) => assert_eq!(v, long),
+        other => panic!("a resident segmented value: {other:?}"),
+    }
+    db.set_residency(Residency::AllCold);
+    let Lookup::ColdValue(mut cold) = db.get_or_cold(b"seg", |v| v.to_vec()).unwrap() else {
+        panic!("a cold segmented value");
+    };
+    // Written over after the lookup: the assembly gives the value looked up.
+    db.write_range(b"seg", 3 * seg, b"changed").unwrap();
+    let reads = cold.take_reads();
+    assert!(
+        !reads.is_empty() && reads.len() <= 2,
+        "{} reads",
+        reads.len()
+    );
+    assert!(cold.take_reads().is_empty(), "taken once");
+    let mut plans = Vec::new();
+    for read in &reads {
+        let bytes = read.read_record().unwrap();
+        basalt_engine::stage_record(&read.stage_plan(), &bytes);
+        plans.push(read.stage_plan());
+    }
+    let before = basalt_engine::staged_reads();
+    assert_eq!(cold.assemble().unwrap(), long);
+    assert_eq!(
+        basalt_engine::staged_reads() - before,
+        20,
+        "every segment staged"
+    );
+    for plan in &plans {
+        basalt_engine::unstage_record(plan);
+    }
+    // Unstaged: assembled from the files, the same bytes.
+    assert_eq!(cold.assemble().unwrap(), long);
+    assert_eq!(basalt_engine::staged_reads() - before, 20);
+    let mut now = long.clone();
+    now[3 * seg as usize..3 * seg as usize + 7].copy_from_slice(b"changed");
+    assert_eq!(db.get(b"seg").unwrap().unwrap(), now);
 }

@@ -1036,13 +1036,9 @@ fn exec_reads_in(
         let more = if is("select") {
             break;
         } else if is("get") && args.len() == 2 {
-            gathered.add(db.cold_value_read(&args[1]).ok().flatten())
+            gathered.add(fetch::whole(db, &args[1]))
         } else if is("mget") {
-            gathered.add(
-                args.iter()
-                    .skip(1)
-                    .filter_map(|key| db.cold_value_read(key).ok().flatten()),
-            )
+            gathered.add(args.iter().skip(1).flat_map(|key| fetch::whole(db, key)))
         } else if (is("hget") && args.len() == 3) || (is("hmget") && args.len() >= 3) {
             gathered.add(
                 args.iter()
@@ -1076,8 +1072,9 @@ const SCRIPT_FETCH_BYTES: usize = 1 << 20;
 
 /// The reads of what the keys that the scripts handed over (`conn.script`:
 /// EVAL, EVALSHA, FCALL and their read-only forms) declare hold and is not
-/// in memory: a string's value, or a map's records when it has at most
-/// [`SCRIPT_MAP_MAX`] missing; at most 64 reads and 1 MiB per hand-over
+/// in memory: a string's value (a segmented one's segments), or a map's
+/// records when it has at most [`SCRIPT_MAP_MAX`] missing; at most 64
+/// reads and 1 MiB per hand-over
 /// (the script thread stages up to 64 hand-overs at once). Keys in the
 /// selected database (a script that selects another reads on).
 fn script_cold_reads(shared: &Shared, conn: &Conn) -> Vec<basalt_engine::ColdRead> {
@@ -1107,9 +1104,9 @@ fn script_reads_in(db: &basalt_engine::Db, script: &[u8]) -> Vec<basalt_engine::
             continue;
         }
         for key in args.iter().skip(3).take(count) {
-            let found = match db.cold_value_read(key).ok().flatten() {
-                Some(read) => vec![read],
-                None => db.cold_field_reads(key, SCRIPT_MAP_MAX),
+            let found = match fetch::whole(db, key) {
+                reads if !reads.is_empty() => reads,
+                _ => db.cold_field_reads(key, SCRIPT_MAP_MAX),
             };
             if !gathered.add(found) {
                 return gathered.reads;

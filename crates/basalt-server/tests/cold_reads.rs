@@ -1070,3 +1070,68 @@ fn value_cold_reads(io_uring: bool) {
     assert!(staged >= 3, "EXEC used {staged} fetched records");
     check_ring_use(&mut c, io_uring, ring_before);
 }
+
+#[test]
+fn get_of_a_cold_segmented_value_is_assembled_off_the_worker_in_pipeline_order() {
+    let _serial = serial();
+    for io_uring in [true, false] {
+        segmented_get(io_uring);
+    }
+}
+
+fn segmented_get(io_uring: bool) {
+    let server = cold_server_with(64 << 10, io_uring);
+    let mut c = server.client();
+    let ring_before = stat(&mut c, "basalt_cold_reads_io_uring");
+    // Built by ranged writes, 40,000 bytes: a segmented value of 79
+    // segments.
+    let mut big: Vec<u8> = (0..40_000u32).map(|i| (i % 251) as u8).collect();
+    for (i, chunk) in big.chunks(4_000).enumerate() {
+        let _: i64 = redis::cmd("SETRANGE")
+            .arg("big")
+            .arg(i * 4_000)
+            .arg(chunk)
+            .query(&mut c)
+            .unwrap();
+    }
+    let staged_before = stat(&mut c, "basalt_cold_reads_staged");
+    // Each GET answers the value at its turn, though the value is read
+    // after the commands behind it have run.
+    type Replies = (Vec<u8>, i64, Vec<u8>, Vec<Option<Vec<u8>>>);
+    let (first, len, second, both): Replies = redis::pipe()
+        .cmd("GET")
+        .arg("big")
+        .cmd("SETRANGE")
+        .arg("big")
+        .arg(100)
+        .arg("XY")
+        .cmd("GET")
+        .arg("big")
+        .cmd("MGET")
+        .arg("big")
+        .arg("none")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(first, big, "the first GET");
+    assert_eq!(len, 40_000);
+    big[100..102].copy_from_slice(b"XY");
+    assert_eq!(second, big, "the GET after the write");
+    assert_eq!(both, vec![Some(big.clone()), None]);
+    let staged = stat(&mut c, "basalt_cold_reads_staged") - staged_before;
+    assert!(
+        staged >= 2 * 79,
+        "only {staged} segments came from fetched records"
+    );
+    // Inside EXEC its segments are fetched before the transaction runs.
+    let staged_before = stat(&mut c, "basalt_cold_reads_staged");
+    let (got,): (Vec<u8>,) = redis::pipe()
+        .atomic()
+        .cmd("GET")
+        .arg("big")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(got, big);
+    let staged = stat(&mut c, "basalt_cold_reads_staged") - staged_before;
+    assert!(staged >= 79, "only {staged} segments fetched for EXEC");
+    check_ring_use(&mut c, io_uring, ring_before);
+}

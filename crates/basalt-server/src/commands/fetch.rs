@@ -142,7 +142,7 @@ pub(crate) fn cold_reads(db: &Db, gen: u64, dbi: usize, args: &Args<'_>) -> Vec<
 
 /// The whole value at `key`: a plain value's record, or a segmented
 /// value's segments (up to [`FETCH_AHEAD_MAX`] of them).
-fn whole(db: &Db, key: &[u8]) -> Vec<ColdRead> {
+pub(crate) fn whole(db: &Db, key: &[u8]) -> Vec<ColdRead> {
     db.cold_range_reads(key, 0, u64::MAX, FETCH_AHEAD_MAX)
 }
 

@@ -141,6 +141,8 @@ fn hget(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         Lookup::Absent => ctx.null(),
         Lookup::Here(v) => ctx.bulk(&v),
         Lookup::Cold(read) => ctx.cold_bulk(read)?,
+        // (A field is never a segmented value; handled all the same.)
+        Lookup::ColdValue(value) => ctx.cold_value(value)?,
     }
     Ok(())
 }
@@ -171,6 +173,12 @@ fn hmget(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             // array's header is already written.
             Some(Lookup::Cold(read)) => {
                 if let Err(e) = ctx.cold_bulk(read) {
+                    let line = e.message().into_owned();
+                    ctx.error_line(&line);
+                }
+            }
+            Some(Lookup::ColdValue(value)) => {
+                if let Err(e) = ctx.cold_value(value) {
                     let line = e.message().into_owned();
                     ctx.error_line(&line);
                 }

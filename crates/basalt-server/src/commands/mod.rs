@@ -519,6 +519,74 @@ impl<'a> Ctx<'a> {
         Ok(())
     }
 
+    /// Writes a segmented value whose segments are not all in memory as a
+    /// bulk reply: when this command may defer, its reads are submitted
+    /// now (this worker's io_uring, else the reader threads) and a task on
+    /// this worker assembles the value from them once they are back, its
+    /// reply coming in this place later; otherwise read here. The value
+    /// is the one looked up, whatever writes come after it.
+    pub fn cold_value(&mut self, mut value: basalt_engine::ColdValue) -> Result<()> {
+        let protocol = self.conn.protocol;
+        if !self.conn.may_defer || !self.shared.readers.enabled() {
+            let v = value.assemble()?;
+            self.bulk(&v);
+            return Ok(());
+        }
+        let mut waits = Vec::new();
+        for read in value.take_reads() {
+            let plan = read.stage_plan();
+            let rx = match crate::uring::submit_record(read) {
+                Ok(rx) => rx,
+                Err(read) => {
+                    let (done, rx) = tokio::sync::oneshot::channel();
+                    // Without readers `done` is dropped: the segment is
+                    // then read by the assembly itself.
+                    let _ = self
+                        .shared
+                        .readers
+                        .run(read, crate::readers::Want::Record, done);
+                    rx
+                }
+            };
+            waits.push((plan, rx));
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.conn
+            .deferred
+            .push(crate::readers::Deferred::new(self.out.len(), rx));
+        // On the worker's runtime (one thread): the assembly runs on this
+        // worker, between its other tasks.
+        tokio::spawn(async move {
+            let mut staged = Vec::with_capacity(waits.len());
+            for (plan, rx) in waits {
+                if let Ok(record) = rx.await {
+                    if !record.is_empty() {
+                        staged.push((plan, record));
+                    }
+                }
+            }
+            // Staged, assembled and unstaged with no await in between: no
+            // other command on this thread runs meanwhile.
+            for (plan, record) in &staged {
+                basalt_engine::stage_record(plan, record);
+            }
+            let v = value.assemble();
+            for (plan, _) in &staged {
+                basalt_engine::unstage_record(plan);
+            }
+            let reply = crate::readers::reply_or_error(
+                v.map(|v| {
+                    let mut out = Vec::with_capacity(v.len() + 16);
+                    Encoder::new(&mut out, protocol).bulk(&v);
+                    out
+                }),
+                protocol,
+            );
+            let _ = tx.send(reply);
+        });
+        Ok(())
+    }
+
     /// Read access to the selected database (may be unopened = empty).
     pub fn slot(&self) -> RwLockReadGuard<'a, Slot> {
         self.shared.keyspace.read(self.conn.db)

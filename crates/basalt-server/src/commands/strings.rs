@@ -88,6 +88,10 @@ fn reply_value(ctx: &mut Ctx<'_>, db: &Db, key: &[u8]) -> Result<bool> {
             ctx.cold_bulk(read)?;
             true
         }
+        Lookup::ColdValue(value) => {
+            ctx.cold_value(value)?;
+            true
+        }
     })
 }
 
