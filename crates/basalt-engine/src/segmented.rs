@@ -242,9 +242,10 @@ impl Db {
     }
 
     /// The whole segmented value at `key` when its segments are in memory
-    /// under `mode` (or it is too large to fetch: more than 16 MiB of it
-    /// missing), read here; else what reading it elsewhere needs. `None`
-    /// if the key stopped being a segmented value meanwhile.
+    /// under `mode` (or it is too large to fetch: more than 64 span reads
+    /// or 16 MiB read), read here; else what reading it elsewhere needs.
+    /// `None` if the key stopped being a segmented value meanwhile. A
+    /// patched segment's base is read where the value is assembled.
     pub(crate) fn segments_or_cold(
         &self,
         key: &[u8],
@@ -253,15 +254,29 @@ impl Db {
         let Shape::Segmented { wanted, .. } = self.shape(key, 0, u64::MAX)? else {
             return Ok(None);
         };
+        // Most span reads, and bytes read (gaps between records included),
+        // one GET hands out; a value needing more is read here, as before.
+        const MAX_READS: usize = 64;
+        const MAX_BYTES: usize = 16 << 20;
         let parts: Vec<(Arc<DataFile>, Loc)> = wanted.into_iter().map(|(_, f, l)| (f, l)).collect();
-        let reads = self.cold_spans(key, mode, parts.clone(), parts.len());
-        if !reads.is_empty() {
-            return Ok(Some(Err(crate::cold::ColdValue::new(
-                self.inner.clone(),
-                key,
-                parts,
-                reads,
-            ))));
+        // The sampled check of each record first (after a run of resident
+        // checks, one in 16 is a `mincore`): a warm value costs what it
+        // did; only one found missing is looked at run by run.
+        let all_resident = mode == crate::Residency::Check
+            && parts
+                .iter()
+                .all(|(file, loc)| crate::cold::record_resident(file, *loc));
+        if !all_resident {
+            let reads = self.cold_spans(key, mode, parts.clone(), parts.len());
+            let bytes: usize = reads.iter().map(crate::ColdRead::record_len).sum();
+            if !reads.is_empty() && reads.len() <= MAX_READS && bytes <= MAX_BYTES {
+                return Ok(Some(Err(crate::cold::ColdValue::new(
+                    self.inner.clone(),
+                    key,
+                    parts,
+                    reads,
+                ))));
+            }
         }
         let mut out = Vec::with_capacity(parts.len() * SEGMENT_LEN);
         for (file, loc) in &parts {

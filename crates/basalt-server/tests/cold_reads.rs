@@ -1082,7 +1082,6 @@ fn get_of_a_cold_segmented_value_is_assembled_off_the_worker_in_pipeline_order()
 fn segmented_get(io_uring: bool) {
     let server = cold_server_with(64 << 10, io_uring);
     let mut c = server.client();
-    let ring_before = stat(&mut c, "basalt_cold_reads_io_uring");
     // Built by ranged writes, 40,000 bytes: a segmented value of 79
     // segments.
     let mut big: Vec<u8> = (0..40_000u32).map(|i| (i % 251) as u8).collect();
@@ -1095,6 +1094,7 @@ fn segmented_get(io_uring: bool) {
             .unwrap();
     }
     let staged_before = stat(&mut c, "basalt_cold_reads_staged");
+    let ring_before = stat(&mut c, "basalt_cold_reads_io_uring");
     // Each GET answers the value at its turn, though the value is read
     // after the commands behind it have run.
     type Replies = (Vec<u8>, i64, Vec<u8>, Vec<Option<Vec<u8>>>);
@@ -1122,6 +1122,18 @@ fn segmented_get(io_uring: bool) {
         staged >= 2 * 79,
         "only {staged} segments came from fetched records"
     );
+    check_ring_use(&mut c, io_uring, ring_before);
+    // A GET alone: its own reads go through the rings (where there are
+    // any), and its segments come from them.
+    let (ring_before, staged_before) = (
+        stat(&mut c, "basalt_cold_reads_io_uring"),
+        stat(&mut c, "basalt_cold_reads_staged"),
+    );
+    let got: Vec<u8> = redis::cmd("GET").arg("big").query(&mut c).unwrap();
+    assert_eq!(got, big);
+    check_ring_use(&mut c, io_uring, ring_before);
+    let staged = stat(&mut c, "basalt_cold_reads_staged") - staged_before;
+    assert!(staged >= 79, "only {staged} segments staged for a lone GET");
     // Inside EXEC its segments are fetched before the transaction runs.
     let staged_before = stat(&mut c, "basalt_cold_reads_staged");
     let (got,): (Vec<u8>,) = redis::pipe()
@@ -1133,5 +1145,4 @@ fn segmented_get(io_uring: bool) {
     assert_eq!(got, big);
     let staged = stat(&mut c, "basalt_cold_reads_staged") - staged_before;
     assert!(staged >= 79, "only {staged} segments fetched for EXEC");
-    check_ring_use(&mut c, io_uring, ring_before);
 }

@@ -565,6 +565,10 @@ impl<'a> Ctx<'a> {
                     }
                 }
             }
+            if tx.is_closed() {
+                // The connection went away: nothing to assemble for.
+                return;
+            }
             // Staged, assembled and unstaged with no await in between: no
             // other command on this thread runs meanwhile.
             for (plan, record) in &staged {
