@@ -18,8 +18,8 @@
 //!   index from the end;
 //! - ranges of string values: GETRANGE, SUBSTR, SETRANGE, GETBIT, SETBIT
 //!   (a plain value's record, or the segments of a segmented one);
-//! - hash fields: HSTRLEN, HINCRBY, HINCRBYFLOAT, and the whole hash for
-//!   HRANDFIELD ... WITHVALUES and HSCAN of a hash of at most 128 fields.
+//! - hash fields: HSTRLEN, HINCRBY, HINCRBYFLOAT, the fields an HSCAN step
+//!   returns, and the whole hash for HRANDFIELD ... WITHVALUES.
 //!
 //! GET, MGET, HGET and HMGET need none of this: they hand a cold read to
 //! the ring themselves (`Ctx::cold_bulk`), except inside EXEC.
@@ -309,15 +309,32 @@ fn field_reads(db: &Db, args: &Args<'_>) -> Vec<ColdRead> {
         };
     }
     if is(name, "hscan") {
-        // A hash of at most 128 fields answers in one reply (as Redis's
-        // listpack does): all of its values, unless MATCH filters them.
-        let filtered = args.iter().skip(3).any(|a| is(a, "match"));
-        return match hash_len() {
-            Some(len) if len <= super::hash::LISTPACK_ENTRIES && !filtered => {
-                db.cold_field_reads(key, super::hash::LISTPACK_ENTRIES)
-            }
-            _ => Vec::new(),
+        // The fields this step returns, as the command picks them (a pure
+        // function of the names in memory, the cursor and COUNT), and that
+        // MATCH keeps: a hash of at most 128 fields answers whole.
+        use super::hash::{scan_args, scan_cursor, scan_names, LISTPACK_ENTRIES};
+        let (Some(len), Ok(cursor), Ok(opts)) =
+            (hash_len(), scan_cursor(&args[2]), scan_args(args, 3))
+        else {
+            return Vec::new();
         };
+        if len <= LISTPACK_ENTRIES && opts.pattern.is_none() {
+            // All of it, its neighbouring records in one read each.
+            return db.cold_field_reads(key, LISTPACK_ENTRIES);
+        }
+        let Ok(names) = db.field_names(key) else {
+            return Vec::new();
+        };
+        let (names, _) = scan_names(names, cursor, opts.count, len <= LISTPACK_ENTRIES);
+        return names
+            .iter()
+            .filter(|n| {
+                opts.pattern
+                    .is_none_or(|p| crate::glob::matches(p, n, false))
+            })
+            .take(FETCH_AHEAD_MAX)
+            .filter_map(|n| db.cold_field_read(key, n).ok().flatten())
+            .collect();
     }
     // HSTRLEN, HINCRBY, HINCRBYFLOAT: one field.
     match args.get(2) {
