@@ -392,6 +392,11 @@ impl ColdValue {
         }
     }
 
+    /// Whether reads remain to be taken ([`ColdValue::take_reads`]).
+    pub(crate) fn has_reads(&self) -> bool {
+        !self.reads.is_empty()
+    }
+
     /// The reads to make (taken once): each a span of segment records,
     /// whose checked bytes ([`ColdRead::read_record`], or a planned read
     /// and [`ColdRead::check_record`]) go to [`stage_record`] on the

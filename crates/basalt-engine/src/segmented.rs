@@ -266,23 +266,21 @@ impl Db {
             && parts
                 .iter()
                 .all(|(file, loc)| crate::cold::record_resident(file, *loc));
+        let mut reads = Vec::new();
         if !all_resident {
-            let reads = self.cold_spans(key, mode, parts.clone(), parts.len());
+            reads = self.cold_spans(key, mode, parts.clone(), parts.len());
             let bytes: usize = reads.iter().map(crate::ColdRead::record_len).sum();
-            if !reads.is_empty() && reads.len() <= MAX_READS && bytes <= MAX_BYTES {
-                return Ok(Some(Err(crate::cold::ColdValue::new(
-                    self.inner.clone(),
-                    key,
-                    parts,
-                    reads,
-                ))));
+            if reads.len() > MAX_READS || bytes > MAX_BYTES {
+                reads.clear();
             }
         }
-        let mut out = Vec::with_capacity(parts.len() * SEGMENT_LEN);
-        for (file, loc) in &parts {
-            out.extend_from_slice(&self.inner.read_segment(key, file, *loc)?);
-        }
-        Ok(Some(Ok(out)))
+        let value = crate::cold::ColdValue::new(self.inner.clone(), key, parts, reads);
+        Ok(Some(if value.has_reads() {
+            Err(value)
+        } else {
+            // In memory, or too much to read elsewhere: read here.
+            Ok(value.assemble()?)
+        }))
     }
 
     /// The value's length in bytes, `None` if the key does not exist; a

@@ -1135,17 +1135,8 @@ async fn fetch_records(
         while waits.len() < FETCH_WINDOW {
             let Some(read) = reads.next() else { break };
             let at = read.stage_plan();
-            let rx = match crate::uring::submit_record(read) {
-                Ok(rx) => rx,
-                Err(read) => {
-                    let (done, rx) = tokio::sync::oneshot::channel();
-                    // Without readers `done` is dropped and the record is
-                    // read by the command itself.
-                    let _ = shared.readers.run(read, readers::Want::Record, done);
-                    rx
-                }
-            };
-            waits.push_back((at, rx));
+            // Without readers the record is read by the command itself.
+            waits.push_back((at, readers::fetch_record(&shared.readers, read)));
         }
         let Some((at, rx)) = waits.pop_front() else {
             return fetched;

@@ -169,14 +169,9 @@ impl Want {
     /// Reads `read` here (a reader thread) and returns what is wanted.
     pub(crate) fn read(self, read: &ColdRead) -> Vec<u8> {
         match self {
-            Want::Bulk(protocol) => reply_or_error(
-                read.read_with(|v| {
-                    let mut out = Vec::with_capacity(v.len() + 16);
-                    Encoder::new(&mut out, protocol).bulk(v);
-                    out
-                }),
-                protocol,
-            ),
+            Want::Bulk(protocol) => {
+                reply_or_error(read.read_with(|v| bulk_reply(v, protocol)), protocol)
+            }
             Want::Record => read.read_record().unwrap_or_default(),
         }
     }
@@ -198,18 +193,34 @@ impl Want {
     /// What is wanted, from the record bytes a submitted read fetched.
     pub(crate) fn of_record(self, read: &ColdRead, record: &[u8]) -> Vec<u8> {
         match self {
-            Want::Bulk(protocol) => reply_or_error(
-                read.finish(record, |v| {
-                    let mut out = Vec::with_capacity(v.len() + 16);
-                    Encoder::new(&mut out, protocol).bulk(v);
-                    out
-                }),
-                protocol,
-            ),
+            Want::Bulk(protocol) => {
+                reply_or_error(read.finish(record, |v| bulk_reply(v, protocol)), protocol)
+            }
             Want::Record => match read.check_record(record) {
                 Ok(()) => record.to_vec(),
                 Err(_) => Vec::new(),
             },
+        }
+    }
+}
+
+/// `v` as a bulk-string reply.
+pub(crate) fn bulk_reply(v: &[u8], protocol: Protocol) -> Vec<u8> {
+    let mut out = Vec::with_capacity(v.len() + 16);
+    Encoder::new(&mut out, protocol).bulk(v);
+    out
+}
+
+/// Submits `read` for its whole record, checked (empty if the read
+/// failed), on this worker's io_uring or else to the reader threads; with
+/// neither, the sender is dropped and the caller reads the record itself.
+pub(crate) fn fetch_record(readers: &ColdReaders, read: ColdRead) -> oneshot::Receiver<Vec<u8>> {
+    match crate::uring::submit_record(read) {
+        Ok(rx) => rx,
+        Err(read) => {
+            let (done, rx) = oneshot::channel();
+            let _ = readers.run(read, Want::Record, done);
+            rx
         }
     }
 }

@@ -532,24 +532,18 @@ impl<'a> Ctx<'a> {
             self.bulk(&v);
             return Ok(());
         }
-        let mut waits = Vec::new();
-        for read in value.take_reads() {
-            let plan = read.stage_plan();
-            let rx = match crate::uring::submit_record(read) {
-                Ok(rx) => rx,
-                Err(read) => {
-                    let (done, rx) = tokio::sync::oneshot::channel();
-                    // Without readers `done` is dropped: the segment is
-                    // then read by the assembly itself.
-                    let _ = self
-                        .shared
-                        .readers
-                        .run(read, crate::readers::Want::Record, done);
-                    rx
-                }
-            };
-            waits.push((plan, rx));
-        }
+        // A read that cannot be made leaves its segments to the assembly.
+        let waits: Vec<_> = value
+            .take_reads()
+            .into_iter()
+            .map(|read| {
+                let plan = read.stage_plan();
+                (
+                    plan,
+                    crate::readers::fetch_record(&self.shared.readers, read),
+                )
+            })
+            .collect();
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.conn
             .deferred
@@ -579,11 +573,7 @@ impl<'a> Ctx<'a> {
                 basalt_engine::unstage_record(plan);
             }
             let reply = crate::readers::reply_or_error(
-                v.map(|v| {
-                    let mut out = Vec::with_capacity(v.len() + 16);
-                    Encoder::new(&mut out, protocol).bulk(&v);
-                    out
-                }),
+                v.map(|v| crate::readers::bulk_reply(&v, protocol)),
                 protocol,
             );
             let _ = tx.send(reply);
