@@ -195,16 +195,19 @@ def pct(xs, p):
     return xs[min(len(xs) - 1, int(len(xs) * p / 100))] if xs else float("nan")
 
 
-def sectors_read(path):
-    """Sectors read so far by the block device holding `path`."""
+def disk_reads(path):
+    """(reads completed, sectors read, milliseconds spent on reads) so far by
+    the block device holding `path` (/proc/diskstats; the milliseconds are
+    the sum of every read's time from issue to completion, so their change
+    over a run divided by the reads' is the disk's mean read latency)."""
     st = os.stat(path)
     major, minor = os.major(st.st_dev), os.minor(st.st_dev)
     with open("/proc/diskstats") as f:
         for line in f:
             p = line.split()
             if int(p[0]) == major and int(p[1]) == minor:
-                return int(p[5])
-    return 0
+                return int(p[3]), int(p[5]), int(p[6])
+    return 0, 0, 0
 
 
 def read_reply(f):
@@ -259,7 +262,7 @@ def get_run(port, keys, requests, clients, pipeline, data, mix=False, value=8000
             exec_gets=0, script=False, command=None):
     """Random GETs; with `mix`, a tenth of the clients send SETs of the same
     keys meanwhile (a tenth of the requests): a 90/10 read/update mix."""
-    before = sectors_read(data)
+    before = disk_reads(data)
     lat = []
     running = [True]
     t = threading.Thread(target=probe, args=(port, running, lat))
@@ -297,10 +300,13 @@ def get_run(port, keys, requests, clients, pipeline, data, mix=False, value=8000
         set_rps = float(next(csv.DictReader(io.StringIO(wout)))["rps"])
     running.clear()
     t.join()
-    read_kb = (sectors_read(data) - before) * 512 / 1024
+    after = disk_reads(data)
+    read_kb = (after[1] - before[1]) * 512 / 1024
+    reads = after[0] - before[0]
     return {
         "set_rps": set_rps,
         "disk_kb_per_get": read_kb / requests,
+        "disk_read_ms": (after[2] - before[2]) / reads if reads else float("nan"),
         "rps": row["rps"],
         "p50": row["p50"],
         "p99": row["p99"],
@@ -309,6 +315,28 @@ def get_run(port, keys, requests, clients, pipeline, data, mix=False, value=8000
         "probe_max": max(lat) if lat else float("nan"),
         "probe_n": len(lat),
     }
+
+
+IO_URING_EVENTS = ("io_uring:io_uring_submit_req,io_uring:io_uring_queue_async_work,"
+                   "io_uring:io_uring_complete,io_uring:io_uring_task_add,"
+                   "io_uring:io_uring_poll_arm")
+
+
+def start_perf(folder, label, seconds):
+    """With `folder`, starts a system-wide `perf record` (cpu-clock, call
+    graphs) and a `perf stat` of io_uring's tracepoints, each for `seconds`;
+    returns the processes to wait for (none without a folder)."""
+    if not folder:
+        return []
+    os.makedirs(folder, exist_ok=True)
+    base = os.path.join(folder, label)
+    rec = subprocess.Popen(
+        ["perf", "record", "-a", "-g", "-e", "cpu-clock", "-F", "999", "-o", base + ".data",
+         "--", "sleep", str(seconds)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    stat = subprocess.Popen(
+        ["perf", "stat", "-a", "-e", IO_URING_EVENTS, "-o", base + ".stat",
+         "--", "sleep", str(seconds)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return [rec, stat]
 
 
 def fio(dirpath, size, bs, seconds):
@@ -363,6 +391,11 @@ def main():
                     help="store each key as a hash of this many fields sharing the value's "
                          "bytes, and read with HGETALL instead of GET")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--perf-dir", default=None,
+                    help="record `perf` system-wide (cpu-clock, call graphs) and count "
+                         "io_uring tracepoints for the first seconds of each run, into "
+                         "this folder (one NAME-PP-rR.data/.stat per run)")
+    ap.add_argument("--perf-seconds", type=float, default=4.0)
     ap.add_argument("--engines", default=None, metavar="BASALT_BENCH",
                     help="instead of the servers: run this basalt-bench binary's engine "
                          "benchmark (Basalt's engine and RocksDB, --threads threads, "
@@ -419,11 +452,15 @@ def main():
                         drop_caches()
                         port = free_port()
                         p = start(path, port, data, cg)
+                        perf = start_perf(a.perf_dir, f"{name}-P{pl}-r{r + 1}",
+                                          a.perf_seconds)
                         try:
                             res = get_run(port, keys, a.requests, a.clients, pl, data, a.mix,
                                           a.value, a.hash_fields, a.exec_gets, a.script,
                                           a.command)
                         finally:
+                            for q in perf:
+                                q.wait()
                             stop(p, port)
                         runs[name][pl].append(res)
                         sets = f" + {res['set_rps']:.0f} SET/s" if a.mix else ""
@@ -431,14 +468,15 @@ def main():
                               f"p50 {res['p50']:.2f} p99 {res['p99']:.2f} ms, hot probe "
                               f"p50 {res['probe_p50']:.2f} p99 {res['probe_p99']:.2f} "
                               f"max {res['probe_max']:.1f} ms, "
-                              f"disk {res['disk_kb_per_get']:.1f} KiB/GET", flush=True)
+                              f"disk {res['disk_kb_per_get']:.1f} KiB/GET, "
+                              f"{res['disk_read_ms']:.3f} ms/read", flush=True)
             results.append({"keys": keys, "disk_bytes": size, "ratio": ratio, "runs": runs})
         print()
         setcol = " SET/s |" if a.mix else ""
         print("| data/limit | binary | P | GET/s |" + setcol + " x fio QD32 | p50 ms | p99 ms "
-              "| hot p50 ms | hot p99 ms | hot max ms | disk KiB/GET |")
+              "| hot p50 ms | hot p99 ms | hot max ms | disk KiB/GET | disk ms/read |")
         print("|---:|---|---:|---:|" + ("---:|" if a.mix else "")
-              + "---:|---:|---:|---:|---:|---:|---:|")
+              + "---:|---:|---:|---:|---:|---:|---:|---:|")
         for step in results:
             for name, _ in binaries:
                 for pl in pipelines:
@@ -449,7 +487,7 @@ def main():
                           f"| {med['rps'] / disk['qd32']:.2f} | {med['p50']:.2f} "
                           f"| {med['p99']:.2f} | {med['probe_p50']:.2f} "
                           f"| {med['probe_p99']:.2f} | {med['probe_max']:.1f} "
-                          f"| {med['disk_kb_per_get']:.1f} |")
+                          f"| {med['disk_kb_per_get']:.1f} | {med['disk_read_ms']:.3f} |")
         if a.json:
             with open(a.json, "w") as f:
                 json.dump({"value": a.value, "limit_mb": a.limit_mb, "fio": disk,

@@ -1,8 +1,9 @@
 #!/bin/bash
 # Packs what a run on a lent multi-core machine (the `device` tool: no
 # network there) needs into .dev/devpkg.tar.xz, under the 64 MiB the tool
-# carries: the release basalt binary (stripped), and redis-server,
-# redis-cli, redis-benchmark and fio from this machine with every library
+# carries: the release basalt binary (debug info stripped, symbols kept for
+# perf), and redis-server, redis-cli, redis-benchmark, fio and (where this
+# machine has it) perf from this machine with every library
 # they load except the C library's own (the far side has a newer glibc).
 # Run it here, from the repository root, after `cargo build --release`;
 # then call the device with carry [".dev"] and the command
@@ -14,14 +15,16 @@ done
 [ -x target/release/basalt ] || { echo "build first: cargo build --release -p basalt-server"; exit 1; }
 pkg=$(mktemp -d)
 mkdir -p $pkg/bin $pkg/lib .dev
-for tool in redis-server redis-cli redis-benchmark fio; do
+tools="redis-server redis-cli redis-benchmark fio"
+command -v perf >/dev/null && tools="$tools perf"
+for tool in $tools; do
   cp "$(command -v $tool)" $pkg/bin/
   ldd "$(command -v $tool)" | awk '/=>/ {print $1, $3}'
 done | sort -u | grep -v -E '^(libc|libm|libpthread|libdl|librt)\.so' | while read -r name path; do
   cp -L "$path" "$pkg/lib/$name"
 done
 cp target/release/basalt $pkg/bin/basalt
-strip $pkg/bin/basalt
+strip --strip-debug $pkg/bin/basalt
 tar cf - -C $pkg bin lib | xz -T2 -6 > .dev/devpkg.tar.xz
 rm -rf $pkg
 ls -l .dev/devpkg.tar.xz

@@ -5,9 +5,14 @@
 #   bash scripts/device/run.sh group    3-node group vs redis (issue 21), 4 client threads
 #   bash scripts/device/run.sh group1   the same, SET only, one client thread
 #   bash scripts/device/run.sh inflight the group alone, SET P=16, --raft-in-flight 4, 16, 64
+#   bash scripts/device/run.sh inflight4 the same with 4 client threads (4 and 64), and a single node
 #   bash scripts/device/run.sh warm     single node SET/GET P=16 vs redis, one client thread
 #   bash scripts/device/run.sh cold     cold GETs at 4.1x a 512 MiB cgroup, rings vs reader threads
+#   bash scripts/device/run.sh coldqd   cold GETs at P=1, rings vs 32 and 64 reader threads, with the
+#                                        disk's own mean read latency (is the gap the disk's queue?)
 #   bash scripts/device/run.sh cpu      CPU per thread of a single node and of a group under SET
+#   bash scripts/device/run.sh coldperf cold GETs at P=1, rings vs threads, one round each, with
+#                                        a system-wide perf profile and io_uring tracepoint counts
 # Output goes to $OUT/log.txt (the tool brings it back) and the terminal.
 # Stages take 35-130 s each; the machine's first start costs about 35 s.
 set -u
@@ -17,10 +22,13 @@ mkdir -p "$O"
 exec > >(tee -a "$O/log.txt") 2>&1
 T0=$(date +%s)
 mkdir -p /opt/dev/wrap && tar xJf .dev/devpkg.tar.xz -C /opt/dev || exit 1
-for b in redis-server redis-cli redis-benchmark fio; do
+for b in redis-server redis-cli redis-benchmark fio perf; do
   printf '#!/bin/sh\nLD_LIBRARY_PATH=/opt/dev/lib exec /opt/dev/bin/%s "$@"\n' $b > /opt/dev/wrap/$b
 done
 printf '#!/bin/sh\nexec /opt/dev/bin/basalt --io-uring no "$@"\n' > /opt/dev/wrap/basalt-threads
+# io-uring defaults to auto (the reader threads with more than 4 workers):
+# the rings are asked for by name.
+printf '#!/bin/sh\nexec /opt/dev/bin/basalt --io-uring yes "$@"\n' > /opt/dev/wrap/basalt-ring
 chmod +x /opt/dev/wrap/*
 export PATH=/opt/dev/wrap:$PATH PYTHONUNBUFFERED=1
 # Temporary data on the machine's disk, not a tmpfs.
@@ -43,11 +51,33 @@ for stage in "$@"; do
     inflight) for n in 4 16 64; do timeout 60 python3 scripts/bench_group.py --basalt $B \
         --requests 100000 --requests-pipelined 1000000 --rounds 3 --pipelines 16 --tests set \
         --group-only --group-flags "--raft-in-flight $n"; done ;;
+    inflight4) for n in ${INFLIGHT:-4 64}; do timeout 60 python3 scripts/bench_group.py --basalt $B \
+        --requests 100000 --requests-pipelined 2000000 --rounds 3 --pipelines 16 --tests set \
+        --client-threads 4 --group-only --group-flags "--raft-in-flight $n"; done
+        timeout 60 python3 scripts/bench_group.py --basalt $B --requests 100000 \
+        --requests-pipelined 2000000 --rounds 3 --pipelines 16 --tests set --client-threads 4 \
+        --single-only ;;
     warm) timeout 80 python3 scripts/bench_group.py --basalt $B --requests 100000 \
         --requests-pipelined 2000000 --rounds 3 --pipelines 16 --tests set,get --single-only ;;
-    cold) timeout 240 python3 scripts/bench_cold.py --binary ring=$B \
+    cold) timeout 240 python3 scripts/bench_cold.py --binary ring=/opt/dev/wrap/basalt-ring \
         --binary threads=/opt/dev/wrap/basalt-threads --limit-mb 512 --ratios 4 --requests 300000 \
         --rounds 3 --pipelines 1,16 --fio-seconds 5 --dir "$ROOT/.devtmp" --json "$O/cold.json" ;;
+    coldperf) mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
+        timeout 200 python3 scripts/bench_cold.py --binary ring=/opt/dev/wrap/basalt-ring \
+        --binary threads=/opt/dev/wrap/basalt-threads --limit-mb 512 --ratios 4 --requests 300000 \
+        --rounds 1 --pipelines 1 --fio-seconds 3 --dir "$ROOT/.devtmp" --perf-dir "$O/perf"
+        for f in "$O"/perf/*.data; do
+          perf report -i "$f" --stdio --no-children --sort comm 2>/dev/null | grep -v '^#' | head -30 > "${f%.data}.comm.txt"
+          perf report -i "$f" --stdio --no-children --sort comm,dso,sym -g none 2>/dev/null | grep -v '^#' | head -70 > "${f%.data}.sym.txt"
+          perf report -i "$f" --stdio --no-children --sort comm,sym -g caller,1,callee --percent-limit 2 2>/dev/null | head -400 > "${f%.data}.graph.txt"
+          rm -f "$f"
+        done ;;
+    coldqd) printf '#!/bin/sh\nexec /opt/dev/bin/basalt --io-uring no --cold-readers 64 "$@"\n' \
+          > /opt/dev/wrap/basalt-threads64 && chmod +x /opt/dev/wrap/basalt-threads64
+        timeout 200 python3 scripts/bench_cold.py --binary ring=/opt/dev/wrap/basalt-ring \
+        --binary threads=/opt/dev/wrap/basalt-threads --binary threads64=/opt/dev/wrap/basalt-threads64 \
+        --limit-mb 512 --ratios 4 --requests 300000 --rounds 2 --pipelines 1 --fio-seconds 3 \
+        --dir "$ROOT/.devtmp" ;;
     cpu) timeout 90 python3 scripts/perf/group_cpu.py $B ;;
     *) echo "unknown stage $stage" ;;
   esac

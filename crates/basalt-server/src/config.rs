@@ -195,8 +195,9 @@ pub struct ServerArgs {
     #[arg(long, env = "BASALT_COLD_READERS")]
     pub cold_readers: Option<usize>,
     /// Whether connection workers submit cold reads themselves through
-    /// io_uring (yes) or hand them all to the cold readers (no); the
-    /// readers serve them anyway where io_uring is missing [default: yes]
+    /// io_uring (yes) or hand them all to the cold readers (no); auto: yes
+    /// with at most 4 workers, no with more; the readers serve them anyway
+    /// where io_uring is missing [default: auto]
     #[arg(long, env = "BASALT_IO_URING")]
     pub io_uring: Option<String>,
     /// When a GET checks that its value is in memory before reading it in
@@ -359,8 +360,9 @@ pub struct Config {
     /// (`crate::readers`); 0 = none. Default: 32.
     pub cold_readers: usize,
     /// `io-uring`: whether workers submit cold reads through io_uring
-    /// (`crate::uring`). Default: yes.
-    pub io_uring: bool,
+    /// (`crate::uring`) or the reader threads read them all
+    /// ([`Config::uses_io_uring`]). Default: auto.
+    pub io_uring: IoUring,
     /// `read-residency`: when GET checks residency. Default: auto.
     pub read_residency: crate::readers::Policy,
     /// `slowlog-log-slower-than` in µs (SLOWLOG): -1 = off, 0 = every
@@ -415,7 +417,7 @@ impl Default for Config {
             data_file_size: crate::keyspace::DATA_FILE_SIZE,
             maxmemory: 0,
             cold_readers: 32,
-            io_uring: true,
+            io_uring: IoUring::Auto,
             read_residency: crate::readers::Policy::Auto,
             slowlog_log_slower_than: 10_000,
             slowlog_max_len: 128,
@@ -430,7 +432,66 @@ impl Default for Config {
     }
 }
 
+/// The `io-uring` setting: who issues cold reads (`crate::uring`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoUring {
+    /// Each worker's io_uring with at most [`IoUring::AUTO_MAX_WORKERS`]
+    /// workers, the reader threads with more.
+    Auto,
+    /// Each worker's io_uring (the reader threads where the kernel has none).
+    Yes,
+    /// The reader threads.
+    No,
+}
+
+impl IoUring {
+    /// Workers up to which `auto` means io_uring. Measured at two points
+    /// (`docs/benchmarks.md`): with 2 workers the rings matched the reader
+    /// threads' cold GETs/s with a lower p99; with 16 (a 16-core machine)
+    /// the threads served more at P=1 (32 reads in flight against up to 50
+    /// from the rings: the disk slowed every read past its knee) and as
+    /// many at P=16, with a far lower worst case for a hot key. Where
+    /// between the two the rings stop paying is not measured.
+    pub const AUTO_MAX_WORKERS: usize = 4;
+
+    fn parse(v: &str) -> Option<IoUring> {
+        match v.to_ascii_lowercase().as_str() {
+            "auto" => Some(IoUring::Auto),
+            "yes" => Some(IoUring::Yes),
+            "no" => Some(IoUring::No),
+            _ => None,
+        }
+    }
+
+    /// The setting's name (CONFIG GET).
+    pub fn name(self) -> &'static str {
+        match self {
+            IoUring::Auto => "auto",
+            IoUring::Yes => "yes",
+            IoUring::No => "no",
+        }
+    }
+}
+
 impl Config {
+    /// Connection workers the server runs: `threads`, or one per CPU.
+    pub fn workers(&self) -> usize {
+        match self.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        }
+    }
+
+    /// Whether the workers submit cold reads through io_uring (`io-uring`,
+    /// `auto` resolved by [`Config::workers`]).
+    pub fn uses_io_uring(&self) -> bool {
+        match self.io_uring {
+            IoUring::Auto => self.workers() <= IoUring::AUTO_MAX_WORKERS,
+            IoUring::Yes => true,
+            IoUring::No => false,
+        }
+    }
+
     /// A configuration for tests: port 0 on 127.0.0.1, data in `dir`, no
     /// HTTP API.
     pub fn ephemeral(dir: impl AsRef<Path>) -> Self {
@@ -543,11 +604,8 @@ impl Config {
             None => d.cold_readers,
         };
         let io_uring = match args.io_uring.or(file.io_uring) {
-            Some(v) => match v.to_ascii_lowercase().as_str() {
-                "yes" => true,
-                "no" => false,
-                _ => anyhow::bail!("io-uring {v:?}: must be yes or no"),
-            },
+            Some(v) => IoUring::parse(&v)
+                .ok_or_else(|| anyhow::anyhow!("io-uring {v:?}: must be auto, yes or no"))?,
             None => d.io_uring,
         };
         let read_residency = match args.read_residency.or(file.read_residency) {
@@ -924,6 +982,34 @@ mod tests {
                 .to_string();
             assert!(e.contains("raft-in-flight"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn io_uring_auto_uses_rings_only_with_few_workers_and_yes_or_no_overrides_it() {
+        let from = |argv: &[&str]| {
+            let cli = Cli::try_parse_from(argv).unwrap();
+            Config::from_args(cli.server).map(|c| (c.io_uring, c.uses_io_uring()))
+        };
+        assert_eq!(
+            from(&["basalt", "--threads", "2"]).unwrap(),
+            (IoUring::Auto, true)
+        );
+        assert_eq!(
+            from(&["basalt", "--threads", "4"]).unwrap(),
+            (IoUring::Auto, true)
+        );
+        assert_eq!(
+            from(&["basalt", "--threads", "16"]).unwrap(),
+            (IoUring::Auto, false)
+        );
+        let yes = ["basalt", "--threads", "16", "--io-uring", "YES"];
+        assert_eq!(from(&yes).unwrap(), (IoUring::Yes, true));
+        let no = ["basalt", "--threads", "2", "--io-uring", "no"];
+        assert_eq!(from(&no).unwrap(), (IoUring::No, false));
+        let e = from(&["basalt", "--io-uring", "maybe"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("must be auto, yes or no"), "{e}");
     }
 
     #[test]

@@ -231,10 +231,7 @@ fn start_inner(
             shared.request_shutdown();
         });
     }
-    let threads = match shared.config.threads {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n,
-    };
+    let threads = shared.config.workers();
     let workers = workers::Workers::start(threads, &shared, SHUTDOWN_GRACE).inspect_err(|_| {
         // Workers already started end on the shutdown signal.
         shared.request_shutdown();

@@ -70,11 +70,7 @@ const DEFAULT_DISK_DEPTH: usize = 128;
 /// counter, tried first, let busy rings take every freed place (a cold
 /// GET's p99 went to 172 ms).
 fn ring_depth(config: &crate::config::Config) -> usize {
-    let workers = match config.threads {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n,
-    };
-    depth_for(disk_queue(&config.dir), workers)
+    depth_for(disk_queue(&config.dir), config.workers())
 }
 
 fn depth_for(disk_queue: Option<usize>, workers: usize) -> usize {
@@ -162,7 +158,7 @@ pub(crate) static READS: AtomicU64 = AtomicU64::new(0);
 /// there are no reader threads to fall back on, or the kernel refuses a
 /// ring.
 pub(crate) async fn serve(shared: Arc<Shared>) {
-    if !shared.config.io_uring || !shared.readers.enabled() {
+    if !shared.config.uses_io_uring() || !shared.readers.enabled() {
         return std::future::pending().await;
     }
     let (eventfd, submit) = match Ring::new(shared) {

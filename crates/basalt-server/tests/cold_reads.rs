@@ -10,6 +10,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use basalt_server::config::IoUring;
 use basalt_server::readers::Policy;
 use basalt_server::Config;
 use common::{bulk, ok, TestServer};
@@ -37,7 +38,7 @@ fn cold_server_with(file_size: u64, io_uring: bool) -> TestServer {
     config.read_residency = Policy::AllCold;
     config.cold_readers = 4;
     config.data_file_size = file_size;
-    config.io_uring = io_uring;
+    config.io_uring = if io_uring { IoUring::Yes } else { IoUring::No };
     TestServer::start_with(config, dir)
 }
 

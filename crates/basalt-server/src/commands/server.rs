@@ -1637,7 +1637,7 @@ fn param_value(ctx: &Ctx<'_>, name: &'static str, kind: Kind, default: &str) -> 
         "http-port" => c.http_port.unwrap_or(0).to_string(),
         "data-file-size" => c.data_file_size.to_string(),
         "cold-readers" => c.cold_readers.to_string(),
-        "io-uring" => if c.io_uring { "yes" } else { "no" }.to_string(),
+        "io-uring" => c.io_uring.name().to_string(),
         "read-residency" => c.read_residency.name().to_string(),
         "loglevel" => c.loglevel.clone(),
         "appendfsync" => ctx.shared.settings.appendfsync().as_str().to_string(),
