@@ -72,6 +72,15 @@ struct PatchFrom {
 /// A full record of a segment that a patch may name, and its bytes.
 type Base = (Loc, Vec<u8>);
 
+/// The base a segment just written is cached with ([`Db::put_segments`]):
+/// the one its patch names, the record itself (a full record outside any
+/// batch), or none (a batch member may not be named).
+enum CachedBase {
+    Of(Loc, Box<[u8]>),
+    Itself,
+    None,
+}
+
 /// Patched segments read lately on this thread, applied: a hot segment
 /// (a sketch's header, patched by every PFADD that raises a register) is
 /// then one lookup instead of two records read and checked. Keyed by the
@@ -115,9 +124,14 @@ fn cached<R>(file: &DataFile, loc: Loc, f: impl FnOnce(&Patched) -> Option<R>) -
 /// Caches the applied segment of the patch at `loc` of `file` on this
 /// thread, in place of whatever held its slot.
 fn cache(file: &DataFile, loc: Loc, bytes: Box<[u8]>, base: Option<Option<(Loc, Box<[u8]>)>>) {
+    cache_uid(file.uid, loc, bytes, base)
+}
+
+/// [`cache`] for the file whose [`DataFile::uid`] is `uid`.
+fn cache_uid(uid: u64, loc: Loc, bytes: Box<[u8]>, base: Option<Option<(Loc, Box<[u8]>)>>) {
     PATCHED.with(|c| {
-        c.borrow_mut()[patched_slot(file.uid, loc.offset)] = Some(Patched {
-            uid: file.uid,
+        c.borrow_mut()[patched_slot(uid, loc.offset)] = Some(Patched {
+            uid,
             offset: loc.offset,
             bytes,
             base,
@@ -683,6 +697,23 @@ impl Db {
             }
             _ => None,
         };
+        // A lone segment written over the value (a SETBIT, a PFADD's
+        // register) is cached on this thread as written, with the base a
+        // later patch of it would name: the next write of a hot segment
+        // then reads no record at all. Not for a replacement, whose
+        // records may be batch members of a bigger write.
+        let through = match (segments, replace) {
+            ([(_, bytes)], None) => {
+                let base = match (&patched, patch) {
+                    (Some(_), Some(p)) => CachedBase::Of(p.base, p.base_bytes.as_slice().into()),
+                    // A full record outside any batch may be a base itself.
+                    (None, _) if batch.is_none() && !self.in_batch() => CachedBase::Itself,
+                    _ => CachedBase::None,
+                };
+                Some((Box::<[u8]>::from(*bytes), base))
+            }
+            _ => None,
+        };
         let mut locs = Vec::with_capacity(segments.len());
         for (i, bytes) in segments {
             // Never compressed: `shape` reads the value's length off the
@@ -764,6 +795,16 @@ impl Db {
                     idx.sub_live(old);
                 }
                 idx.add_live(loc);
+            }
+            if let (Some((bytes, base)), [(_, loc)]) = (through, &locs[..]) {
+                if let Some(file) = idx.files.get(&loc.file) {
+                    let base = match base {
+                        CachedBase::Of(l, b) => Some((l, b)),
+                        CachedBase::Itself => Some((*loc, bytes.clone())),
+                        CachedBase::None => None,
+                    };
+                    cache_uid(file.handle.uid, *loc, bytes, Some(base));
+                }
             }
             if let Some((loc, at)) = meta {
                 idx.note_append(loc, Kind::MapMeta);

@@ -454,3 +454,76 @@ fn a_patch_left_last_by_a_batch_lost_in_another_shard_is_written_whole_at_open()
     let db = Db::open(&crash, o()).unwrap();
     assert_eq!(db.get(b"bm").unwrap().unwrap(), model);
 }
+
+#[test]
+fn writes_of_one_segment_taking_turns_on_two_threads_read_back_as_written_everywhere() {
+    // Each thread keeps the segments it wrote alone in a cache of its own;
+    // the other thread's next write must not build on a stale copy, and
+    // every reader (either thread, the files after reopening) must see
+    // the last write.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let db = Db::open(dir.path(), opts(&clock, 64 << 20)).unwrap();
+    let mut model = bitmap();
+    db.write_range(b"bm", 0, &model).unwrap();
+    let seg = 5 * SEGMENT_LEN;
+    std::thread::scope(|s| {
+        // Made inside the scope: a failed assertion drops the senders, so
+        // the threads end and the scope returns the failure.
+        let (tx0, rx0) = std::sync::mpsc::channel::<Option<(usize, u8)>>();
+        let (tx1, rx1) = std::sync::mpsc::channel::<Option<(usize, u8)>>();
+        let (done_tx, done) = std::sync::mpsc::channel::<Vec<u8>>();
+        for rx in [rx0, rx1] {
+            let (db, done_tx) = (&db, done_tx.clone());
+            s.spawn(move || {
+                while let Ok(Some((at, b))) = rx.recv() {
+                    let mut old = 0;
+                    db.modify_range(b"bm", at as u64, 1, |v| {
+                        old = v[0];
+                        v[0] = b;
+                    })
+                    .unwrap();
+                    // The segment as this thread reads it now (from its
+                    // cache), with the byte the write found first.
+                    let (now, _) = db
+                        .read_range(b"bm", seg as u64, SEGMENT_LEN)
+                        .unwrap()
+                        .unwrap();
+                    let mut reply = vec![old];
+                    reply.extend(now);
+                    done_tx.send(reply).unwrap();
+                }
+            });
+        }
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for step in 0..400 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let at = seg + (x % SEGMENT_LEN as u64) as usize;
+            let b = (x >> 40) as u8;
+            let tx = if step % 3 == 0 { &tx1 } else { &tx0 };
+            tx.send(Some((at, b))).unwrap();
+            let reply = done
+                .recv_timeout(std::time::Duration::from_secs(10))
+                .unwrap();
+            assert_eq!(reply[0], model[at], "step {step}: the byte the write found");
+            model[at] = b;
+            assert_eq!(
+                &reply[1..],
+                &model[seg..seg + SEGMENT_LEN],
+                "step {step}: read back"
+            );
+        }
+        tx0.send(None).unwrap();
+        tx1.send(None).unwrap();
+    });
+    assert_eq!(
+        db.get(b"bm").unwrap().unwrap(),
+        model,
+        "read back on a third thread"
+    );
+    db.close().unwrap();
+    let db = Db::open(dir.path(), opts(&clock, 64 << 20)).unwrap();
+    assert_eq!(db.get(b"bm").unwrap().unwrap(), model, "reopened");
+}

@@ -1068,9 +1068,11 @@ fn value_cold_reads(io_uring: bool) {
             .arg("s11")
             .arg(0)
             .arg(3)
+            // A segment no command wrote alone (those are kept in the
+            // writing worker's cache, and read there).
             .cmd("GETBIT")
             .arg("bm")
-            .arg(4_000)
+            .arg(100_000)
             .cmd("HSTRLEN")
             .arg("h")
             .arg("f")
@@ -1113,10 +1115,13 @@ fn segmented_get(io_uring: bool) {
     let (first, len, second, both): Replies = redis::pipe()
         .cmd("GET")
         .arg("big")
+        // Across two segments: a write of one segment alone is kept in
+        // its worker's cache of segments written, and the lone GET below
+        // would then read it there rather than from fetched records.
         .cmd("SETRANGE")
         .arg("big")
-        .arg(100)
-        .arg("XY")
+        .arg(510)
+        .arg("XYZW")
         .cmd("GET")
         .arg("big")
         .cmd("MGET")
@@ -1126,7 +1131,7 @@ fn segmented_get(io_uring: bool) {
         .unwrap();
     assert_eq!(first, big, "the first GET");
     assert_eq!(len, 40_000);
-    big[100..102].copy_from_slice(b"XY");
+    big[510..514].copy_from_slice(b"XYZW");
     assert_eq!(second, big, "the GET after the write");
     assert_eq!(both, vec![Some(big.clone()), None]);
     let staged = stat(&mut c, "basalt_cold_reads_staged") - staged_before;
