@@ -240,11 +240,28 @@ struct Loader {
     dead_fields: HashMap<FieldKey, u64>,
     metas: HashMap<Box<[u8]>, (Loc, u64)>,
     max_seq: u64,
-    /// Batch members met, applied once every shard's commits are known.
+    /// Batch members met, applied once every shard's commits are known
+    /// (or sooner, see [`Loader::settle_local`]).
     pending: Vec<Pending>,
-    /// Commit records met, and where they are.
+    /// Commit records met, and where they are, whose batches wait for
+    /// every shard's commits.
     commits: Vec<(CommitKey, Loc)>,
+    /// Commit records whose batches [`Loader::settle_local`] applied, and
+    /// where they are.
+    settled: Vec<(CommitKey, Loc)>,
+    /// Sequence numbers of the members it applied: they still count as
+    /// flagged records in the directory-wide check ([`verify_commits`]).
+    settled_members: Vec<u64>,
+    /// Whether batch members are applied as soon as this shard shows their
+    /// batch whole (open does; `check`'s replay keeps every batch for the
+    /// directory-wide count).
+    settle_early: bool,
+    /// `pending` length at which [`Loader::settle_local`] runs next.
+    settle_at: usize,
 }
+
+/// Pending batch members at which a loader first settles what it can.
+const SETTLE_MIN: usize = 4096;
 
 /// A batch member waiting for its batch's commit to be known.
 struct Pending {
@@ -323,9 +340,73 @@ impl Loader {
                 field: it.field.into(),
                 loc: it.loc,
             });
+            if self.settle_early && self.pending.len() >= self.settle_at.max(SETTLE_MIN) {
+                self.settle_local();
+                self.settle_at = self.pending.len() * 2;
+            }
             return;
         }
         self.apply_state(it);
+    }
+
+    /// Applies now the members of every batch whose commit record this
+    /// shard has met, that needs no commit log (no token), and whose
+    /// members are all here: as many flagged records in its sequence range
+    /// (pending, or applied by an earlier call) as the commit counts.
+    /// Keeping every member until all shards are read cost a copy of its
+    /// key and field per record: a directory of values written in
+    /// segments (each segment a batch member) held 300 MB of them at once
+    /// to open 134 k keys. The directory-wide check still runs on every
+    /// commit and member ([`verify_commits`]); should it reject a batch
+    /// this applied (another shard holding flagged records in its range),
+    /// open reads the directory again without settling early.
+    fn settle_local(&mut self) {
+        if self.pending.is_empty() || self.commits.is_empty() {
+            return;
+        }
+        self.pending.sort_unstable_by_key(|p| p.loc.seq);
+        self.settled_members.sort_unstable();
+        let mut settle = vec![false; self.pending.len()];
+        let mut any = false;
+        let (pending, done) = (&self.pending, &self.settled_members);
+        let settled = &mut self.settled;
+        self.commits.retain(|&(c, loc)| {
+            if c.token.is_some() {
+                return true;
+            }
+            let from = pending.partition_point(|p| p.loc.seq < c.first);
+            let to = pending.partition_point(|p| p.loc.seq <= c.last);
+            let earlier =
+                done.partition_point(|&s| s <= c.last) - done.partition_point(|&s| s < c.first);
+            if to - from + earlier != c.count as usize {
+                return true;
+            }
+            settle[from..to].fill(true);
+            settled.push((c, loc));
+            any = true;
+            false
+        });
+        if !any {
+            return;
+        }
+        let mut keep = Vec::with_capacity(self.pending.len());
+        for (p, now) in std::mem::take(&mut self.pending).into_iter().zip(settle) {
+            if !now {
+                keep.push(p);
+                continue;
+            }
+            self.settled_members.push(p.loc.seq);
+            self.apply_state(Item {
+                kind: p.kind,
+                flags: 0,
+                tag: p.tag,
+                expiry: p.expiry,
+                key: &p.key,
+                field: &p.field,
+                loc: p.loc,
+            });
+        }
+        self.pending = keep;
     }
 
     /// Applies the batch members whose batch `commits` (sorted, from every
@@ -475,7 +556,12 @@ impl Loader {
         }
         // Commit records are accounted as live: compaction decides when
         // they may go, not the garbage threshold.
-        let commit_locs: Vec<Loc> = self.commits.iter().map(|&(_, l)| l).collect();
+        let commit_locs: Vec<Loc> = self
+            .commits
+            .iter()
+            .map(|&(_, l)| l)
+            .chain(self.settled.iter().map(|&(_, l)| l))
+            .collect();
         for ((key, _), seq) in std::mem::take(&mut self.dead_fields) {
             let dead_at = self.dead_keys.get(&key).copied().unwrap_or(0);
             if let Some(m) = self.idx.maps.get_mut(&key) {
@@ -613,7 +699,12 @@ pub(crate) fn parse_name(name: &str) -> Option<(u32, &str)> {
 }
 
 /// Reads one shard's files into a loader (phase 1 of open).
-fn scan_shard(dir: &Path, opts: &Options, base_seq: &AtomicU64) -> Result<ScannedShard> {
+fn scan_shard(
+    dir: &Path,
+    opts: &Options,
+    base_seq: &AtomicU64,
+    settle_early: bool,
+) -> Result<ScannedShard> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
     finish_interrupted_compactions(dir)?;
     let mut ids = Vec::new();
@@ -702,7 +793,10 @@ fn scan_shard(dir: &Path, opts: &Options, base_seq: &AtomicU64) -> Result<Scanne
         .max()
         .unwrap_or(0);
 
-    let mut loader = Loader::default();
+    let mut loader = Loader {
+        settle_early,
+        ..Loader::default()
+    };
     // Size the index once from the hint footers (an upper bound when keys
     // were overwritten across files; the excess is given back below).
     let expected: u64 = hints.iter().filter_map(|&h| hint_entries(dir, h)).sum();
@@ -837,6 +931,8 @@ fn scan_shard(dir: &Path, opts: &Options, base_seq: &AtomicU64) -> Result<Scanne
             pending_hints.push(fid);
         }
     }
+    // What is left waits for the other shards' commits.
+    loader.settle_local();
 
     Ok(ScannedShard {
         loader,
@@ -1078,41 +1174,67 @@ impl Db {
         let base_seq = AtomicU64::new(floor.max(1));
         // Two phases: a batch's members may lie in any shard and its commit
         // in another, so members are applied only once every shard's
-        // commit records are known.
-        let scanned: Vec<Result<ScannedShard>> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..nshards)
-                .map(|i| {
-                    let (opts, dir, base_seq) = (&opts, &dir, &base_seq);
-                    s.spawn(move || scan_shard(&shard_dir(dir, i), opts, base_seq))
+        // commit records are known, except for those a shard shows whole
+        // on its own (`Loader::settle_local`); the directory-wide check
+        // below must agree with each of those, or the directory is read
+        // again without settling early.
+        let mut settle_early = true;
+        let (scanned, commits, torn, tokens) = loop {
+            let scanned: Vec<Result<ScannedShard>> = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..nshards)
+                    .map(|i| {
+                        let (opts, dir, base_seq) = (&opts, &dir, &base_seq);
+                        s.spawn(move || {
+                            scan_shard(&shard_dir(dir, i), opts, base_seq, settle_early)
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| h.join().expect("shard loader panicked"))
+                    .collect()
+            });
+            let scanned = scanned.into_iter().collect::<Result<Vec<_>>>()?;
+            let mut commits: Vec<CommitKey> = scanned
+                .iter()
+                .flat_map(|s| s.loader.commits.iter().chain(&s.loader.settled))
+                .map(|&(c, _)| c)
+                .collect();
+            commits.sort_unstable();
+            let mut members: Vec<u64> = scanned
+                .iter()
+                .flat_map(|s| {
+                    let pending = s.loader.pending.iter().map(|p| p.loc.seq);
+                    pending.chain(s.loader.settled_members.iter().copied())
                 })
                 .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("shard loader panicked"))
-                .collect()
-        });
-        let scanned = scanned.into_iter().collect::<Result<Vec<_>>>()?;
-        let mut commits: Vec<CommitKey> = scanned
-            .iter()
-            .flat_map(|s| s.loader.commits.iter().map(|&(c, _)| c))
-            .collect();
-        commits.sort_unstable();
-        let mut members: Vec<u64> = scanned
-            .iter()
-            .flat_map(|s| s.loader.pending.iter().map(|p| p.loc.seq))
-            .collect();
-        members.sort_unstable();
-        let horizon = scanned.iter().map(|s| s.compaction_base).max().unwrap_or(0);
-        // A conditional commit counts only if its token is in the group's
-        // commit log.
-        commits.retain(|c| match c.token {
-            None => true,
-            Some(t) => opts.commit_oracle.as_ref().is_some_and(|o| o(t)),
-        });
-        let mut tokens: Vec<u64> = commits.iter().filter_map(|c| c.token).collect();
-        tokens.sort_unstable();
-        tokens.dedup();
-        let (commits, torn) = verify_commits(commits, &members, horizon);
+            members.sort_unstable();
+            let horizon = scanned.iter().map(|s| s.compaction_base).max().unwrap_or(0);
+            // A conditional commit counts only if its token is in the
+            // group's commit log.
+            commits.retain(|c| match c.token {
+                None => true,
+                Some(t) => opts.commit_oracle.as_ref().is_some_and(|o| o(t)),
+            });
+            let mut tokens: Vec<u64> = commits.iter().filter_map(|c| c.token).collect();
+            tokens.sort_unstable();
+            tokens.dedup();
+            let (commits, torn) = verify_commits(commits, &members, horizon);
+            let applied_torn = torn.iter().any(|(c, _)| {
+                scanned
+                    .iter()
+                    .any(|s| s.loader.settled.iter().any(|(d, _)| d == c))
+            });
+            if applied_torn && settle_early {
+                tracing::warn!(
+                    "a write batch one shard showed whole fails the directory-wide count; \
+                     reading the directory again, every batch waiting for every shard"
+                );
+                settle_early = false;
+                continue;
+            }
+            break (scanned, commits, torn, tokens);
+        };
         for (c, found) in torn {
             tracing::warn!(
                 first = c.first,

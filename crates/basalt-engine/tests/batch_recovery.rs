@@ -513,3 +513,57 @@ fn a_batch_over_two_databases_is_decided_by_its_token_in_the_commit_log() {
     assert_eq!(db.get(b"y").unwrap(), None);
     assert_eq!(db.get(b"k").unwrap().as_deref(), Some(&b"in a"[..]));
 }
+
+#[test]
+fn thousands_of_batches_reopen_whole_while_shards_settle_them_as_they_are_read() {
+    // More batch members than a shard keeps before applying the batches it
+    // has seen whole (4,096), in files that rotate inside batches, with
+    // batches within one key (one shard) and across shards, and a last
+    // batch the crash copy holds without its commit.
+    let tmp = tempfile::tempdir().unwrap();
+    let live = tmp.path().join("live");
+    let o = || opts().max_file_size(64 << 10);
+    let db = Db::open(&live, o()).unwrap();
+    base(&db);
+    for n in 0..1_500usize {
+        let b = db.batch();
+        if n % 5 == 0 {
+            // Across shards: four keys.
+            for j in 0..4 {
+                db.put(&key(n * 4 + j), format!("b{n}").as_bytes()).unwrap();
+            }
+        } else {
+            // One key's fields: one shard.
+            let map = format!("m{}", n % 37);
+            for j in 0..4 {
+                db.put_field(
+                    map.as_bytes(),
+                    format!("f{j}").as_bytes(),
+                    format!("b{n}").as_bytes(),
+                )
+                .unwrap();
+            }
+        }
+        b.commit().unwrap();
+    }
+    let committed = contents(&db);
+    let b = db.batch();
+    for j in 0..4 {
+        db.put_field(b"m1", format!("f{j}").as_bytes(), b"uncommitted")
+            .unwrap();
+        db.put(&key(90_000 + j), b"uncommitted").unwrap();
+    }
+    let cut = tmp.path().join("cut");
+    snapshot(&live, &cut);
+    b.commit().unwrap();
+    drop(db);
+    let db = Db::open(&cut, o()).unwrap();
+    assert_eq!(contents(&db), committed, "scan open");
+    db.close().unwrap();
+    let db = Db::open(&cut, o()).unwrap();
+    assert_eq!(contents(&db), committed, "hint open");
+    db.compact().unwrap();
+    db.close().unwrap();
+    let db = Db::open(&cut, o()).unwrap();
+    assert_eq!(contents(&db), committed, "after compaction");
+}
