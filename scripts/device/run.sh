@@ -11,6 +11,8 @@
 #   bash scripts/device/run.sh coldqd   cold GETs at P=1, rings vs 32 and 64 reader threads, with the
 #                                        disk's own mean read latency (is the gap the disk's queue?)
 #   bash scripts/device/run.sh sched    scheduler wake-up delays of a single node and of a group under SET
+#   bash scripts/device/run.sh schedfp  the same with a CPU profile of each, from a frame-pointer build
+#                                        carried as .dev/basalt-fp (reports in $OUT/profile)
 #   bash scripts/device/run.sh cpu      CPU per thread of a single node and of a group under SET
 #   bash scripts/device/run.sh coldperf cold GETs at P=1, rings vs threads, one round each, with
 #                                        a system-wide perf profile and io_uring tracepoint counts
@@ -80,6 +82,8 @@ for stage in "$@"; do
         --limit-mb 512 --ratios 4 --requests 300000 --rounds 2 --pipelines 1 --fio-seconds 3 \
         --dir "$ROOT/.devtmp" ;;
     sched) timeout 120 python3 scripts/perf/group_sched.py $B --seconds 2 ;;
+    schedfp) timeout 150 python3 scripts/perf/group_sched.py "$ROOT/.dev/basalt-fp" --seconds 2 \
+        --profile "$O/profile" ;;
     cpu) timeout 90 python3 scripts/perf/group_cpu.py $B ;;
     *) echo "unknown stage $stage" ;;
   esac

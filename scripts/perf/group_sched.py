@@ -10,7 +10,12 @@ switches, mean and worst delay from wake-up to running) for the busiest
 tasks, plus the SET rate and the context switches per SET of the Basalt
 processes. Needs root, perf, redis-benchmark; run from the repository root:
 
-    python3 scripts/perf/group_sched.py target/release/basalt [--seconds 2]
+    python3 scripts/perf/group_sched.py target/release/basalt [--seconds 2] [--profile DIR]
+
+With --profile, each setup's run is also profiled (`perf record -a -g`,
+frame-pointer call graphs: build with RUSTFLAGS="-C
+force-frame-pointers=yes" for whole stacks): the busiest symbols by thread
+name are printed and the reports with call graphs written to DIR.
 
 Many hops per write, each paying a wake-up delay, are what a group's
 latency-bound SET rate would be made of; this shows how many and how long.
@@ -28,7 +33,38 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import bench_group as bg  # noqa: E402
 
 
-def measure(setup, seconds, out):
+def profile(setup, seconds, out, folder):
+    """A CPU profile of everything for `seconds`, reported by thread name
+    and symbol (printed) and with callers (written to `folder`)."""
+    os.makedirs(folder, exist_ok=True)
+    data = os.path.join(out, "cpu.data")
+    subprocess.run(["perf", "record", "-a", "-g", "-F", "999", "-o", data, "--", "sleep",
+                    str(seconds)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    flat = subprocess.run(["perf", "report", "-i", data, "--stdio", "--no-children", "--sort",
+                           "comm,sym", "-g", "none", "--percent-limit", "0.5"],
+                          capture_output=True, text=True).stdout
+    name = setup.name.replace(" ", "-")
+    with open(os.path.join(folder, f"{name}.flat.txt"), "w") as f:
+        f.write(flat)
+    for comm in ("basalt", "basalt-conn"):
+        graph = subprocess.run(["perf", "report", "-i", data, "--stdio", "--children",
+                                "--sort", "sym", "--comms", ",".join(
+                                    [comm] if comm == "basalt" else
+                                    [f"basalt-conn-{i}" for i in range(64)]),
+                                "-g", "caller,0.5,callee", "--percent-limit", "1"],
+                               capture_output=True, text=True).stdout
+        with open(os.path.join(folder, f"{name}.{comm}.graph.txt"), "w") as f:
+            f.write(graph)
+    os.unlink(data)
+    print(f"-- {setup.name}: busiest symbols (all processes)")
+    shown = 0
+    for line in flat.splitlines():
+        if line.strip() and not line.startswith("#") and shown < 40:
+            print(line)
+            shown += 1
+
+
+def measure(setup, seconds, out, folder=None):
     rate_file = os.path.join(out, "rate.csv")
     with open(rate_file, "w") as rf:
         load = subprocess.Popen(
@@ -43,6 +79,8 @@ def measure(setup, seconds, out):
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     calls = info_calls(setup.port) - before
     wall = time.time() - t
+    if folder:
+        profile(setup, seconds, out, folder)
     load.kill()
     load.wait()
     lat = subprocess.run(["perf", "sched", "latency", "-i", data, "--sort", "runtime"],
@@ -78,13 +116,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("basalt")
     ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--profile", default=None, metavar="DIR")
     a = ap.parse_args()
     root = tempfile.mkdtemp(prefix="group-sched-", dir=os.environ.get("TMPDIR"))
     for start in (lambda: bg.start_basalt_single(a.basalt, root),
                   lambda: bg.start_basalt_group(a.basalt, root)):
         s = start()
         try:
-            measure(s, a.seconds, root)
+            measure(s, a.seconds, root, a.profile)
         finally:
             s.stop()
 

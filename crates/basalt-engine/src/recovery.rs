@@ -499,6 +499,13 @@ impl Loader {
                     tag: it.tag,
                     ..MapEntry::default()
                 });
+                // The newest field names the map's kind: an older field
+                // met first may be of the key's earlier life, whose delete
+                // is read later (from a compaction output, or in another
+                // order when a shard settles a batch early).
+                if seq > m.version {
+                    m.tag = it.tag;
+                }
                 m.version = m.version.max(seq);
                 match m.fields.get_mut(&fk.1[..]) {
                     Some(l) if l.seq >= seq => {}

@@ -567,3 +567,70 @@ fn thousands_of_batches_reopen_whole_while_shards_settle_them_as_they_are_read()
     let db = Db::open(&cut, o()).unwrap();
     assert_eq!(contents(&db), committed, "after compaction");
 }
+
+/// The key `k` holds an old value (`old`), then a batch of more than 4,096
+/// members (so a shard settles the batches before it while reading), then
+/// `k` is deleted in a file that fills with garbage, made a map of tag 2,
+/// and only the garbage file is compacted: the delete moves into a
+/// compaction output read after the new field's file.
+fn recreated_as_a_map(old: impl Fn(&Db)) -> (tempfile::TempDir, Db) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let o = || opts().shards(1).max_file_size(1 << 20);
+    let db = Db::open(&dir, o()).unwrap();
+    old(&db);
+    let b = db.batch();
+    for i in 0..4_200 {
+        db.put(format!("y{i:05}").as_bytes(), b"live").unwrap();
+    }
+    b.commit().unwrap();
+    db.compact().unwrap();
+    assert!(db.delete(b"k").unwrap());
+    let big = vec![7u8; 100 << 10];
+    for _ in 0..12 {
+        db.put(b"g", &big).unwrap();
+    }
+    db.put_field_tagged(b"k", 2, b"f2", b"new").unwrap();
+    db.compact_pass().unwrap();
+    db.close().unwrap();
+    let db = Db::open(&dir, o()).unwrap();
+    (tmp, db)
+}
+
+fn tag_of(db: &Db, k: &[u8]) -> Option<u8> {
+    match db.meta(k)?.kind {
+        basalt_engine::KeyKind::Map { tag, .. } => Some(tag),
+        _ => None,
+    }
+}
+
+#[test]
+fn a_map_made_again_with_another_tag_keeps_the_new_tag_after_reopen() {
+    for in_batch in [false, true] {
+        let (_dir, db) = recreated_as_a_map(|db| {
+            let b = in_batch.then(|| db.batch());
+            db.put_field_tagged(b"k", 1, b"f1", b"old").unwrap();
+            if let Some(b) = b {
+                b.commit().unwrap();
+            }
+        });
+        assert_eq!(tag_of(&db, b"k"), Some(2), "in a batch: {in_batch}");
+        assert_eq!(
+            db.fields(b"k").unwrap(),
+            vec![(b"f2".to_vec(), b"new".to_vec())]
+        );
+    }
+}
+
+#[test]
+fn a_segmented_value_deleted_and_made_a_map_reopens_as_the_map() {
+    // A multi-segment write is a batch of its own.
+    let (_dir, db) = recreated_as_a_map(|db| {
+        db.write_range(b"k", 0, &vec![1u8; 8000]).unwrap();
+    });
+    assert_eq!(tag_of(&db, b"k"), Some(2));
+    assert_eq!(
+        db.fields(b"k").unwrap(),
+        vec![(b"f2".to_vec(), b"new".to_vec())]
+    );
+}
