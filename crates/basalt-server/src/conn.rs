@@ -1029,6 +1029,7 @@ fn exec_reads_in(
 ) -> Vec<basalt_engine::ColdRead> {
     let mut gathered = Gathered::new(fetch::FETCH_AHEAD_MAX, fetch::FETCH_AHEAD_BYTES);
     let mut parser = basalt_resp::RequestParser::new(basalt_resp::Limits::default());
+    let mut popped = crate::commands::list::Popped::default();
     let mut pos = 0;
     while let Ok(Parsed::Command { args, consumed }) = parser.parse(&queue[pos..]) {
         pos += consumed;
@@ -1046,10 +1047,16 @@ fn exec_reads_in(
                     .filter_map(|field| db.cold_field_read(&args[1], field).ok().flatten()),
             )
         } else if fetch::fetches_ahead(&args) {
-            // What the command reads as the keys are now: a second pop of
-            // the same list in the queue, or a read of a key an earlier
-            // command wrote, reads on the worker.
-            gathered.add(fetch::cold_reads(db, gen, conn.db, &args))
+            // What the command reads as the keys are now, but for the
+            // list elements that pops queued before it take: a read of a
+            // key an earlier command wrote reads on the worker.
+            gathered.add(fetch::cold_reads_queued(
+                db,
+                gen,
+                conn.db,
+                &args,
+                &mut popped,
+            ))
         } else {
             true
         };

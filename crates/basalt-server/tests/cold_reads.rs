@@ -836,8 +836,8 @@ fn list_cold_reads(io_uring: bool) {
         .query(&mut c)
         .unwrap();
     assert_eq!(rest, items[3..36].to_vec());
-    // In EXEC: each end's element is fetched before the transaction runs;
-    // LINDEX after the LPOP reads the new head itself.
+    // In EXEC: each end's element is fetched before the transaction runs,
+    // LINDEX's as the LPOP before it leaves the list.
     let staged_before = stat(&mut c, "basalt_cold_reads_staged");
     let got: (String, String, String) = redis::pipe()
         .atomic()
@@ -853,7 +853,7 @@ fn list_cold_reads(io_uring: bool) {
     assert_eq!(got, (items[3].clone(), items[4].clone(), items[35].clone()));
     let staged = stat(&mut c, "basalt_cold_reads_staged") - staged_before;
     assert!(
-        staged >= 2,
+        staged >= 3,
         "only {staged} reads used fetched records in EXEC"
     );
     // LMPOP, BLMPOP and BLPOP fetch from the first list that is not empty
@@ -889,6 +889,37 @@ fn list_cold_reads(io_uring: bool) {
     assert!(
         staged >= 4,
         "only {staged} of 4 popped elements came from fetched records"
+    );
+    // Pops of one list queued in one EXEC: each fetches the element the
+    // pops before it leave at that end.
+    let staged_before = stat(&mut c, "basalt_cold_reads_staged");
+    let got: (String, String, Vec<String>, (String, String)) = redis::pipe()
+        .atomic()
+        .cmd("LPOP")
+        .arg("q")
+        .cmd("LPOP")
+        .arg("q")
+        .cmd("RPOP")
+        .arg("q")
+        .arg(2)
+        .cmd("BLPOP")
+        .arg("q")
+        .arg(0)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(
+        got,
+        (
+            items[7].clone(),
+            items[8].clone(),
+            vec![items[33].clone(), items[32].clone()],
+            ("q".into(), items[9].clone())
+        )
+    );
+    let staged = stat(&mut c, "basalt_cold_reads_staged") - staged_before;
+    assert!(
+        staged >= 5,
+        "only {staged} of 5 elements popped in one EXEC came from fetched records"
     );
 }
 

@@ -11,7 +11,7 @@
 //! What is fetched ahead:
 //! - whole maps: HGETALL, HVALS, LRANGE, XRANGE, XREVRANGE
 //!   ([`reads_whole_map`]);
-//! - list ends: pops, LINDEX, LMOVE and the like (`list::cold_reads`);
+//! - list ends: pops, LINDEX, LMOVE and the like (`list::cold_reads_after`);
 //! - whole string values: GETDEL, GETEX, GETSET, SET ... GET, STRLEN,
 //!   LCS (both keys), DUMP (a value, or a map's records), BITCOUNT,
 //!   BITPOS, BITFIELD, BITFIELD_RO, BITOP's sources, and GETRANGE with an
@@ -122,12 +122,25 @@ pub(crate) fn reads_whole_map(args: &Args<'_>) -> bool {
 /// to read that are not in memory, in database `dbi` (`gen`: its slot's
 /// generation, for the list head cache); at most [`FETCH_AHEAD_BYTES`].
 pub(crate) fn cold_reads(db: &Db, gen: u64, dbi: usize, args: &Args<'_>) -> Vec<ColdRead> {
+    cold_reads_queued(db, gen, dbi, args, &mut super::list::Popped::default())
+}
+
+/// [`cold_reads`] for a command queued in an EXEC behind others: a list's
+/// ends are taken as the pops queued before it leave them (`popped`, see
+/// [`super::list::cold_reads_after`]).
+pub(crate) fn cold_reads_queued(
+    db: &Db,
+    gen: u64,
+    dbi: usize,
+    args: &Args<'_>,
+    popped: &mut super::list::Popped,
+) -> Vec<ColdRead> {
     let name = &args[0];
     let key = &args[1];
     let reads = if reads_whole_map(args) {
         db.cold_field_reads(key, FETCH_AHEAD_MAX)
     } else if named(name, super::list::READS_AT_ENDS) {
-        super::list::cold_reads(db, gen, dbi, args)
+        super::list::cold_reads_after(db, gen, dbi, args, popped)
     } else if named(name, READS_FIELDS) {
         field_reads(db, args)
     } else {

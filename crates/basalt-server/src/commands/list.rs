@@ -410,7 +410,7 @@ impl<'a> List<'a> {
 
 // ------------------------------------------------------------- helpers
 
-/// The commands [`cold_reads`] fetches ahead for.
+/// The commands [`cold_reads_after`] fetches ahead for.
 pub(crate) const READS_AT_ENDS: &[&[u8]] = &[
     b"lmpop",
     b"blmpop",
@@ -432,6 +432,13 @@ const FETCH_POPPED: i64 = 16;
 /// the command ends).
 const FETCH_BYTES: usize = 1 << 20;
 
+/// Elements that the commands queued before one (in one EXEC) will have
+/// popped from each list's ends by the time it runs, as far as
+/// [`cold_reads_after`] counted them: the list at a key is then its
+/// elements less the first `left` and the last `right`.
+#[derive(Debug, Default)]
+pub(crate) struct Popped(HashMap<Vec<u8>, (i64, i64)>);
+
 /// The reads of the elements a list command is about to read that are not
 /// in memory, for the connection to fetch ahead of it (`conn.rs`): LPOP and
 /// RPOP (with a count, its first 16, at most 1 MiB in all), LINDEX, the source end of LMOVE,
@@ -441,11 +448,19 @@ const FETCH_BYTES: usize = 1 << 20;
 /// remembering: a list whose head is not known yet is read as before, and
 /// one changed meanwhile only makes the fetch useless, never a reply wrong
 /// (staged records are found by where they lie).
-pub(crate) fn cold_reads(
+///
+/// Inside one EXEC, each list is taken as the pops queued before the
+/// command (`popped`) will leave it: two LPOPs of one list fetch its first
+/// and its second element, and a list they empty is skipped by a BLPOP
+/// over several. The command's own pops are added to `popped`. Pushes and
+/// other writes in the queue are not followed: what they change only makes
+/// a fetch useless.
+pub(crate) fn cold_reads_after(
     db: &Db,
     gen: u64,
     dbi: usize,
     args: &Args<'_>,
+    popped: &mut Popped,
 ) -> Vec<basalt_engine::ColdRead> {
     let name = |n: &str| is(&args[0], n);
     let first = || vec![&args[1]];
@@ -499,8 +514,18 @@ pub(crate) fn cold_reads(
         else {
             return Vec::new();
         };
-        if len == 0 {
+        let (left, right) = popped.0.get(key).copied().unwrap_or((0, 0));
+        let rest = len as i64 - left - right;
+        if rest <= 0 {
             continue;
+        }
+        if index.is_none() {
+            let taken = count.min(rest);
+            let e = popped.0.entry(key.to_vec()).or_default();
+            match end {
+                End::Left => e.0 += taken,
+                End::Right => e.1 += taken,
+            }
         }
         return end_reads(
             db,
@@ -508,6 +533,7 @@ pub(crate) fn cold_reads(
             dbi,
             key,
             (len, run, meta.version),
+            (left, rest),
             end,
             index,
             count,
@@ -516,20 +542,21 @@ pub(crate) fn cold_reads(
     Vec::new()
 }
 
-/// [`cold_reads`] for the list at `key` (`len` elements, its run form if
-/// any, its version).
+/// [`cold_reads_after`] for the list at `key` (`len` elements, its run form if
+/// any, its version), of which the `rest` elements from the `skip`th on
+/// will be there when the command runs.
 #[allow(clippy::too_many_arguments)]
 fn end_reads(
     db: &Db,
     gen: u64,
     dbi: usize,
     key: &[u8],
-    (len, run, version): (usize, Option<u64>, u64),
+    (_, run, version): (usize, Option<u64>, u64),
+    (skip, rest): (i64, i64),
     end: End,
     index: Option<i64>,
     count: i64,
 ) -> Vec<basalt_engine::ColdRead> {
-    let len = len as i64;
     let head = match run {
         Some(base) => field_pos(&base.to_be_bytes()),
         None => cache_shard(key)
@@ -542,6 +569,8 @@ fn end_reads(
     let Some(head) = head else {
         return Vec::new();
     };
+    // The list as the command will find it.
+    let (head, len) = (head + skip, rest);
     let positions: Vec<i64> = match (index, end) {
         (Some(i), _) => {
             let i = if i < 0 { i.saturating_add(len) } else { i };
