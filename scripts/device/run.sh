@@ -13,6 +13,7 @@
 #   bash scripts/device/run.sh sched    scheduler wake-up delays of a single node and of a group under SET
 #   bash scripts/device/run.sh schedfp  the same with a CPU profile of each, from a frame-pointer build
 #                                        carried as .dev/basalt-fp (reports in $OUT/profile)
+#   bash scripts/device/run.sh coldauto cold GETs, the default (io-uring auto) against the rings, one round
 #   bash scripts/device/run.sh cpu      CPU per thread of a single node and of a group under SET
 #   bash scripts/device/run.sh coldperf cold GETs at P=1, rings vs threads, one round each, with
 #                                        a system-wide perf profile and io_uring tracepoint counts
@@ -84,6 +85,12 @@ for stage in "$@"; do
     sched) timeout 120 python3 scripts/perf/group_sched.py $B --seconds 2 ;;
     schedfp) timeout 150 python3 scripts/perf/group_sched.py "$ROOT/.dev/basalt-fp" --seconds 2 \
         --profile "$O/profile" ;;
+    coldauto) d=$(mktemp -d); $B --port 7399 --dir $d --http-port 0 >/dev/null 2>&1 & sleep 1
+        redis-cli -p 7399 config get io-uring | tr '\n' ' '; redis-cli -p 7399 info stats | grep io_uring
+        redis-cli -p 7399 shutdown nosave >/dev/null; rm -rf $d
+        timeout 150 python3 scripts/bench_cold.py --binary auto=$B \
+        --binary ring=/opt/dev/wrap/basalt-ring --limit-mb 512 --ratios 4 --requests 300000 \
+        --rounds 1 --pipelines 1,16 --fio-seconds 3 --dir "$ROOT/.devtmp" ;;
     cpu) timeout 90 python3 scripts/perf/group_cpu.py $B ;;
     *) echo "unknown stage $stage" ;;
   esac

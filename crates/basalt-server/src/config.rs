@@ -449,8 +449,8 @@ impl IoUring {
     /// (`docs/benchmarks.md`): with 2 workers the rings matched the reader
     /// threads' cold GETs/s with a lower p99; with 16 (a 16-core machine)
     /// the threads served more at P=1 (32 reads in flight against up to 50
-    /// from the rings: the disk slowed every read past its knee) and as
-    /// many at P=16, with a far lower worst case for a hot key. Where
+    /// from the rings: the disk slowed every read past its knee), somewhat
+    /// fewer at P=16, with a far lower worst case for a hot key. Where
     /// between the two the rings stop paying is not measured.
     pub const AUTO_MAX_WORKERS: usize = 4;
 
