@@ -351,8 +351,10 @@ impl Loader {
 
     /// Applies now the members of every batch whose commit record this
     /// shard has met, that needs no commit log (no token), and whose
-    /// members are all here: as many flagged records in its sequence range
-    /// (pending, or applied by an earlier call) as the commit counts.
+    /// members are all here: as many flagged records waiting in its
+    /// sequence range as the commit counts. Exact whatever the order of
+    /// records: a member applied here is covered by a commit that open's
+    /// directory-wide check must then accept, or open reads again.
     /// Keeping every member until all shards are read cost a copy of its
     /// key and field per record: a directory of values written in
     /// segments (each segment a batch member) held 300 MB of them at once
@@ -365,10 +367,9 @@ impl Loader {
             return;
         }
         self.pending.sort_unstable_by_key(|p| p.loc.seq);
-        self.settled_members.sort_unstable();
         let mut settle = vec![false; self.pending.len()];
         let mut any = false;
-        let (pending, done) = (&self.pending, &self.settled_members);
+        let pending = &self.pending;
         let settled = &mut self.settled;
         self.commits.retain(|&(c, loc)| {
             if c.token.is_some() {
@@ -376,9 +377,7 @@ impl Loader {
             }
             let from = pending.partition_point(|p| p.loc.seq < c.first);
             let to = pending.partition_point(|p| p.loc.seq <= c.last);
-            let earlier =
-                done.partition_point(|&s| s <= c.last) - done.partition_point(|&s| s < c.first);
-            if to - from + earlier != c.count as usize {
+            if to - from != c.count as usize {
                 return true;
             }
             settle[from..to].fill(true);
