@@ -273,6 +273,21 @@ struct Pending {
     loc: Loc,
 }
 
+impl Pending {
+    /// The member as the loader applies it, once its batch is committed.
+    fn item(&self) -> Item<'_> {
+        Item {
+            kind: self.kind,
+            flags: 0,
+            tag: self.tag,
+            expiry: self.expiry,
+            key: &self.key,
+            field: &self.field,
+            loc: self.loc,
+        }
+    }
+}
+
 /// Splits `commits` into the batches that hold (sorted) and those whose
 /// members are not all there, with how many were found. `members` are the
 /// sequence numbers of every flagged record of the directory (sorted);
@@ -395,15 +410,7 @@ impl Loader {
                 continue;
             }
             self.settled_members.push(p.loc.seq);
-            self.apply_state(Item {
-                kind: p.kind,
-                flags: 0,
-                tag: p.tag,
-                expiry: p.expiry,
-                key: &p.key,
-                field: &p.field,
-                loc: p.loc,
-            });
+            self.apply_state(p.item());
         }
         self.pending = keep;
     }
@@ -414,15 +421,7 @@ impl Loader {
         let mut aborted = Vec::new();
         for p in std::mem::take(&mut self.pending) {
             if committed(commits, p.loc.seq) {
-                self.apply_state(Item {
-                    kind: p.kind,
-                    flags: 0,
-                    tag: p.tag,
-                    expiry: p.expiry,
-                    key: &p.key,
-                    field: &p.field,
-                    loc: p.loc,
-                });
+                self.apply_state(p.item());
             } else {
                 aborted.push(p.loc.seq);
             }
