@@ -532,7 +532,7 @@ pub(crate) fn cold_reads_after(
             gen,
             dbi,
             key,
-            (len, run, meta.version),
+            (run, meta.version),
             (left, rest),
             end,
             index,
@@ -542,16 +542,16 @@ pub(crate) fn cold_reads_after(
     Vec::new()
 }
 
-/// [`cold_reads_after`] for the list at `key` (`len` elements, its run form if
-/// any, its version), of which the `rest` elements from the `skip`th on
-/// will be there when the command runs.
+/// [`cold_reads_after`] for the list at `key` (its run form if any, its
+/// version), of which the `rest` elements from the `skip`th on will be
+/// there when the command runs.
 #[allow(clippy::too_many_arguments)]
 fn end_reads(
     db: &Db,
     gen: u64,
     dbi: usize,
     key: &[u8],
-    (_, run, version): (usize, Option<u64>, u64),
+    (run, version): (Option<u64>, u64),
     (skip, rest): (i64, i64),
     end: End,
     index: Option<i64>,
