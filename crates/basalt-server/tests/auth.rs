@@ -1,7 +1,7 @@
 //! AUTH, HELLO AUTH, `requirepass`, protected mode and `maxclients`, with
 //! Redis 7.0.15's exact replies (each checked against a real redis-server).
 
-mod common;
+use crate::common;
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::time::Duration;

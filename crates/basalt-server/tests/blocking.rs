@@ -3,7 +3,7 @@
 //! blocked. Every wait is bounded (the raw client's 10 s read timeout, and
 //! `eventually` with a deadline).
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,7 @@
 //! `basalt check` run as the real binary on a server's data directory:
 //! exit codes, the report's lines, `--repair` and `--json`.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

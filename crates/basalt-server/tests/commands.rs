@@ -1,7 +1,7 @@
 //! Each command family through real clients (the `redis` crate) and raw
 //! RESP, asserting Redis 7.0's replies and error strings.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

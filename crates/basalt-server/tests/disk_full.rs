@@ -7,7 +7,7 @@
 //! Mounting a tmpfs needs root (as CI and the development machine have);
 //! elsewhere the test says it was skipped and passes.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -5,7 +5,7 @@
 //! right, and payloads captured from redis-server 7.0.15 restore to the
 //! values redis-server held.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 

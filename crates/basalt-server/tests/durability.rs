@@ -1,7 +1,7 @@
 //! Data survives restarts, kill -9 and shutdown; the data directory is
 //! locked while a server runs and released when it stops.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

@@ -10,9 +10,9 @@
 //! workers running at the same moment, which a loaded 2-core machine does
 //! not give (with two CPU hogs beside it, 5 of 6 runs saw no move within
 //! 30 s; idle, 6 of 6 moved within a second). Run it on an idle machine:
-//! `cargo test -p basalt-server --test exec_workers -- --ignored`.
+//! `cargo test -p basalt-server --test server exec_workers:: -- --ignored`.
 
-mod common;
+use crate::common;
 
 use std::io::{BufReader, Write};
 use std::net::TcpStream;

@@ -5,7 +5,7 @@
 //! persistence across restart. Every expected reply was read from
 //! redis-server 7.0.15 with the same commands.
 
-mod common;
+use crate::common;
 
 use std::io::{BufReader, Read, Write};
 

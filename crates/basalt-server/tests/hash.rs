@@ -2,7 +2,7 @@
 //! replies and errors, the generic key commands on hashes, and hashes
 //! surviving restart and compaction.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashSet};
 

@@ -7,7 +7,7 @@
 //! but what they prove holds for any locking scheme.) Every loop is bounded
 //! in count and time.
 
-mod common;
+use crate::common;
 
 use std::io::{BufReader, Write};
 use std::net::{SocketAddr, TcpStream};

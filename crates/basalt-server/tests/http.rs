@@ -3,7 +3,7 @@
 //! conditional requests, collections, SSE subscriptions, metrics, the
 //! OpenAPI document, body limits and readiness.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};

@@ -2,7 +2,7 @@
 //! PFSELFTEST, with sketches compared byte for byte with ones captured from
 //! redis-server 7.0.15.
 
-mod common;
+use crate::common;
 
 use basalt_resp::Frame;
 use common::{err, ok, TestServer};

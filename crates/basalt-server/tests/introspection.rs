@@ -3,7 +3,7 @@
 //! COMMAND, INFO commandstats and LATENCY HISTOGRAM through a real server,
 //! with raw RESP where Redis 7.0's exact reply shape matters.
 
-mod common;
+use crate::common;
 
 use basalt_resp::Frame;
 use common::{bulk, err, ok, Raw, TestServer};

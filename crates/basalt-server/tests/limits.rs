@@ -2,7 +2,7 @@
 //! CVE history. Each bad input gets Redis 7.0.15's exact reply (checked
 //! against a real redis-server) while another client keeps being served.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

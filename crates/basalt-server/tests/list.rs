@@ -3,7 +3,7 @@
 //! shifts in the middle, and lists surviving restart and compaction; plus a
 //! property test against a `VecDeque` model across restarts.
 
-mod common;
+use crate::common;
 
 use std::collections::VecDeque;
 

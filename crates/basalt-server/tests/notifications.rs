@@ -2,7 +2,7 @@
 //! channel kinds, the exact events (and their order) of a representative
 //! command of every family, and `expired` events from the active sweep.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

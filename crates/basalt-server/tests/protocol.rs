@@ -1,7 +1,7 @@
 //! The connection loop over raw TCP: pipelines, inline commands, protocol
 //! errors (reply, close, others unaffected) and output backpressure.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! subscribed mode, RESP3 pushes, and the output-buffer limit that
 //! disconnects a subscriber that never reads.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

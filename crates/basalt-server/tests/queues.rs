@@ -5,7 +5,7 @@
 //! stats, the event stream, topics, restarts, concurrent workers, and
 //! workers that keep going while the server is killed with SIGKILL.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};

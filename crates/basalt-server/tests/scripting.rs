@@ -4,7 +4,7 @@
 //! KILL, and functions and script batches across kill -9 (the real binary).
 //! Every loop is bounded in count and time.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

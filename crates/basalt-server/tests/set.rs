@@ -3,7 +3,7 @@
 //! restart and compaction, and a property test of random hash and set
 //! operations against an in-memory model across restarts.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 

@@ -3,7 +3,7 @@
 //! into a list (replacing, deleting, waking a blocked client), and Redis's
 //! errors. Replies were compared with redis-server 7.0.15.
 
-mod common;
+use crate::common;
 
 use basalt_resp::Frame;
 use common::{bulk, err, ok, Raw, TestServer};

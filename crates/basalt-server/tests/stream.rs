@@ -4,7 +4,7 @@
 //! (Replies are also compared with redis-server by
 //! `scripts/difftest_streams.py`.)
 
-mod common;
+use crate::common;
 
 use basalt_resp::Frame;
 use common::{bulk, err, ok, TestServer};

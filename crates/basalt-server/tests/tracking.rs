@@ -6,7 +6,7 @@
 //! expiry, FLUSHALL, the HTTP API). Also CLIENT REPLY, CLIENT PAUSE,
 //! MONITOR and sharded pub/sub, whose replies share the same machinery.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

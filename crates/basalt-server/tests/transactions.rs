@@ -3,7 +3,7 @@
 //! from other clients, and blocking commands inside a transaction. Every
 //! loop is bounded in count and time.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

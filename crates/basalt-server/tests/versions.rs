@@ -3,7 +3,7 @@
 //! survive DEBUG RELOAD, compaction and a restart, never go back after
 //! FLUSHDB / SWAPDB, and CAS lets exactly one of many racing writers win.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Barrier};
 use std::time::Duration;

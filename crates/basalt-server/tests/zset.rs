@@ -4,7 +4,7 @@
 //! in-memory index staying right when other commands rewrite a key, and a
 //! property test against a model across restarts.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 
