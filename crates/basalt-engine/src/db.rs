@@ -1469,6 +1469,19 @@ impl Db {
     /// `try_read` (a locked instruction per key would order the loads and
     /// undo the overlap); if any shard is being written, it gives up.
     pub fn prefetch<K: AsRef<[u8]>>(&self, keys: &[K]) {
+        self.prefetch_passes(keys, true)
+    }
+
+    /// [`Db::prefetch`] of the index alone (its slot and entry for each
+    /// key), for keys about to be written: a write replaces the record, so
+    /// loading the old one would only spend memory bandwidth. A batch of
+    /// writes applied one after another (a replicated log entry) then
+    /// overlaps the index's cache misses across keys.
+    pub fn prefetch_index<K: AsRef<[u8]>>(&self, keys: &[K]) {
+        self.prefetch_passes(keys, false)
+    }
+
+    fn prefetch_passes<K: AsRef<[u8]>>(&self, keys: &[K], records: bool) {
         let inner = &*self.inner;
         let keys = &keys[..keys.len().min(32)];
         let mut guards = Vec::with_capacity(inner.shards.len());
@@ -1488,6 +1501,9 @@ impl Db {
         }
         for &(s, h) in &at[..keys.len()] {
             guards[s].keys.prefetch_entry(h);
+        }
+        if !records {
+            return;
         }
         for (k, &(s, _)) in keys.iter().zip(at.iter()) {
             let idx = &guards[s];

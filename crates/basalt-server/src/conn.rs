@@ -52,29 +52,43 @@ const PREFETCH_MIN_BYTES: usize = 96;
 const PREFETCH_AHEAD: usize = 32;
 
 /// Looks at the first commands of a batch and asks the engine to start
-/// loading what their GETs will read (`Db::prefetch`): in a pipeline of
-/// GETs the three cache misses of each lookup (index slot, index entry,
-/// record) then overlap across keys instead of following one another. A
-/// hint only: the first command that is not a GET, or that it cannot parse
-/// (the buffer may start inside one whose head an earlier read consumed),
-/// ends the look-ahead.
-fn prefetch_gets(shared: &Shared, conn: &Conn, buf: &[u8]) {
+/// loading what they will touch: for a run of GETs, what they will read
+/// (`Db::prefetch`: index slot, index entry, record), for a run of SETs on
+/// a single node, the index entries they will replace
+/// (`Db::prefetch_index`). In a pipeline the cache misses of each lookup
+/// then overlap across keys instead of following one another. A hint
+/// only: the first command of another kind, or that it cannot parse (the
+/// buffer may start inside one whose head an earlier read consumed), ends
+/// the look-ahead. In a group a SET goes to the log, not to the index
+/// here, so only GETs are looked at.
+fn prefetch_ahead(shared: &Shared, conn: &Conn, buf: &[u8]) {
     let mut parser = RequestParser::new(Limits::default());
     // Where each key lies in `buf` (an argument borrows the parser, so the
     // slice itself cannot outlive the next parse).
     let mut spans: Vec<std::ops::Range<usize>> = Vec::new();
+    let mut sets = None;
     let mut pos = 0;
     while spans.len() < PREFETCH_AHEAD {
         match parser.parse(&buf[pos..]) {
             Ok(Parsed::Command { args, consumed }) => {
-                // Only the leading GETs: a batch of other commands pays for
-                // one extra parse, not for parsing the whole batch twice.
-                if args.len() != 2 || !args[0].eq_ignore_ascii_case(b"get") {
+                // Only the leading GETs or SETs: a batch of other commands
+                // pays for one extra parse, not for parsing it twice.
+                let set = if args.len() == 2 && args[0].eq_ignore_ascii_case(b"get") {
+                    false
+                } else if args.len() >= 3 && args[0].eq_ignore_ascii_case(b"set") {
+                    true
+                } else {
+                    break;
+                };
+                if *sets.get_or_insert(set) != set || (set && shared.repl.get().is_some()) {
                     break;
                 }
-                let key = &args[1];
-                let start = key.as_ptr() as usize - buf.as_ptr() as usize;
-                spans.push(start..start + key.len());
+                // An inline command's arguments live in the parser's
+                // scratch buffer, not in `buf`: the look-ahead ends there.
+                let Some(span) = span_in(buf, &args[1]) else {
+                    break;
+                };
+                spans.push(span);
                 pos += consumed;
             }
             _ => break,
@@ -83,9 +97,22 @@ fn prefetch_gets(shared: &Shared, conn: &Conn, buf: &[u8]) {
     if spans.len() >= 2 {
         let keys: Vec<&[u8]> = spans.into_iter().map(|r| &buf[r]).collect();
         if let Some(db) = shared.keyspace.read(conn.db).db() {
-            db.prefetch(&keys);
+            if sets == Some(true) {
+                db.prefetch_index(&keys);
+            } else {
+                db.prefetch(&keys);
+            }
         }
     }
+}
+
+/// Where `arg` lies in `buf`, if it is a slice of it: a RESP command's
+/// arguments point into the buffer parsed, an inline command's into the
+/// parser's own scratch buffer.
+pub(crate) fn span_in(buf: &[u8], arg: &[u8]) -> Option<std::ops::Range<usize>> {
+    let start = (arg.as_ptr() as usize).checked_sub(buf.as_ptr() as usize)?;
+    let end = start.checked_add(arg.len())?;
+    (end <= buf.len()).then_some(start..end)
 }
 
 /// Commands run on one clock reading before it is read again.
@@ -344,7 +371,7 @@ async fn run(
         conn.batch_clock = conn.tick / 1_000_000;
         crate::auth::sync_bulk_limit(shared, &mut parser);
         if buf.len() > PREFETCH_MIN_BYTES && info.authenticated.load(Ordering::Relaxed) {
-            prefetch_gets(shared, conn, buf);
+            prefetch_ahead(shared, conn, buf);
         }
         loop {
             let cmd_start = pos;

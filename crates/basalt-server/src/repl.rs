@@ -1160,7 +1160,13 @@ fn run_commands(shared: &Shared, conn: &mut Conn, out: &mut Vec<u8>, commands: &
         Encoder::new(out, conn.protocol).array(n);
     }
     let mut pos = 0;
+    // Where the keys looked at ahead end: each stretch of commands first
+    // has its keys' index entries loaded together (`prefetch_keys`).
+    let mut ahead = 0;
     while pos < commands.len() {
+        if pos >= ahead {
+            ahead = prefetch_keys(shared, conn.db, commands, pos);
+        }
         let Ok(Parsed::Command { args, consumed }) = parser.parse(&commands[pos..]) else {
             Encoder::new(out, conn.protocol).error(b"ERR replication: an unreadable entry");
             return;
@@ -1178,6 +1184,44 @@ fn run_commands(shared: &Shared, conn: &mut Conn, out: &mut Vec<u8>, commands: &
             }
         }
     }
+}
+
+/// Commands whose keys one look-ahead of [`run_commands`] loads.
+const PREFETCH_AHEAD: usize = 32;
+
+/// Starts loading the index entries of the first keys of the next
+/// `PREFETCH_AHEAD` commands of `commands` from `pos` (the argument after
+/// the name, where nearly every write names its key), so that applying an
+/// entry's writes one after another overlaps their cache misses instead
+/// of waiting for each in turn: on a follower under SETs of random keys,
+/// the index's two misses per key were 29 % of the process's CPU. A hint:
+/// a command that is not a write, or has no key there, only costs a look.
+/// Returns where the commands looked at end.
+fn prefetch_keys(shared: &Shared, db: usize, commands: &[u8], pos: usize) -> usize {
+    let mut parser = RequestParser::new(Limits::default());
+    let mut spans: Vec<std::ops::Range<usize>> = Vec::with_capacity(PREFETCH_AHEAD);
+    let mut at = pos;
+    while spans.len() < PREFETCH_AHEAD && at < commands.len() {
+        match parser.parse(&commands[at..]) {
+            Ok(Parsed::Command { args, consumed }) => {
+                // Entries are RESP (`write_command`), so a key is a slice
+                // of `commands`; anything else is passed over.
+                if let Some(span) = args.get(1).and_then(|k| crate::conn::span_in(commands, k)) {
+                    spans.push(span);
+                }
+                at += consumed;
+            }
+            // `run_commands` answers the unreadable command.
+            _ => return commands.len(),
+        }
+    }
+    if spans.len() >= 2 {
+        let keys: Vec<&[u8]> = spans.into_iter().map(|r| &commands[r]).collect();
+        if let Some(d) = shared.keyspace.read(db).db() {
+            d.prefetch_index(&keys);
+        }
+    }
+    at
 }
 
 /// The leader's expiry sweep: every 100 ms, while this node leads, finds

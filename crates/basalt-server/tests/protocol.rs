@@ -60,6 +60,31 @@ fn inline_commands_work_like_redis_cli_and_telnet() {
     assert_eq!(r.read(), pong());
 }
 
+/// A pipeline of inline GETs and SETs longer than the look-ahead's
+/// threshold (the batch's keys are prefetched): an inline command's
+/// arguments are not in the read buffer, which once made the look-ahead
+/// slice out of range and kill the connection.
+#[test]
+fn pipelines_of_inline_gets_and_sets_are_answered_in_order() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    let sets: Vec<u8> = (0..20)
+        .flat_map(|i| format!("SET key{i} v{i}\r\n").into_bytes())
+        .collect();
+    r.send(&sets);
+    for _ in 0..20 {
+        assert_eq!(r.read(), ok());
+    }
+    let gets: Vec<u8> = (0..20)
+        .flat_map(|i| format!("GET key{i}\r\n").into_bytes())
+        .collect();
+    r.send(&gets);
+    for i in 0..20 {
+        assert_eq!(r.read(), bulk(&format!("v{i}")));
+    }
+    assert_eq!(r.cmd(&["PING"]), pong());
+}
+
 #[test]
 fn big_values_round_trip() {
     let s = TestServer::start();
