@@ -1484,7 +1484,12 @@ fn a_node_added_after_the_log_was_compacted_installs_a_snapshot_of_every_type() 
     assert_eq!(code, 0, "cluster add: {out}");
     let mut n4 = g.conn(3);
     let _: () = redis::cmd("READONLY").query(&mut n4).unwrap();
-    until("node 4 caught up", || get(&mut n4, "k299").is_some());
+    // The DEL of k7 is the last write: a snapshot taken between k299 and
+    // it may reach node 4 a moment before the entry does, so wait for both
+    // (k7 existed before k299, so absent with k299 present means deleted).
+    until("node 4 caught up", || {
+        get(&mut n4, "k299").is_some() && get(&mut n4, "k7").is_none()
+    });
     assert!(info_field(&mut n4, "basalt_raft_snapshot_index") > 0);
     let check = |n: &mut Connection| {
         assert_eq!(get(n, "s").as_deref(), Some("v"));
