@@ -173,6 +173,12 @@ impl Drop for Replay {
     }
 }
 
+/// Whether a replicated entry is applying on this thread (a command that
+/// would wait answers at once there).
+pub fn applying() -> bool {
+    replaying().is_some()
+}
+
 /// `Some(whether the entry is a re-run)` while an entry applies here.
 fn replaying() -> Option<bool> {
     REPLAY.with(|r| r.borrow().as_ref().map(|s| s.rerun))

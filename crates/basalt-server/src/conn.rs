@@ -747,14 +747,29 @@ async fn run(
                         &mut wrote,
                     )
                     .await?;
+                    // CLIENT LIST shows it blocked in this command.
+                    if let Some(c) = found {
+                        *info.last_cmd.lock() = c.name;
+                    }
+                    info.blocked.store(true, Ordering::Relaxed);
                     let parked =
-                        park(stream, shared, &info, conn.protocol, buf, &mut shutdown).await?;
+                        park(stream, shared, &info, conn.protocol, buf, &mut shutdown).await;
+                    info.blocked.store(false, Ordering::Relaxed);
+                    let parked = parked?;
                     conn.batch_clock = 0;
                     conn.tick = now_ns();
                     match parked {
                         Parked::Rerun => {
                             // Run the same command again (it is still in
                             // `buf` at `cmd_start`); count it once.
+                            count -= 1;
+                            pos = cmd_start;
+                            parser.reset();
+                            continue;
+                        }
+                        // WAIT answers its count, not a null: it runs
+                        // again and sees its deadline (or the release).
+                        Parked::TimedOut if found.is_some_and(|c| c.name == "wait") => {
                             count -= 1;
                             pos = cmd_start;
                             parser.reset();

@@ -77,8 +77,10 @@ pub struct ClientInfo {
     pub db: AtomicUsize,
     /// Protocol version (2 or 3).
     pub resp: AtomicU8,
-    /// Last command's name.
+    /// Last command's name (the one it waits in while blocked).
     pub last_cmd: Mutex<&'static str>,
+    /// Parked in a blocking command (BLPOP, WAIT, ...): CLIENT LIST's `b`.
+    pub blocked: AtomicBool,
     /// ms since the epoch of the last batch.
     pub last_active_ms: AtomicU64,
     /// CLIENT NO-EVICT (recorded; Basalt does not evict).
@@ -120,6 +122,9 @@ impl ClientInfo {
                 }
                 if multi >= 0 {
                     flags.push('x');
+                }
+                if self.blocked.load(Ordering::Relaxed) {
+                    flags.push('b');
                 }
                 // Client-side caching, in Redis's letter order.
                 let t = &self.pubsub.tracking;
@@ -196,6 +201,7 @@ impl Clients {
             db: AtomicUsize::new(0),
             resp: AtomicU8::new(2),
             last_cmd: Mutex::new("NULL"),
+            blocked: AtomicBool::new(false),
             last_active_ms: AtomicU64::new(now_ms()),
             no_evict: AtomicBool::new(false),
             stale_reads: AtomicBool::new(false),

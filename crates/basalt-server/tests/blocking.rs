@@ -807,3 +807,80 @@ fn many_blocked_clients_lose_and_duplicate_nothing_under_concurrent_pushes() {
     assert_eq!(distinct.len(), TOTAL);
     wait_blocked(&s, 0);
 }
+
+/// WAIT on a single node answers as a Redis master with no replicas: `0`,
+/// at once when no replica is asked for, else once its timeout passed;
+/// blocked meanwhile (CLIENT LIST `b`, INFO's blocked_clients, CLIENT
+/// UNBLOCK), at once inside EXEC, refused in scripts, Redis's errors.
+#[test]
+fn wait_answers_like_a_redis_master_without_replicas() {
+    let s = TestServer::start();
+    let mut c = s.raw();
+    let mut admin = s.raw();
+    assert_eq!(c.cmd(&["SET", "k", "v"]), common::ok());
+    assert_eq!(c.cmd(&["WAIT", "0", "0"]), int(0));
+    assert_eq!(c.cmd(&["WAIT", "-3", "0"]), int(0));
+    let started = Instant::now();
+    assert_eq!(c.cmd(&["WAIT", "1", "150"]), int(0));
+    assert!(started.elapsed() >= Duration::from_millis(150), "it waited");
+    for (args, line) in [
+        (
+            &["WAIT", "x", "0"][..],
+            "ERR value is not an integer or out of range",
+        ),
+        (
+            &["WAIT", "1", "1.5"],
+            "ERR timeout is not an integer or out of range",
+        ),
+        (&["WAIT", "1", "-1"], "ERR timeout is negative"),
+        (
+            &["WAIT", "1"],
+            "ERR wrong number of arguments for 'wait' command",
+        ),
+    ] {
+        assert_eq!(c.cmd(args), err(line), "{args:?}");
+    }
+    assert_eq!(c.cmd(&["MULTI"]), common::ok());
+    assert_eq!(
+        c.cmd(&["WAIT", "1", "0"]),
+        Frame::Simple(b"QUEUED".to_vec())
+    );
+    assert_eq!(c.cmd(&["EXEC"]), Frame::Array(vec![int(0)]));
+    match c.cmd(&["EVAL", "return redis.call('wait', 0, 0)", "0"]) {
+        Frame::Error(e) => assert!(
+            String::from_utf8_lossy(&e)
+                .starts_with("ERR This Redis command is not allowed from script"),
+            "{}",
+            String::from_utf8_lossy(&e)
+        ),
+        f => panic!("{f:?}"),
+    }
+    // No limit: blocked until released, with its count (TIMEOUT) or the
+    // error (ERROR).
+    let id = match c.cmd(&["CLIENT", "ID"]) {
+        Frame::Integer(n) => n.to_string(),
+        f => panic!("{f:?}"),
+    };
+    for (how, reply) in [
+        ("TIMEOUT", int(0)),
+        (
+            "ERROR",
+            err("UNBLOCKED client unblocked via CLIENT UNBLOCK"),
+        ),
+    ] {
+        send(&mut c, &["WAIT", "1", "0"]);
+        wait_blocked(&s, 1);
+        let list = match admin.cmd(&["CLIENT", "LIST", "ID", &id]) {
+            Frame::Bulk(b) => String::from_utf8(b).unwrap(),
+            f => panic!("{f:?}"),
+        };
+        assert!(
+            list.contains(" flags=b ") && list.contains(" cmd=wait "),
+            "{list}"
+        );
+        assert_eq!(admin.cmd(&["CLIENT", "UNBLOCK", &id, how]), int(1));
+        assert_eq!(c.read(), reply, "{how}");
+        wait_blocked(&s, 0);
+    }
+    assert_eq!(c.cmd(&["GET", "k"]), bulk("v"));
+}

@@ -1548,6 +1548,31 @@ fn a_node_added_after_the_log_was_compacted_installs_a_snapshot_of_every_type() 
     check(&mut n4);
 }
 
+/// WAIT in a group: on the leader, the followers holding the client's
+/// writes (both of them, once replicated; never more, so asking for three
+/// waits the timeout); on a follower, the majority Raft guarantees for
+/// every acknowledged write (1 of 3).
+#[test]
+fn wait_counts_the_followers_that_hold_the_clients_writes() {
+    let g = Group::start();
+    let l = g.leader();
+    let mut c = g.conn(l);
+    let _: () = redis::cmd("SET").arg("k").arg("v").query(&mut c).unwrap();
+    let n: i64 = redis::cmd("WAIT").arg(2).arg(5000).query(&mut c).unwrap();
+    assert_eq!(n, 2, "both followers hold the write");
+    let started = Instant::now();
+    let n: i64 = redis::cmd("WAIT").arg(3).arg(200).query(&mut c).unwrap();
+    assert_eq!(n, 2, "there are only two followers");
+    assert!(started.elapsed() >= Duration::from_millis(200), "it waited");
+    let f = (0..3).find(|&i| i != l).unwrap();
+    let mut fc = g.conn(f);
+    let _: () = redis::cmd("SET").arg("k2").arg("v").query(&mut fc).unwrap();
+    let n: i64 = redis::cmd("WAIT").arg(1).arg(0).query(&mut fc).unwrap();
+    assert_eq!(n, 1);
+    let n: i64 = redis::cmd("WAIT").arg(2).arg(100).query(&mut fc).unwrap();
+    assert_eq!(n, 1);
+}
+
 /// The JSON body of an HTTP answer.
 fn json_body(body: &[u8]) -> serde_json::Value {
     serde_json::from_slice(body)

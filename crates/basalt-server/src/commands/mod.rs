@@ -774,7 +774,7 @@ pub fn execute_found(
     // invalidations go after its reply); MONITOR shows a script before its
     // calls and a blocked command once (`crate::tracking`, `crate::monitor`).
     let _running = crate::tracking::running(conn.info.id);
-    let rerun = cmd.flags & flags::BLOCKING != 0
+    let rerun = (cmd.flags & flags::BLOCKING != 0 || cmd.name == "wait")
         && shared.pubsub.monitors.active()
         && shared.blocking.is_blocked(conn.info.id);
     let script_scope = crate::monitor::before(&shared.pubsub, &conn.info, conn.db, cmd, &args);

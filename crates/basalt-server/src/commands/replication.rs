@@ -1,5 +1,5 @@
-//! ROLE and the SENTINEL commands clients use to find the leader of a
-//! replicated group (`crate::repl`), answered from the Raft state.
+//! ROLE, WAIT and the SENTINEL commands clients use to find the leader of
+//! a replicated group (`crate::repl`), answered from the Raft state.
 //!
 //! The one idea a reader needs: **every node of a group is also its own
 //! Sentinel.** A Sentinel-aware client (redis-py `Sentinel`, Jedis, Lettuce,
@@ -17,12 +17,16 @@ use super::flags::*;
 use super::{def, is, CommandDef, Ctx, Error, Group, Result};
 use crate::repl::{Member, View};
 
-/// ROLE and SENTINEL.
+/// ROLE, READONLY, READWRITE, WAIT and SENTINEL.
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandDef] = &[
     def("role", 1, NOSCRIPT | LOADING | STALE | FAST, (0, 0, 0), Group::Server, "2.8.12", "Return the role of the instance in the context of replication.", role),
     def("readonly", 1, FAST | LOADING | STALE, (0, 0, 0), Group::Cluster, "3.0.0", "Enables read queries for a connection to a Redis Cluster replica node.", readonly),
     def("readwrite", 1, FAST | LOADING | STALE, (0, 0, 0), Group::Cluster, "3.0.0", "Disables read queries for a connection to a Redis Cluster replica node.", readwrite),
+    // Not BLOCKING and in the connection group: Redis 7.0's flags
+    // (`noscript`) and ACL categories (`@slow @connection`); its docs say
+    // "generic" (redis_commands.json).
+    def("wait", 3, NOSCRIPT, (0, 0, 0), Group::Connection, "3.0.0", "Wait for the synchronous replication of all the write commands sent in the context of the current connection.", wait),
     def("sentinel", -2, ADMIN | NOSCRIPT | LOADING | STALE, (0, 0, 0), Group::Sentinel, "2.8.4", "Sentinel commands: the leader of a replicated Basalt group (GET-MASTER-ADDR-BY-NAME, MASTERS, MASTER, REPLICAS, SLAVES, SENTINELS, MYID).", sentinel),
 ];
 
@@ -234,5 +238,110 @@ fn fields_map(e: &mut Encoder<'_>, fields: &[(&str, String)]) {
     for (k, val) in fields {
         e.bulk(k.as_bytes());
         e.bulk(val.as_bytes());
+    }
+}
+
+/// How often a WAIT blocked on a node of a group looks again at what its
+/// followers hold (a single node has no replicas: it waits its timeout).
+const WAIT_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// WAIT numreplicas timeout: how many replicas hold this connection's
+/// writes, once `numreplicas` do or `timeout` ms (0: no limit) passed.
+///
+/// A single node has none: `0`, at once when `numreplicas` <= 0, else after
+/// the timeout, as a Redis master without replicas answers. On the leader
+/// of a group, the followers whose log reaches the index the leader had
+/// applied when WAIT first ran: every write of this connection was applied
+/// (and answered) before it, so that count never overstates. On a
+/// follower, which does not see the others' logs, the count Raft
+/// guarantees for every acknowledged write: a majority holds it, so the
+/// leader's quorum less one (1 of 3, 2 of 5). Redis refuses WAIT on a
+/// replica; a Basalt follower forwards writes, so a client of it may ask.
+/// Inside EXEC, and while an entry applies, it answers at once.
+fn wait(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result<()> {
+    let need = super::int_arg(&args[1])?;
+    let timeout = match super::parse_i64(&args[2]) {
+        None => return Err(Error::err("timeout is not an integer or out of range")),
+        Some(t) if t < 0 => return Err(Error::err("timeout is negative")),
+        // Redis 7.0 takes any positive timeout (one past the clock's range
+        // never comes).
+        Some(t) => t as u64,
+    };
+    let id = ctx.conn.info.id;
+    let blocking = &ctx.shared.blocking;
+    // A re-run carries what the first run saw: the index to reach and the
+    // deadline (unix ms, 0: none).
+    let rerun = blocking.is_blocked(id);
+    let memo = rerun
+        .then(|| blocking.memo(id))
+        .flatten()
+        .filter(|m| m.len() == 16);
+    let (target, deadline_ms) = match memo {
+        Some(m) => (
+            u64::from_le_bytes(m[..8].try_into().expect("8 bytes")),
+            u64::from_le_bytes(m[8..].try_into().expect("8 bytes")),
+        ),
+        None => (
+            ctx.shared.repl.get().map_or(0, |r| r.view().applied),
+            if timeout == 0 {
+                0
+            } else {
+                ctx.now_ms.saturating_add(timeout)
+            },
+        ),
+    };
+    let acked = acked_replicas(ctx, target);
+    let now = crate::state::now_ms();
+    let over = deadline_ms != 0 && now >= deadline_ms;
+    let released = rerun
+        && blocking
+            .waiter(id)
+            .is_some_and(|w| !matches!(w.unblock_reason(), crate::blocking::Unblock::No));
+    if acked >= need
+        || over
+        || released
+        || crate::monitor::in_exec()
+        || ctx.conn.tx.in_multi()
+        || crate::blocking::applying()
+    {
+        if rerun {
+            blocking.finish(id);
+        }
+        ctx.int(acked);
+        return Ok(());
+    }
+    // Wait: until the deadline on a single node; in a group, a look again
+    // every WAIT_POLL (a fresh waiter each time, with the same memo).
+    // A deadline centuries away is none (a timer that far would overflow).
+    let left = (deadline_ms != 0 && deadline_ms - now < 1 << 40)
+        .then(|| std::time::Duration::from_millis(deadline_ms - now));
+    let step = match (ctx.shared.repl.get(), left) {
+        (None, left) => left,
+        (Some(_), Some(left)) => Some(left.min(WAIT_POLL)),
+        (Some(_), None) => Some(WAIT_POLL),
+    };
+    if rerun {
+        blocking.finish(id);
+    }
+    crate::blocking::block_on(ctx, &[], step);
+    let mut memo = target.to_le_bytes().to_vec();
+    memo.extend_from_slice(&deadline_ms.to_le_bytes());
+    ctx.shared.blocking.set_memo(id, memo);
+    Ok(())
+}
+
+/// The replicas WAIT counts as holding log index `target` (see [`wait`]).
+fn acked_replicas(ctx: &Ctx<'_>, target: u64) -> i64 {
+    let Some(repl) = ctx.shared.repl.get() else {
+        return 0;
+    };
+    let v = repl.view();
+    if v.leader == Some(v.me) {
+        v.members
+            .iter()
+            .filter(|m| m.id != v.me && m.matched.unwrap_or(0) >= target)
+            .count() as i64
+    } else {
+        (v.members.len() / 2) as i64
     }
 }
