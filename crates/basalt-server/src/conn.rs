@@ -788,9 +788,12 @@ async fn run(
                     }
                 }
             }
-            if after != Some(After::Block) && found.is_some_and(|c| c.flags & BLOCKING != 0) {
-                // A re-run that served the client (or failed): it no longer
-                // waits.
+            if after != Some(After::Block)
+                && found.is_none_or(|c| c.flags & BLOCKING != 0 || c.name == "wait")
+            {
+                // A re-run that served the client (or failed, or was
+                // refused before it ran: `-BUSY` while a script runs
+                // long): it no longer waits.
                 shared.blocking.finish(info.id);
             }
             let modes = info.pubsub.modes.load(Ordering::Relaxed);

@@ -623,6 +623,18 @@ impl Repl {
         self.node.id()
     }
 
+    /// How many voters the group has now (learners are not counted).
+    pub fn voters(&self) -> usize {
+        self.node
+            .raft()
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .count()
+    }
+
     /// The group as this node sees it now.
     pub fn view(&self) -> View {
         let m = self.node.raft().metrics().borrow().clone();

@@ -615,6 +615,53 @@ fn a_script_runs_isolated_from_other_clients() {
     assert!(reader.join().unwrap() > 0);
 }
 
+/// A WAIT whose timeout passes while a long script holds the server is
+/// answered BUSY, and is no longer blocked: the client's next blocking
+/// command blocks afresh (on its own keys, woken by a push), and INFO's
+/// blocked clients come back to 0.
+#[test]
+fn a_wait_refused_busy_leaves_its_client_unblocked() {
+    let s = TestServer::start();
+    let mut admin = s.raw();
+    assert_eq!(
+        admin.cmd(&["CONFIG", "SET", "busy-reply-threshold", "50"]),
+        ok()
+    );
+    let mut waiter = s.raw();
+    waiter.send_cmd(&[b"WAIT", b"1", b"1000"]);
+    s.wait_blocked(1);
+    let body = "while true do end";
+    let mut runner = s.raw();
+    runner.send_cmd(&[b"EVAL", body.as_bytes(), b"0"]);
+    let busy = err(
+        "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
+    );
+    // Busy well before the WAIT's second is up.
+    assert!(eventually(Duration::from_millis(900), || {
+        admin.cmd(&["PING"]) == busy
+    }));
+    assert_eq!(
+        waiter.read(),
+        busy,
+        "the timed-out WAIT ran again while busy"
+    );
+    assert_eq!(s.blocked_clients(), 0);
+    assert_eq!(admin.cmd(&["SCRIPT", "KILL"]), ok());
+    assert_eq!(
+        runner.read(),
+        raised("ERR Script killed by user with SCRIPT KILL...", body)
+    );
+    waiter.send_cmd(&[b"BLPOP", b"q", b"5"]);
+    s.wait_blocked(1);
+    assert_eq!(admin.cmd(&["RPUSH", "q", "x"]), Frame::Integer(1));
+    assert_eq!(
+        waiter.read(),
+        Frame::Array(vec![bulk("q"), bulk("x")]),
+        "a fresh block on its own key"
+    );
+    s.wait_blocked(0);
+}
+
 #[test]
 fn a_long_script_gets_busy_replies_and_script_kill_stops_it() {
     let dir = tempfile::tempdir().unwrap();

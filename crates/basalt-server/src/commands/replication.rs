@@ -250,9 +250,10 @@ const WAIT_POLL: std::time::Duration = std::time::Duration::from_millis(10);
 ///
 /// A single node has none: `0`, at once when `numreplicas` <= 0, else after
 /// the timeout, as a Redis master without replicas answers. On the leader
-/// of a group, the followers whose log reaches the index the leader had
-/// applied when WAIT first ran: every write of this connection was applied
-/// (and answered) before it, so that count never overstates. On a
+/// of a group, the followers whose log reaches the last index of the
+/// leader's log when WAIT first ran: every write of this connection was
+/// answered, so committed and in that log, before WAIT, so that count never
+/// overstates (it may wait for other clients' entries too). On a
 /// follower, which does not see the others' logs, the count Raft
 /// guarantees for every acknowledged write: a majority holds it, so the
 /// leader's quorum less one (1 of 3, 2 of 5). Redis refuses WAIT on a
@@ -281,12 +282,18 @@ fn wait(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result<()> {
             u64::from_le_bytes(m[..8].try_into().expect("8 bytes")),
             u64::from_le_bytes(m[8..].try_into().expect("8 bytes")),
         ),
+        // The last index in the leader's log when WAIT first runs: at or
+        // above every write answered so far, this client's included (its
+        // applied index may not yet show the entry just answered, and a
+        // leader elected a moment ago may not have applied what it
+        // forwarded as a follower). The deadline from the clock now, not
+        // the batch's reading.
         None => (
-            ctx.shared.repl.get().map_or(0, |r| r.view().applied),
+            ctx.shared.repl.get().map_or(0, |r| r.view().last_log),
             if timeout == 0 {
                 0
             } else {
-                ctx.now_ms.saturating_add(timeout)
+                crate::state::now_ms().saturating_add(timeout)
             },
         ),
     };
@@ -342,6 +349,7 @@ fn acked_replicas(ctx: &Ctx<'_>, target: u64) -> i64 {
             .filter(|m| m.id != v.me && m.matched.unwrap_or(0) >= target)
             .count() as i64
     } else {
-        (v.members.len() / 2) as i64
+        // A quorum of the voters (learners are not in it) less this one.
+        (repl.voters() / 2) as i64
     }
 }
