@@ -713,3 +713,82 @@ fn payloads_from_redis_7_0_restore_to_the_values_redis_held() {
         ])])
     );
 }
+
+/// MIGRATE between two servers: keys of every kind arrive with their TTL
+/// in the target database and leave the source (COPY keeps them), missing
+/// keys give NOKEY, the target's refusal comes back as Redis words it, a
+/// target that cannot be reached gives IOERR and changes nothing.
+#[test]
+fn migrate_moves_keys_to_another_server_as_redis_does() {
+    let src = TestServer::start();
+    let dst = TestServer::start();
+    let port = dst.addr().port().to_string();
+    let mut s = src.raw();
+    let mut d = dst.raw();
+    let migrate = |s: &mut Raw, rest: &[&str]| {
+        let mut args = vec!["MIGRATE", "127.0.0.1", &port];
+        args.extend_from_slice(rest);
+        s.cmd(&args)
+    };
+    assert_eq!(s.cmd(&["SET", "k", "v"]), ok());
+    assert_eq!(s.cmd(&["SET", "t", "x", "PX", "500000"]), ok());
+    assert_eq!(s.cmd(&["RPUSH", "l", "a", "b"]), Frame::Integer(2));
+    assert_eq!(s.cmd(&["ZADD", "z", "2.5", "m"]), Frame::Integer(1));
+    assert_eq!(migrate(&mut s, &["k", "0", "1000"]), ok());
+    assert_eq!(s.cmd(&["EXISTS", "k"]), Frame::Integer(0), "moved away");
+    assert_eq!(d.cmd(&["GET", "k"]), bulk("v"));
+    assert_eq!(
+        migrate(&mut s, &["", "2", "1000", "KEYS", "t", "l", "nokey"]),
+        ok()
+    );
+    assert_eq!(s.cmd(&["EXISTS", "t", "l"]), Frame::Integer(0));
+    assert_eq!(d.cmd(&["SELECT", "2"]), ok());
+    assert_eq!(
+        d.cmd(&["LRANGE", "l", "0", "-1"]),
+        Frame::Array(vec![bulk("a"), bulk("b")])
+    );
+    match d.cmd(&["PTTL", "t"]) {
+        Frame::Integer(ms) => assert!(ms > 490_000 && ms <= 500_000, "{ms}"),
+        f => panic!("{f:?}"),
+    }
+    assert_eq!(d.cmd(&["SELECT", "0"]), ok());
+    assert_eq!(
+        migrate(&mut s, &["nokey", "0", "1000"]),
+        Frame::Simple(b"NOKEY".to_vec())
+    );
+    // The target refuses an existing key without REPLACE; the key stays.
+    assert_eq!(d.cmd(&["SET", "z", "occupied"]), ok());
+    assert_eq!(
+        migrate(&mut s, &["z", "0", "1000"]),
+        err("ERR Target instance replied with error: BUSYKEY Target key name already exists.")
+    );
+    assert_eq!(s.cmd(&["EXISTS", "z"]), Frame::Integer(1));
+    assert_eq!(
+        migrate(&mut s, &["z", "0", "1000", "REPLACE", "COPY"]),
+        ok()
+    );
+    assert_eq!(s.cmd(&["EXISTS", "z"]), Frame::Integer(1), "COPY keeps it");
+    assert_eq!(d.cmd(&["ZSCORE", "z", "m"]), bulk("2.5"));
+    // Nobody listens on the port: as Redis, the refusal shows on writing.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed_port = closed.local_addr().unwrap().port().to_string();
+    drop(closed);
+    assert_eq!(
+        s.cmd(&["MIGRATE", "127.0.0.1", &closed_port, "z", "0", "200"]),
+        err("IOERR error or timeout writing to target instance")
+    );
+    assert_eq!(s.cmd(&["EXISTS", "z"]), Frame::Integer(1));
+    for (args, line) in [
+        (
+            &["z", "0", "1000", "KEYS", "a"][..],
+            "ERR When using MIGRATE KEYS option, the key argument must be set to the empty string",
+        ),
+        (&["z", "0", "1000", "AUTH"], "ERR syntax error"),
+        (
+            &["z", "x", "1000"],
+            "ERR value is not an integer or out of range",
+        ),
+    ] {
+        assert_eq!(migrate(&mut s, args), err(line), "{args:?}");
+    }
+}

@@ -1,6 +1,7 @@
-//! DUMP and RESTORE (Redis `cluster.c`): a key's value as a Redis 7.0
-//! payload (`crate::rdb`), and a key made from one, so values move between
-//! Basalt and redis-server in either direction.
+//! DUMP, RESTORE and MIGRATE (Redis `cluster.c`): a key's value as a
+//! Redis 7.0 payload (`crate::rdb`), a key made from one, and keys moved to
+//! another server (Basalt or redis-server) as RESTOREs, so values move
+//! between Basalt and redis-server in either direction.
 //!
 //! The one idea a reader needs: **RESTORE decodes the whole payload before
 //! it touches the key.** A payload that fails its checksum or does not
@@ -24,11 +25,12 @@ use crate::rdb::{self, Value};
 
 const G: Group = Group::Generic;
 
-/// DUMP and RESTORE.
+/// DUMP, RESTORE and MIGRATE.
 #[rustfmt::skip]
 pub const COMMANDS: &[CommandDef] = &[
     def("dump", 2, READONLY, (1, 1, 1), G, "2.6.0", "Return a serialized version of the value stored at the specified key.", dump),
     def("restore", -4, WRITE | DENYOOM, (1, 1, 1), G, "2.6.0", "Create a key using the provided serialized value, previously obtained using DUMP.", restore),
+    def("migrate", -6, WRITE | MOVABLE_KEYS, (3, 3, 1), G, "2.6.0", "Atomically transfer a key from a Redis instance to another one.", migrate),
 ];
 
 /// The value at `key`, if any. The caller holds the key's stripe, so a
@@ -210,6 +212,248 @@ fn restore(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     ctx.notify(GENERIC, "restore", key);
     // A list, sorted set or stream arriving may serve a blocked client.
     ctx.shared.blocking.signal(n, key);
+    ctx.ok();
+    Ok(())
+}
+
+/// MIGRATE host port key|"" destination-db timeout [COPY] [REPLACE]
+/// [AUTH password] [AUTH2 username password] [KEYS key [key ...]]: sends
+/// each existing key to the target as `RESTORE key ttl payload [REPLACE]`
+/// (after AUTH and SELECT), then deletes each key the target took, unless
+/// COPY. Redis's replies: `+OK`, `+NOKEY` when no key exists, `-IOERR ...`
+/// when the target cannot be reached or answers nothing, `-ERR Target
+/// instance replied with error: ...` with the first error the target gave.
+///
+/// Like Redis, it talks to the target synchronously, within `timeout` ms
+/// per step (1000 when not positive): this connection's worker waits, as
+/// Redis's whole server does. Unlike Redis it holds no key while it waits:
+/// the keys are read under their stripes, sent, and a key is deleted only
+/// if no write changed it meanwhile (a write that came in between is kept,
+/// and the target has the value from before it). Each call opens its own
+/// connection (Redis keeps one per target for 10 s, which saves a round
+/// trip, not an outcome). Not in a replicated group: every node would
+/// send the keys.
+fn migrate(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
+    let (mut copy, mut replace) = (false, false);
+    let mut auth: Option<(Option<Vec<u8>>, Vec<u8>)> = None;
+    let (mut first_key, mut num_keys) = (3, 1);
+    let mut j = 6;
+    while j < args.len() {
+        let more = args.len() - 1 - j;
+        let a = &args[j];
+        if is(a, "copy") {
+            copy = true;
+        } else if is(a, "replace") {
+            replace = true;
+        } else if is(a, "auth") {
+            if more == 0 {
+                return Err(Error::Syntax);
+            }
+            j += 1;
+            auth = Some((None, args[j].to_vec()));
+        } else if is(a, "auth2") {
+            if more < 2 {
+                return Err(Error::Syntax);
+            }
+            auth = Some((Some(args[j + 1].to_vec()), args[j + 2].to_vec()));
+            j += 2;
+        } else if is(a, "keys") {
+            if !args[3].is_empty() {
+                return Err(Error::err(
+                    "When using MIGRATE KEYS option, the key argument must be set to the empty string",
+                ));
+            }
+            first_key = j + 1;
+            num_keys = args.len() - j - 1;
+            break;
+        } else {
+            return Err(Error::Syntax);
+        }
+        j += 1;
+    }
+    let timeout = int_arg(&args[5])?;
+    let dbid = int_arg(&args[4])?;
+    let timeout =
+        std::time::Duration::from_millis(if timeout <= 0 { 1000 } else { timeout as u64 });
+    if ctx.shared.repl.get().is_some() {
+        return Err(Error::err(
+            "MIGRATE is not supported in a replicated group (every node would send the keys)",
+        ));
+    }
+    let keys: Vec<&[u8]> = (first_key..first_key + num_keys)
+        .map(|i| &args[i][..])
+        .collect();
+    // Read what to send, each key at one version, with its TTL.
+    struct Item<'k> {
+        key: &'k [u8],
+        version: u64,
+        ttl: i64,
+        payload: Vec<u8>,
+    }
+    let mut items: Vec<Item<'_>> = Vec::new();
+    {
+        let slot = ctx.slot();
+        let n = ctx.conn.db;
+        let _g = ctx.shared.keyspace.lock_many(keys.iter().map(|k| (n, *k)));
+        for &key in &keys {
+            let found = match slot.db() {
+                Some(db) => match (db.meta(key), read_value(db, slot.generation(), key)?) {
+                    (Some(meta), Some(v)) => Some((meta.expires_at, db.version(key), v)),
+                    _ => None,
+                },
+                None => None,
+            };
+            let Some((expires_at, version, value)) = found else {
+                ctx.keymiss(key);
+                continue;
+            };
+            let ttl = match expires_at {
+                None => 0,
+                Some(at) => {
+                    let left = at as i64 - crate::state::now_ms() as i64;
+                    if left < 0 {
+                        continue;
+                    }
+                    left.max(1)
+                }
+            };
+            items.push(Item {
+                key,
+                version,
+                ttl,
+                payload: rdb::encode(&value),
+            });
+        }
+    }
+    if items.is_empty() {
+        ctx.simple(b"NOKEY");
+        return Ok(());
+    }
+    // The request: AUTH, SELECT, one RESTORE per key.
+    let mut wire = Vec::new();
+    if let Some((user, pass)) = &auth {
+        match user {
+            Some(u) => basalt_resp::write_command(&mut wire, [&b"AUTH"[..], u, pass]),
+            None => basalt_resp::write_command(&mut wire, [&b"AUTH"[..], pass]),
+        }
+    }
+    basalt_resp::write_command(&mut wire, [&b"SELECT"[..], dbid.to_string().as_bytes()]);
+    for it in &items {
+        let ttl = it.ttl.to_string();
+        let mut cmd: Vec<&[u8]> = vec![b"RESTORE", it.key, ttl.as_bytes(), &it.payload];
+        if replace {
+            cmd.push(b"REPLACE");
+        }
+        basalt_resp::write_command(&mut wire, cmd);
+    }
+    let host = String::from_utf8_lossy(&args[1]).into_owned();
+    let port = String::from_utf8_lossy(&args[2]).into_owned();
+    let connecting = || Error::Msg("IOERR error or timeout connecting to the client".into());
+    let io = |writing: bool| {
+        Error::Msg(
+            format!(
+                "IOERR error or timeout {} to target instance",
+                if writing { "writing" } else { "reading" }
+            )
+            .into(),
+        )
+    };
+    use std::io::{BufRead, Write};
+    use std::net::ToSocketAddrs;
+    // The port as Redis reads it (`atoi`: leading digits, else 0).
+    let port = port
+        .bytes()
+        .take_while(u8::is_ascii_digit)
+        .fold(0u64, |n, d| {
+            n.saturating_mul(10).saturating_add(u64::from(d - b'0'))
+        }) as u16;
+    let addr = (host.as_str(), port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(connecting)?;
+    // Redis connects without blocking and waits until the socket is
+    // writable: a refused connection shows only when it writes.
+    let stream = match std::net::TcpStream::connect_timeout(&addr, timeout) {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return Err(connecting()),
+        Err(_) => return Err(io(true)),
+    };
+    let _ = stream.set_nodelay(true);
+    stream
+        .set_write_timeout(Some(timeout))
+        .and_then(|_| stream.set_read_timeout(Some(timeout)))
+        .map_err(|_| connecting())?;
+    (&stream).write_all(&wire).map_err(|_| io(true))?;
+    let mut reader = std::io::BufReader::new(&stream);
+    // One status line per command, as Redis reads them (`syncReadLine`).
+    let line = |reader: &mut std::io::BufReader<&std::net::TcpStream>| -> Option<Vec<u8>> {
+        let mut l = Vec::new();
+        match reader.read_until(b'\n', &mut l) {
+            Ok(n) if n > 0 && l.ends_with(b"\n") => {
+                while l.last().is_some_and(|&b| b == b'\n' || b == b'\r') {
+                    l.pop();
+                }
+                Some(l)
+            }
+            _ => None,
+        }
+    };
+    let auth_reply = match auth {
+        Some(_) => Some(line(&mut reader).ok_or_else(|| io(false))?),
+        None => None,
+    };
+    let select_reply = line(&mut reader).ok_or_else(|| io(false))?;
+    let before = auth_reply
+        .filter(|r| r.first() == Some(&b'-'))
+        .or_else(|| (select_reply.first() == Some(&b'-')).then_some(select_reply));
+    let mut target_error: Option<Vec<u8>> = None;
+    let mut taken = Vec::new();
+    let mut socket_error = false;
+    for it in &items {
+        let Some(r) = line(&mut reader) else {
+            socket_error = true;
+            break;
+        };
+        if before.is_some() || r.first() == Some(&b'-') {
+            if target_error.is_none() {
+                target_error = Some(before.clone().unwrap_or(r));
+            }
+        } else if !copy {
+            taken.push(it);
+        }
+    }
+    drop(reader);
+    drop(stream);
+    // Delete what the target took, each key only at the version sent.
+    if !taken.is_empty() {
+        let slot = ctx.slot();
+        let n = ctx.conn.db;
+        if let Some(db) = slot.db() {
+            let _g = ctx
+                .shared
+                .keyspace
+                .lock_many(taken.iter().map(|it| (n, it.key)));
+            for it in &taken {
+                if db.version(it.key) == it.version && db.delete(it.key)? {
+                    ctx.notify(GENERIC, "del", it.key);
+                    ctx.shared.blocking.signal(n, it.key);
+                }
+            }
+        }
+    }
+    if let Some(e) = target_error {
+        return Err(Error::Msg(
+            format!(
+                "ERR Target instance replied with error: {}",
+                String::from_utf8_lossy(&e[1..])
+            )
+            .into(),
+        ));
+    }
+    if socket_error {
+        return Err(io(false));
+    }
     ctx.ok();
     Ok(())
 }

@@ -908,7 +908,8 @@ pub(crate) fn keys_by_spec(name: &str, argv: &[&[u8]]) -> Option<Vec<(usize, Vec
 /// The flags Redis 7.0's own key finders (`getkeys_proc`) give the `n`th
 /// key of `argv` when the key specs cannot: SORT's key is read and its
 /// STORE destination overwritten; SET reads its key only with GET;
-/// BITFIELD writes unless every operation is a GET; the others give none.
+/// BITFIELD writes unless every operation is a GET; MIGRATE reads and
+/// deletes its keys; the others give none.
 pub(crate) fn proc_key_flags(name: &str, n: usize, argv: &[&[u8]]) -> &'static [&'static str] {
     const RO_ACCESS: &[&str] = &["RO", "access"];
     const RW_ACCESS_UPDATE: &[&str] = &["RW", "access", "update"];
@@ -917,6 +918,7 @@ pub(crate) fn proc_key_flags(name: &str, n: usize, argv: &[&[u8]]) -> &'static [
         "sort" | "sort_ro" => &["OW", "update"],
         "set" if argv.iter().skip(3).any(|a| is(a, "get")) => RW_ACCESS_UPDATE,
         "set" => &["OW", "update"],
+        "migrate" => &["RW", "access", "delete"],
         "bitfield" => {
             let mut i = 2;
             while i < argv.len() {

@@ -2005,6 +2005,14 @@ fn movable_keys(name: &str, cmd: &[&[u8]]) -> Vec<usize> {
                 _ => Vec::new(),
             }
         }
+        "migrate" => {
+            // The key, or with KEYS (and an empty key) what follows it.
+            match (6..cmd.len()).find(|&i| is(cmd[i], "keys")) {
+                Some(_) if !cmd.get(3).is_some_and(|k| k.is_empty()) => Vec::new(),
+                Some(at) => (at + 1..cmd.len()).collect(),
+                None => vec![3],
+            }
+        }
         "sort" | "sort_ro" => {
             // The key, and the last STORE's destination (SORT skips the
             // arguments of LIMIT, GET and BY while looking for it).
