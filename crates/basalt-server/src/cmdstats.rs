@@ -495,7 +495,15 @@ fn slowlog_argv<'a>(name: &str, args: impl ExactSizeIterator<Item = &'a [u8]>) -
     let mut out: Vec<Vec<u8>> = Vec::with_capacity(kept);
     let mut hello_auth = usize::MAX;
     let mut config_set = false;
-    for (i, a) in args.enumerate().take(kept) {
+    // MIGRATE's AUTH and AUTH2 values (the arguments are looked at twice
+    // only for MIGRATE).
+    let args: Vec<&[u8]> = args.collect();
+    let migrate = if name == "migrate" {
+        crate::monitor::migrate_secrets(&args)
+    } else {
+        Vec::new()
+    };
+    for (i, a) in args.into_iter().enumerate().take(kept) {
         if kept != argc && i == kept - 1 {
             out.push(format!("... ({} more arguments)", argc - kept + 1).into_bytes());
             break;
@@ -521,6 +529,7 @@ fn slowlog_argv<'a>(name: &str, args: impl ExactSizeIterator<Item = &'a [u8]>) -
                             .any(|s| k.eq_ignore_ascii_case(s))
                     })
             }
+            "migrate" => migrate.contains(&i),
             _ => false,
         };
         if redact {
@@ -687,6 +696,16 @@ mod tests {
         );
         let v = slowlog_argv("auth", [&b"auth"[..], b"u", b"p"].into_iter());
         assert_eq!(v, [&b"auth"[..], REDACTED, REDACTED]);
+        // MIGRATE's AUTH2 values, not a key named "auth" after KEYS.
+        let m: [&[u8]; 13] = [
+            b"migrate", b"h", b"1", b"", b"0", b"100", b"AUTH2", b"u", b"p", b"KEYS", b"k",
+            b"auth", b"x",
+        ];
+        let v = slowlog_argv("migrate", m.into_iter());
+        let mut want = m.to_vec();
+        want[7] = REDACTED;
+        want[8] = REDACTED;
+        assert_eq!(v, want);
     }
 
     #[test]

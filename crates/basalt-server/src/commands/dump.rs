@@ -225,8 +225,9 @@ fn restore(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 /// instance replied with error: ...` with the first error the target gave.
 ///
 /// Like Redis, it talks to the target synchronously, within `timeout` ms
-/// per step (1000 when not positive): this connection's worker waits, as
-/// Redis's whole server does. Unlike Redis it holds no key while it waits:
+/// per step (1000 when not positive): this connection's worker waits, and
+/// so does an EXEC or a script (which need the exec gate alone) anywhere,
+/// as Redis's whole server does. Unlike Redis it holds no key while it waits:
 /// the keys are read under their stripes, sent, and a key is deleted only
 /// if no write changed it meanwhile (a write that came in between is kept,
 /// and the target has the value from before it). Each call opens its own
@@ -376,8 +377,8 @@ fn migrate(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     // writable: a refused connection shows only when it writes.
     let stream = match std::net::TcpStream::connect_timeout(&addr, timeout) {
         Ok(s) => s,
-        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return Err(connecting()),
-        Err(_) => return Err(io(true)),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => return Err(io(true)),
+        Err(_) => return Err(connecting()),
     };
     let _ = stream.set_nodelay(true);
     stream
@@ -388,9 +389,11 @@ fn migrate(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let mut reader = std::io::BufReader::new(&stream);
     // One status line per command, as Redis reads them (`syncReadLine`).
     let line = |reader: &mut std::io::BufReader<&std::net::TcpStream>| -> Option<Vec<u8>> {
+        // At most 1 KiB, as Redis's `syncReadLine` (a longer line is cut;
+        // its rest is read as the next reply).
         let mut l = Vec::new();
-        match reader.read_until(b'\n', &mut l) {
-            Ok(n) if n > 0 && l.ends_with(b"\n") => {
+        match std::io::Read::take(&mut *reader, 1024).read_until(b'\n', &mut l) {
+            Ok(n) if n > 0 && (l.ends_with(b"\n") || n == 1024) => {
                 while l.last().is_some_and(|&b| b == b'\n' || b == b'\r') {
                     l.pop();
                 }
@@ -427,6 +430,9 @@ fn migrate(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     drop(stream);
     // Delete what the target took, each key only at the version sent.
     if !taken.is_empty() {
+        // Crash-atomic, as the one DEL Redis propagates; opened before the
+        // database and the keys' stripes, as `execute` opens its batches.
+        let _batch = (taken.len() > 1).then(|| ctx.shared.keyspace.batch());
         let slot = ctx.slot();
         let n = ctx.conn.db;
         if let Some(db) = slot.db() {

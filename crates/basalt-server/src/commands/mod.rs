@@ -837,6 +837,9 @@ pub fn may_write_several(name: &str, argc: usize) -> bool {
         "setbit" | "bitfield" | "pfadd" | "pfcount" | "pfmerge" => false,
         // One record unless it trims, when it opens its own batch.
         "xadd" => false,
+        // Opens its batch for its deletes only, after the target answered
+        // (the blanket batch would hold the batch lock across the network).
+        "migrate" => false,
         // One record without a count.
         "lpop" | "rpop" | "spop" | "zpopmin" | "zpopmax" | "del" | "unlink" => argc > 2,
         // One record with one member.
