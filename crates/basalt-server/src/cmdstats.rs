@@ -499,7 +499,7 @@ fn slowlog_argv<'a>(name: &str, args: impl ExactSizeIterator<Item = &'a [u8]>) -
     // only for MIGRATE).
     let args: Vec<&[u8]> = args.collect();
     let migrate = if name == "migrate" {
-        crate::monitor::migrate_secrets(&args)
+        crate::commands::dump::MigrateOptions::read(&args).secrets
     } else {
         Vec::new()
     };

@@ -34,7 +34,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::blocking::Unblock;
-use crate::commands::{fetch, flags::BLOCKING, After, Conn};
+use crate::commands::{fetch, After, Conn};
 use crate::config::Appendfsync;
 use crate::pubsub;
 use crate::readers::{self, Deferred};
@@ -48,8 +48,9 @@ pub const OUTPUT_FLUSH: usize = 64 << 20;
 /// Below this many buffered bytes a batch holds one or two commands and
 /// looking ahead cannot overlap anything.
 const PREFETCH_MIN_BYTES: usize = 96;
-/// Commands a batch looks ahead at.
-const PREFETCH_AHEAD: usize = 32;
+/// Commands a batch (or a replicated entry, `repl::run_commands`) looks
+/// ahead at.
+pub(crate) const PREFETCH_AHEAD: usize = 32;
 
 /// Looks at the first commands of a batch and asks the engine to start
 /// loading what they will touch: for a run of GETs, what they will read
@@ -63,12 +64,12 @@ const PREFETCH_AHEAD: usize = 32;
 /// here, so only GETs are looked at.
 fn prefetch_ahead(shared: &Shared, conn: &Conn, buf: &[u8]) {
     let mut parser = RequestParser::new(Limits::default());
-    // Where each key lies in `buf` (an argument borrows the parser, so the
-    // slice itself cannot outlive the next parse).
-    let mut spans: Vec<std::ops::Range<usize>> = Vec::new();
+    // Each key as a slice of `buf` (an argument borrows the parser, so it
+    // cannot outlive the next parse).
+    let mut keys: Vec<&[u8]> = Vec::new();
     let mut sets = None;
     let mut pos = 0;
-    while spans.len() < PREFETCH_AHEAD {
+    while keys.len() < PREFETCH_AHEAD {
         match parser.parse(&buf[pos..]) {
             Ok(Parsed::Command { args, consumed }) => {
                 // Only the leading GETs or SETs: a batch of other commands
@@ -88,14 +89,13 @@ fn prefetch_ahead(shared: &Shared, conn: &Conn, buf: &[u8]) {
                 let Some(span) = span_in(buf, &args[1]) else {
                     break;
                 };
-                spans.push(span);
+                keys.push(&buf[span]);
                 pos += consumed;
             }
             _ => break,
         }
     }
-    if spans.len() >= 2 {
-        let keys: Vec<&[u8]> = spans.into_iter().map(|r| &buf[r]).collect();
+    if keys.len() >= 2 {
         if let Some(db) = shared.keyspace.read(conn.db).db() {
             if sets == Some(true) {
                 db.prefetch_index(&keys);
@@ -788,9 +788,7 @@ async fn run(
                     }
                 }
             }
-            if after != Some(After::Block)
-                && found.is_none_or(|c| c.flags & BLOCKING != 0 || c.name == "wait")
-            {
+            if after != Some(After::Block) && found.is_none_or(|c| c.may_block()) {
                 // A re-run that served the client (or failed, or was
                 // refused before it ran: `-BUSY` while a script runs
                 // long): it no longer waits.

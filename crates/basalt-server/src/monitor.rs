@@ -181,29 +181,6 @@ pub fn exec(hub: &Hub, client: &ClientInfo, db: usize, args: &Args<'_>) {
     }
 }
 
-/// MIGRATE's AUTH and AUTH2 values among `args` (`args[0]` the name),
-/// which MONITOR and SLOWLOG show as `(redacted)`: the options as MIGRATE
-/// reads them, up to KEYS.
-pub fn migrate_secrets<A: AsRef<[u8]>>(args: &[A]) -> Vec<usize> {
-    let mut v = Vec::new();
-    let mut i = 6;
-    while i < args.len() {
-        let a = args[i].as_ref();
-        if is(a, "auth") && i + 1 < args.len() {
-            v.push(i + 1);
-            i += 2;
-        } else if is(a, "auth2") && i + 2 < args.len() {
-            v.extend([i + 1, i + 2]);
-            i += 3;
-        } else if is(a, "keys") {
-            break;
-        } else {
-            i += 1;
-        }
-    }
-    v
-}
-
 /// Argument positions Redis shows as `(redacted)`.
 fn redacted(args: &Args<'_>) -> Vec<usize> {
     let name = &args[0];
@@ -225,7 +202,7 @@ fn redacted(args: &Args<'_>) -> Vec<usize> {
         }
     } else if is(name, "migrate") {
         let all: Vec<&[u8]> = args.iter().collect();
-        v = migrate_secrets(&all);
+        v = crate::commands::dump::MigrateOptions::read(&all).secrets;
     }
     v
 }

@@ -48,6 +48,7 @@ use basalt_resp::{Args, Encoder, Frame, Limits, Parsed, Protocol, RequestParser}
 use serde::{Deserialize, Serialize};
 
 use crate::commands::{self, After, Conn};
+use crate::conn::PREFETCH_AHEAD;
 use crate::state::{ClientInfo, Shared};
 
 /// Sequence numbers one entry may use before the next entry's floor.
@@ -1198,11 +1199,8 @@ fn run_commands(shared: &Shared, conn: &mut Conn, out: &mut Vec<u8>, commands: &
     }
 }
 
-/// Commands whose keys one look-ahead of [`run_commands`] loads.
-const PREFETCH_AHEAD: usize = 32;
-
 /// Starts loading the index entries of the first keys of the next
-/// `PREFETCH_AHEAD` commands of `commands` from `pos` (the argument after
+/// [`PREFETCH_AHEAD`] commands of `commands` from `pos` (the argument after
 /// the name, where nearly every write names its key), so that applying an
 /// entry's writes one after another overlaps their cache misses instead
 /// of waiting for each in turn: on a follower under SETs of random keys,
@@ -1211,15 +1209,15 @@ const PREFETCH_AHEAD: usize = 32;
 /// Returns where the commands looked at end.
 fn prefetch_keys(shared: &Shared, db: usize, commands: &[u8], pos: usize) -> usize {
     let mut parser = RequestParser::new(Limits::default());
-    let mut spans: Vec<std::ops::Range<usize>> = Vec::with_capacity(PREFETCH_AHEAD);
+    let mut keys: Vec<&[u8]> = Vec::with_capacity(PREFETCH_AHEAD);
     let mut at = pos;
-    while spans.len() < PREFETCH_AHEAD && at < commands.len() {
+    while keys.len() < PREFETCH_AHEAD && at < commands.len() {
         match parser.parse(&commands[at..]) {
             Ok(Parsed::Command { args, consumed }) => {
                 // Entries are RESP (`write_command`), so a key is a slice
                 // of `commands`; anything else is passed over.
                 if let Some(span) = args.get(1).and_then(|k| crate::conn::span_in(commands, k)) {
-                    spans.push(span);
+                    keys.push(&commands[span]);
                 }
                 at += consumed;
             }
@@ -1227,8 +1225,7 @@ fn prefetch_keys(shared: &Shared, db: usize, commands: &[u8], pos: usize) -> usi
             _ => return commands.len(),
         }
     }
-    if spans.len() >= 2 {
-        let keys: Vec<&[u8]> = spans.into_iter().map(|r| &commands[r]).collect();
+    if keys.len() >= 2 {
         if let Some(d) = shared.keyspace.read(db).db() {
             d.prefetch_index(&keys);
         }

@@ -235,43 +235,23 @@ fn restore(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 /// trip, not an outcome). Not in a replicated group: every node would
 /// send the keys.
 fn migrate(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
-    let (mut copy, mut replace) = (false, false);
-    let mut auth: Option<(Option<Vec<u8>>, Vec<u8>)> = None;
-    let (mut first_key, mut num_keys) = (3, 1);
-    let mut j = 6;
-    while j < args.len() {
-        let more = args.len() - 1 - j;
-        let a = &args[j];
-        if is(a, "copy") {
-            copy = true;
-        } else if is(a, "replace") {
-            replace = true;
-        } else if is(a, "auth") {
-            if more == 0 {
-                return Err(Error::Syntax);
-            }
-            j += 1;
-            auth = Some((None, args[j].to_vec()));
-        } else if is(a, "auth2") {
-            if more < 2 {
-                return Err(Error::Syntax);
-            }
-            auth = Some((Some(args[j + 1].to_vec()), args[j + 2].to_vec()));
-            j += 2;
-        } else if is(a, "keys") {
-            if !args[3].is_empty() {
-                return Err(Error::err(
-                    "When using MIGRATE KEYS option, the key argument must be set to the empty string",
-                ));
-            }
-            first_key = j + 1;
-            num_keys = args.len() - j - 1;
-            break;
-        } else {
-            return Err(Error::Syntax);
-        }
-        j += 1;
+    let argv: Vec<&[u8]> = args.iter().collect();
+    let options = MigrateOptions::read(&argv);
+    if options.bad {
+        return Err(Error::Syntax);
     }
+    let (first_key, num_keys) =
+        match options.keys_at {
+            Some(_) if !args[3].is_empty() => return Err(Error::err(
+                "When using MIGRATE KEYS option, the key argument must be set to the empty string",
+            )),
+            Some(at) => (at + 1, args.len() - at - 1),
+            None => (3, 1),
+        };
+    let (copy, replace) = (options.copy, options.replace);
+    let auth = options
+        .auth
+        .map(|(user, pass)| (user.map(|u| argv[u]), argv[pass]));
     let timeout = int_arg(&args[5])?;
     let dbid = int_arg(&args[4])?;
     let timeout =
@@ -332,7 +312,7 @@ fn migrate(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     }
     // The request: AUTH, SELECT, one RESTORE per key.
     let mut wire = Vec::new();
-    if let Some((user, pass)) = &auth {
+    if let Some((user, pass)) = auth {
         match user {
             Some(u) => basalt_resp::write_command(&mut wire, [&b"AUTH"[..], u, pass]),
             None => basalt_resp::write_command(&mut wire, [&b"AUTH"[..], pass]),
@@ -462,4 +442,55 @@ fn migrate(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     }
     ctx.ok();
     Ok(())
+}
+
+/// MIGRATE's options (from argument 6 of `args`, `args[0]` the name) as
+/// Redis reads them, for the command, its key finder (COMMAND GETKEYS) and
+/// the redaction of its secrets (MONITOR, SLOWLOG).
+#[derive(Debug, Default)]
+pub(crate) struct MigrateOptions {
+    pub copy: bool,
+    pub replace: bool,
+    /// The last AUTH or AUTH2: the positions of its user (AUTH2) and
+    /// password.
+    pub auth: Option<(Option<usize>, usize)>,
+    /// The positions of every AUTH and AUTH2 value.
+    pub secrets: Vec<usize>,
+    /// Where KEYS is (the keys follow it); nothing after it is an option.
+    pub keys_at: Option<usize>,
+    /// An unknown option, or AUTH / AUTH2 short of its values: the command
+    /// answers a syntax error (the key finder passes over an unknown one).
+    pub bad: bool,
+}
+
+impl MigrateOptions {
+    pub(crate) fn read(args: &[&[u8]]) -> MigrateOptions {
+        let mut o = MigrateOptions::default();
+        let mut i = 6;
+        while i < args.len() {
+            let more = args.len() - 1 - i;
+            let a = args[i];
+            if is(a, "copy") {
+                o.copy = true;
+            } else if is(a, "replace") {
+                o.replace = true;
+            } else if is(a, "auth") || is(a, "auth2") {
+                let user = is(a, "auth2");
+                if more < 1 + user as usize {
+                    o.bad = true;
+                    break;
+                }
+                o.auth = Some((user.then_some(i + 1), i + 1 + user as usize));
+                o.secrets.extend((i + 1)..=(i + 1 + user as usize));
+                i += 1 + user as usize;
+            } else if is(a, "keys") {
+                o.keys_at = Some(i);
+                break;
+            } else {
+                o.bad = true;
+            }
+            i += 1;
+        }
+        o
+    }
 }

@@ -211,6 +211,13 @@ impl CommandDef {
         self.flags & flags::WRITE != 0
     }
 
+    /// Whether the command may park its client in the blocking registry:
+    /// Redis's `blocking` commands, and WAIT, which Redis does not flag
+    /// so (its COMMAND INFO row is Redis's).
+    pub fn may_block(&self) -> bool {
+        self.flags & flags::BLOCKING != 0 || self.name == "wait"
+    }
+
     /// Whether `argc` arguments (with the name) fit the arity.
     pub fn arity_ok(&self, argc: usize) -> bool {
         let argc = argc as i64;
@@ -774,7 +781,7 @@ pub fn execute_found(
     // invalidations go after its reply); MONITOR shows a script before its
     // calls and a blocked command once (`crate::tracking`, `crate::monitor`).
     let _running = crate::tracking::running(conn.info.id);
-    let rerun = (cmd.flags & flags::BLOCKING != 0 || cmd.name == "wait")
+    let rerun = cmd.may_block()
         && shared.pubsub.monitors.active()
         && shared.blocking.is_blocked(conn.info.id);
     let script_scope = crate::monitor::before(&shared.pubsub, &conn.info, conn.db, cmd, &args);

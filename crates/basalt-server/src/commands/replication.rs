@@ -304,12 +304,7 @@ fn wait(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result<()> {
         && blocking
             .waiter(id)
             .is_some_and(|w| !matches!(w.unblock_reason(), crate::blocking::Unblock::No));
-    if acked >= need
-        || over
-        || released
-        || crate::monitor::in_exec()
-        || ctx.conn.tx.in_multi()
-        || crate::blocking::applying()
+    if acked >= need || over || released || crate::monitor::in_exec() || crate::blocking::applying()
     {
         if rerun {
             blocking.finish(id);

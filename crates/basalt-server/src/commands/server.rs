@@ -2006,23 +2006,8 @@ fn movable_keys(name: &str, cmd: &[&[u8]]) -> Vec<usize> {
             }
         }
         "migrate" => {
-            // The key, or with KEYS (and an empty key) what follows it;
-            // AUTH's and AUTH2's values are skipped, as Redis's finder does.
-            let mut keys_at = None;
-            let mut i = 6;
-            while i < cmd.len() {
-                if is(cmd[i], "auth") {
-                    i += 2;
-                } else if is(cmd[i], "auth2") {
-                    i += 3;
-                } else if is(cmd[i], "keys") {
-                    keys_at = Some(i);
-                    break;
-                } else {
-                    i += 1;
-                }
-            }
-            match keys_at {
+            // The key, or with KEYS (and an empty key) what follows it.
+            match super::dump::MigrateOptions::read(cmd).keys_at {
                 Some(_) if !cmd.get(3).is_some_and(|k| k.is_empty()) => Vec::new(),
                 Some(at) => (at + 1..cmd.len()).collect(),
                 None => vec![3],
