@@ -81,15 +81,15 @@ enum CachedBase {
     None,
 }
 
-/// Patched segments read lately on this thread, applied: a hot segment
-/// (a sketch's header, patched by every PFADD that raises a register) is
-/// then one lookup instead of two records read and checked. Keyed by the
-/// patch record's file ([`DataFile::uid`], never reused) and offset: a
-/// record never changes, so an entry never goes stale, it only stops
-/// being asked for. Direct-mapped, `PATCHED_SLOTS` entries per thread.
+/// Segments read or written lately on this thread, applied: a hot
+/// segment (a sketch's header, patched by every PFADD that raises a
+/// register; a bit of a bitmap set again and again) is then one lookup
+/// instead of two records read and checked, and a ranged write of it
+/// (`Db::modify_cached`) reads no record at all. Keyed by the record's
+/// file ([`DataFile::uid`], never reused) and offset: a record never
+/// changes, so an entry never goes stale, it only stops being asked for.
+/// At most [`PATCHED_MAX`] entries per thread.
 struct Patched {
-    uid: u64,
-    offset: u32,
     bytes: Box<[u8]>,
     /// What [`Db::read_segment_from`] answers for the base: `None` when
     /// the read that filled the entry did not ask (a write's read then
@@ -97,32 +97,28 @@ struct Patched {
     base: Option<Option<(Loc, Box<[u8]>)>>,
 }
 
-const PATCHED_SLOTS: usize = 32;
+/// Entries of one thread's cache of applied segments: with their bases,
+/// about 1 KiB each, so at most about 4 MiB per thread, which holds every
+/// segment of a 2 MB bitmap. A write drops the entry of the record it
+/// replaces; a full cache is emptied (a hash table offers no cheap victim,
+/// and a working set larger than the cache would miss anyway).
+const PATCHED_MAX: usize = 4096;
+
+type PatchedMap = hashbrown::HashMap<(u64, u32), Patched>;
 
 thread_local! {
-    static PATCHED: std::cell::RefCell<Vec<Option<Patched>>> =
-        std::cell::RefCell::new((0..PATCHED_SLOTS).map(|_| None).collect());
+    static PATCHED: std::cell::RefCell<PatchedMap> =
+        std::cell::RefCell::new(PatchedMap::new());
 }
 
-fn patched_slot(uid: u64, offset: u32) -> usize {
-    let h = (uid ^ (u64::from(offset) << 20)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    (h >> 59) as usize % PATCHED_SLOTS
-}
-
-/// `f` of this thread's cached applied segment for the patch at `loc` of
+/// `f` of this thread's cached applied segment for the record at `loc` of
 /// `file`, if it is cached (`None` otherwise, or if `f` says so).
 fn cached<R>(file: &DataFile, loc: Loc, f: impl FnOnce(&Patched) -> Option<R>) -> Option<R> {
-    PATCHED.with(|c| {
-        let c = c.borrow();
-        let e = c[patched_slot(file.uid, loc.offset)].as_ref()?;
-        (e.uid == file.uid && e.offset == loc.offset)
-            .then(|| f(e))
-            .flatten()
-    })
+    PATCHED.with(|c| c.borrow().get(&(file.uid, loc.offset)).and_then(f))
 }
 
-/// Caches the applied segment of the patch at `loc` of `file` on this
-/// thread, in place of whatever held its slot.
+/// Caches the applied segment of the record at `loc` of `file` on this
+/// thread.
 fn cache(file: &DataFile, loc: Loc, bytes: Box<[u8]>, base: Option<Option<(Loc, Box<[u8]>)>>) {
     cache_uid(file.uid, loc, bytes, base)
 }
@@ -130,13 +126,25 @@ fn cache(file: &DataFile, loc: Loc, bytes: Box<[u8]>, base: Option<Option<(Loc, 
 /// [`cache`] for the file whose [`DataFile::uid`] is `uid`.
 fn cache_uid(uid: u64, loc: Loc, bytes: Box<[u8]>, base: Option<Option<(Loc, Box<[u8]>)>>) {
     PATCHED.with(|c| {
-        c.borrow_mut()[patched_slot(uid, loc.offset)] = Some(Patched {
-            uid,
-            offset: loc.offset,
-            bytes,
-            base,
-        })
+        insert_bounded(
+            &mut c.borrow_mut(),
+            (uid, loc.offset),
+            Patched { bytes, base },
+        )
     });
+}
+
+fn insert_bounded(c: &mut PatchedMap, at: (u64, u32), e: Patched) {
+    if c.len() >= PATCHED_MAX && !c.contains_key(&at) {
+        c.clear();
+    }
+    c.insert(at, e);
+}
+
+/// Drops this thread's entry for the record at `offset` of the file whose
+/// [`DataFile::uid`] is `uid` (a segment's record just replaced).
+fn uncache(uid: u64, offset: u32) {
+    PATCHED.with(|c| c.borrow_mut().remove(&(uid, offset)));
 }
 
 /// What the record at a segment's index entry is: a full record (what the
@@ -379,6 +387,11 @@ impl Db {
         } else {
             (offset / seg, (end - 1) / seg)
         };
+        if first == last {
+            if let Some(hit) = self.read_range_cached(key, offset, end) {
+                return Ok(Some(hit));
+            }
+        }
         match self.shape(key, first, last)? {
             Shape::Absent => Ok(None),
             Shape::Plain => self.get_with(key, |v| {
@@ -398,6 +411,38 @@ impl Db {
                 Ok(Some((out, total)))
             }
         }
+    }
+
+    /// [`Db::read_range`] of bytes `offset .. end` of a segmented value
+    /// when they lie in one segment that this thread has cached: one look
+    /// at the index, no record read, nothing else allocated. `None` when
+    /// any of that does not hold.
+    fn read_range_cached(&self, key: &[u8], offset: u64, end: u64) -> Option<(Vec<u8>, u64)> {
+        let seg = SEGMENT_LEN as u64;
+        let i = offset / seg;
+        let inner = &*self.inner;
+        let idx = inner.shard(key).index.read();
+        let e = idx.keys.get(key)?;
+        if e.loc.file != MAP_FILE || idx.is_expired(key, e.has_ttl, inner.now()) {
+            return None;
+        }
+        let m = idx.maps.get(key)?;
+        let count = m.fields.len() as u64;
+        if m.tag != SEGMENTED_TAG || i >= count {
+            return None;
+        }
+        let head = m.fields.get(&name(i))?;
+        let last = m.fields.get(&name(count - 1))?;
+        let uid = idx.files.get(&head.file)?.handle.uid;
+        let tail = last.len as u64 - (RECORD_HEADER_LEN + key.len() + 8) as u64;
+        let total = (count - 1) * seg + tail;
+        PATCHED.with(|c| {
+            let c = c.borrow();
+            let bytes = &c.get(&(uid, head.offset))?.bytes;
+            let to = ((end - i * seg) as usize).min(bytes.len());
+            let from = ((offset - i * seg) as usize).min(to);
+            Some((bytes[from..to].to_vec(), total))
+        })
     }
 
     /// Writes `data` at byte `offset` of the value at `key`, growing it
@@ -428,7 +473,8 @@ impl Db {
 
     /// [`Db::modify_range`] with [`Db::try_write_range`]'s rule: `None`
     /// (nothing written, `f` perhaps called) when the write needs a batch
-    /// the thread has not opened.
+    /// the thread has not opened. `f` must not call into this database,
+    /// as for [`Db::modify_range`].
     pub fn try_modify_range(
         &self,
         key: &[u8],
@@ -447,7 +493,9 @@ impl Db {
     /// new length. `len == 0` calls nothing and changes nothing. A write
     /// of several records opens a write batch itself. `f` is called again
     /// if the key changes form under the write (another thread's), and
-    /// only its last result is written.
+    /// only its last result is written. `f` must only change the bytes it
+    /// is given, never call into this database: it may run under the
+    /// shard's writer lock (`Db::modify_cached`).
     pub fn modify_range(
         &self,
         key: &[u8],
@@ -468,6 +516,9 @@ impl Db {
         f: &mut dyn FnMut(&mut [u8]),
         auto_batch: bool,
     ) -> Result<Option<(bool, u64)>> {
+        if let Some(done) = self.modify_cached(key, offset, len, f)? {
+            return Ok(Some(done));
+        }
         for _ in 0..8 {
             match self.modify_once(key, offset, len, f, auto_batch)? {
                 Step::Done(r) => return Ok(Some(r)),
@@ -479,6 +530,146 @@ impl Db {
             expected: "a value",
             found: "a key changing form under every write",
         })
+    }
+
+    /// The common ranged write (a SETBIT, a PFADD's register) done from
+    /// this thread's cache of applied segments, reading no record: the
+    /// range lies in one segment that is not the last (so the value keeps
+    /// its length), no batch is open or in flight, and that segment's
+    /// record lies in the active file and is cached here with the base a
+    /// patch may name. The cached bytes are changed and the patch against
+    /// the base appended (the whole segment when the patch would carry too
+    /// much or the file is full), exactly what [`Db::modify_once`] writes.
+    /// `None`, with `f` not called and nothing written, when any of that
+    /// does not hold: the general path then reads the segment, and caches
+    /// what it writes for the next time. `f` runs under the shard's writer
+    /// lock (so the segment cannot change between the look and the write):
+    /// callers' closures only change the bytes they are given.
+    fn modify_cached(
+        &self,
+        key: &[u8],
+        offset: u64,
+        len: usize,
+        f: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<Option<(bool, u64)>> {
+        let seg = SEGMENT_LEN as u64;
+        let i = offset / seg;
+        if len == 0 || (offset + len as u64 - 1) / seg != i || self.in_batch() {
+            return Ok(None);
+        }
+        let inner = &*self.inner;
+        inner.check_writable()?;
+        let shard = inner.shard(key);
+        // The segment's record, its file's uid and the value's length, if
+        // the key is a live segmented value and segment `i` not its last.
+        let look = || {
+            let idx = shard.index.read();
+            let e = idx.keys.get(key)?;
+            if e.loc.file != MAP_FILE || idx.is_expired(key, e.has_ttl, inner.now()) {
+                return None;
+            }
+            let m = idx.maps.get(key)?;
+            let count = m.fields.len() as u64;
+            if m.tag != SEGMENTED_TAG || i + 1 >= count {
+                return None;
+            }
+            let head = m.fields.get(&name(i))?;
+            let last = m.fields.get(&name(count - 1))?;
+            let uid = idx.files.get(&head.file)?.handle.uid;
+            let tail = last.len as u64 - (RECORD_HEADER_LEN + key.len() + 8) as u64;
+            Some((head, uid, (count - 1) * seg + tail))
+        };
+        // First without the writer lock, so that a write this path cannot
+        // take (a short plain value, a segment not cached here) costs one
+        // look at the index and no lock.
+        let Some((head, uid, _)) = look() else {
+            return Ok(None);
+        };
+        let cached_here = PATCHED.with(|c| {
+            c.borrow()
+                .get(&(uid, head.offset))
+                .is_some_and(|e| matches!(&e.base, Some(Some((b, _))) if b.file == head.file))
+        });
+        if !cached_here {
+            return Ok(None);
+        }
+        let mut w = shard.writer.lock();
+        // As in `patch_of`, under the writer lock: a batch begun later
+        // appends its members to this shard after this record.
+        if inner.group.busy() {
+            return Ok(None);
+        }
+        // Again under the writer lock: the segment's record is still the
+        // one cached, in the active file.
+        let Some((again, _, total)) = look() else {
+            return Ok(None);
+        };
+        if again != head || head.file != w.file_id {
+            return Ok(None);
+        }
+        let taken = PATCHED.with(|c| {
+            let mut c = c.borrow_mut();
+            let usable = c.get(&(uid, head.offset)).is_some_and(|e| {
+                e.bytes.len() == SEGMENT_LEN
+                    && matches!(&e.base, Some(Some((b, bytes)))
+                        if b.file == w.file_id && bytes.len() == SEGMENT_LEN)
+            });
+            // The old record stops being the segment's: its entry goes.
+            usable.then(|| c.remove(&(uid, head.offset)).expect("looked up above"))
+        });
+        let Some(mut entry) = taken else {
+            return Ok(None);
+        };
+        let Some(Some((base, base_bytes))) = entry.base.take() else {
+            unreachable!("checked above");
+        };
+        let mut bytes = [0u8; SEGMENT_LEN];
+        bytes.copy_from_slice(&entry.bytes);
+        let from = (offset - i * seg) as usize;
+        f(&mut bytes[from..from + len]);
+        let mut v = Vec::with_capacity(PATCH_HEADER_LEN + 32);
+        Patch::encode_diff(base.offset, base.len, &base_bytes, &bytes, &mut v);
+        let record = (RECORD_HEADER_LEN + key.len() + 8 + v.len()) as u64;
+        let patch = v.len() - PATCH_HEADER_LEN <= PATCH_MAX && inner.fits_active(&w, record);
+        let seq = inner.next_seq();
+        let loc = inner.append(
+            shard,
+            &mut w,
+            RecordRef {
+                seq,
+                expiry: 0,
+                kind: Kind::Field,
+                flags: if patch { FLAG_PATCH } else { 0 },
+                tag: SEGMENTED_TAG,
+                key,
+                field: &name(i),
+                value: if patch { &v } else { &bytes },
+            },
+        )?;
+        {
+            let mut idx = shard.index.write();
+            idx.note_append(loc, Kind::Field);
+            let m = idx.maps.get_mut(key).expect("segmented key without a map");
+            m.version = loc.seq;
+            let old = m.fields.insert(&name(i), loc);
+            if let Some(old) = old {
+                idx.sub_live(old);
+            }
+            idx.add_live(loc);
+            if let Some(file) = idx.files.get(&loc.file) {
+                entry.bytes.copy_from_slice(&bytes);
+                // A whole record, outside any batch, is the next patch's base.
+                entry.base = Some(Some(if patch {
+                    (base, base_bytes)
+                } else {
+                    (loc, Box::from(&bytes[..]))
+                }));
+                let uid = file.handle.uid;
+                PATCHED.with(|c| insert_bounded(&mut c.borrow_mut(), (uid, loc.offset), entry));
+            }
+        }
+        inner.finish_write(shard, w)?;
+        Ok(Some((true, total)))
     }
 
     fn modify_once(
@@ -793,6 +984,9 @@ impl Db {
                 let old = m.fields.insert(&name(i), loc);
                 if let Some(old) = old {
                     idx.sub_live(old);
+                    if let Some(file) = idx.files.get(&old.file) {
+                        uncache(file.handle.uid, old.offset);
+                    }
                 }
                 idx.add_live(loc);
             }

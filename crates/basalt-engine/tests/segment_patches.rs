@@ -527,3 +527,46 @@ fn writes_of_one_segment_taking_turns_on_two_threads_read_back_as_written_everyw
     let db = Db::open(dir.path(), opts(&clock, 64 << 20)).unwrap();
     assert_eq!(db.get(b"bm").unwrap().unwrap(), model, "reopened");
 }
+
+#[test]
+fn a_bitmap_with_more_segments_than_a_threads_cache_holds_reads_back_as_written() {
+    // A thread caches at most 4,096 applied segments and empties its cache
+    // when full: random one-byte writes over 5,000 segments keep filling
+    // and emptying it, so writes alternate between the cached path and the
+    // one that reads the segment's records.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let db = Db::open(dir.path(), opts(&clock, 64 << 20)).unwrap();
+    let mut model: Vec<u8> = (0..5000 * SEGMENT_LEN).map(|i| (i % 251) as u8).collect();
+    db.write_range(b"big", 0, &model).unwrap();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for step in 0..30_000u32 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let at = (x % (4999 * SEGMENT_LEN as u64)) as usize;
+        let b = (x >> 32) as u8;
+        let mut found = 0;
+        db.modify_range(b"big", at as u64, 1, |v| {
+            found = v[0];
+            v[0] = b;
+        })
+        .unwrap();
+        assert_eq!(found, model[at], "step {step}: the byte the write found");
+        model[at] = b;
+        if step % 5000 == 4999 {
+            let probe = (x >> 16) as usize % (model.len() - 600);
+            assert_eq!(
+                db.read_range(b"big", probe as u64, 600).unwrap().unwrap().0,
+                model[probe..probe + 600].to_vec(),
+                "step {step}"
+            );
+        }
+    }
+    assert_eq!(db.get(b"big").unwrap().unwrap(), model, "read back live");
+    db.close().unwrap();
+    let report = basalt_engine::check(dir.path(), &Default::default()).unwrap();
+    assert!(report.is_clean(), "check: {report:?}");
+    let db = Db::open(dir.path(), opts(&clock, 64 << 20)).unwrap();
+    assert_eq!(db.get(b"big").unwrap().unwrap(), model, "reopened");
+}
