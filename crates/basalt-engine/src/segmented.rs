@@ -415,11 +415,33 @@ impl Db {
 
     /// [`Db::read_range`] of bytes `offset .. end` of a segmented value
     /// when they lie in one segment that this thread has cached: one look
-    /// at the index, no record read, nothing else allocated. `None` when
-    /// any of that does not hold.
+    /// at the index, no record read. `None` when any of that does not hold.
     fn read_range_cached(&self, key: &[u8], offset: u64, end: u64) -> Option<(Vec<u8>, u64)> {
+        let mut out = Vec::new();
+        let total =
+            self.read_ranges_cached(key, &[(offset, (end - offset) as usize)], |_, b| {
+                out.extend_from_slice(b)
+            })?;
+        Some((out, total))
+    }
+
+    /// Several ranged reads of a segmented value seen at one instant,
+    /// from this thread's cache of applied segments: under one look at the
+    /// index, `f(k, bytes)` gets range `k` of `ranges` (`(offset, len)`,
+    /// cut at the value's end, as [`Db::read_range`] cuts it), and the
+    /// value's length comes back. `None` unless the key is a live
+    /// segmented value and every range lies in one segment (no empty
+    /// range, none past the value's last segment) whose record this thread
+    /// has cached; `f` may then have seen some of the ranges, which the
+    /// caller drops. What a read-only check of a few bytes of a hot value
+    /// (a PFADD that raises no register) needs without the key's lock.
+    pub fn read_ranges_cached(
+        &self,
+        key: &[u8],
+        ranges: &[(u64, usize)],
+        mut f: impl FnMut(usize, &[u8]),
+    ) -> Option<u64> {
         let seg = SEGMENT_LEN as u64;
-        let i = offset / seg;
         let inner = &*self.inner;
         let idx = inner.shard(key).index.read();
         let e = idx.keys.get(key)?;
@@ -428,20 +450,27 @@ impl Db {
         }
         let m = idx.maps.get(key)?;
         let count = m.fields.len() as u64;
-        if m.tag != SEGMENTED_TAG || i >= count {
+        if m.tag != SEGMENTED_TAG || count == 0 {
             return None;
         }
-        let head = m.fields.get(&name(i))?;
         let last = m.fields.get(&name(count - 1))?;
-        let uid = idx.files.get(&head.file)?.handle.uid;
         let tail = last.len as u64 - (RECORD_HEADER_LEN + key.len() + 8) as u64;
-        let total = (count - 1) * seg + tail;
         PATCHED.with(|c| {
             let c = c.borrow();
-            let bytes = &c.get(&(uid, head.offset))?.bytes;
-            let to = ((end - i * seg) as usize).min(bytes.len());
-            let from = ((offset - i * seg) as usize).min(to);
-            Some((bytes[from..to].to_vec(), total))
+            for (k, &(offset, len)) in ranges.iter().enumerate() {
+                let end = offset.checked_add(len as u64)?;
+                let i = offset / seg;
+                if len == 0 || (end - 1) / seg != i || i >= count {
+                    return None;
+                }
+                let head = m.fields.get(&name(i))?;
+                let uid = idx.files.get(&head.file)?.handle.uid;
+                let bytes = &c.get(&(uid, head.offset))?.bytes;
+                let to = ((end - i * seg) as usize).min(bytes.len());
+                let from = ((offset - i * seg) as usize).min(to);
+                f(k, &bytes[from..to]);
+            }
+            Some((count - 1) * seg + tail)
         })
     }
 

@@ -166,3 +166,69 @@ fn values_that_are_not_sketches_are_refused_and_left_unchanged() {
     );
     assert_eq!(r.cmd(&["PFSELFTEST"]), ok());
 }
+
+#[test]
+fn a_pfadd_that_raises_no_register_is_a_read_and_one_that_raises_writes() {
+    // Into a dense sketch kept in segments, a PFADD whose registers are
+    // all high enough is answered from the thread's cache without the
+    // key's lock: it must answer 0 and leave no trace (no event, no WATCH
+    // touch), while one that raises a register still writes.
+    let s = TestServer::start();
+    let mut r = s.raw();
+    pfadd(&mut r, "d", &elements(5000));
+    // Small PFADDs take the ranged path: the sketch becomes segments and
+    // the registers they raise are patches this connection's thread caches.
+    let again: Vec<String> = (0..300).map(|i| format!("x{i}")).collect();
+    let mut raised = 0;
+    for e in &again {
+        if r.cmd(&["PFADD", "d", e]) == int(1) {
+            raised += 1;
+        }
+    }
+    assert!(raised > 0, "some of 300 new elements raise a register");
+    let count = r.cmd(&["PFCOUNT", "d"]);
+    let mut watcher = s.raw();
+    assert_eq!(watcher.cmd(&["WATCH", "d"]), ok());
+    let mut events = s.raw();
+    assert_eq!(
+        events.cmd(&["CONFIG", "SET", "notify-keyspace-events", "KA"]),
+        ok()
+    );
+    events.cmd(&["SUBSCRIBE", "__keyspace@0__:d"]);
+    for e in &again {
+        assert_eq!(r.cmd(&["PFADD", "d", e]), int(0), "{e} is in already");
+    }
+    assert_eq!(
+        r.cmd(&["PFADD", "d", "x1", "x2", "x3"]),
+        int(0),
+        "several elements"
+    );
+    assert_eq!(r.cmd(&["PFCOUNT", "d"]), count, "the count is the same");
+    assert_eq!(watcher.cmd(&["MULTI"]), ok());
+    watcher.cmd(&["PING"]);
+    assert_eq!(
+        watcher.cmd(&["EXEC"]),
+        Frame::Array(vec![Frame::Simple("PONG".into())]),
+        "no PFADD of nothing touched the watched key"
+    );
+    assert_eq!(r.cmd(&["EXPIRE", "d", "1000"]), int(1));
+    let Frame::Array(first) = events.read() else {
+        panic!("a keyspace message")
+    };
+    assert_eq!(
+        first.last(),
+        Some(&common::bulk("expire")),
+        "no event before EXPIRE's"
+    );
+    // A fresh element that raises a register is still written.
+    let fresh = (0..500)
+        .map(|i| format!("fresh{i}"))
+        .find(|e| r.cmd(&["PFADD", "d", e]) == int(1))
+        .expect("one of 500 fresh elements raises a register");
+    assert_eq!(r.cmd(&["PFADD", "d", &fresh]), int(0));
+    assert_ne!(r.cmd(&["PFCOUNT", "d"]), count, "the count moved");
+    let Frame::Array(next) = events.read() else {
+        panic!("a keyspace message")
+    };
+    assert_eq!(next.last(), Some(&common::bulk("pfadd")));
+}

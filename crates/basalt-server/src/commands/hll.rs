@@ -6,7 +6,9 @@
 //! Every write is a read-modify-write of the value under the key's stripe
 //! lock, as SETBIT is; a sketch is at most 12304 bytes. PFCOUNT of one key
 //! stores the cardinality it computed back into the header, as Redis does,
-//! so the bytes stay Redis's and the next PFCOUNT is a header read.
+//! so the bytes stay Redis's and the next PFCOUNT is a header read. A
+//! PFADD that would raise no register is not a write: it is answered from
+//! one lock-free look at the bytes it needs (`pfadd_changes_nothing`).
 
 use basalt_engine::Db;
 use basalt_resp::Args;
@@ -172,10 +174,55 @@ fn pfadd_dense_ranged(
     Ok(Some(Some(true)))
 }
 
+/// Whether a PFADD of `els` would raise no register of the dense sketch
+/// at `key`, seen at one instant without the key's lock: the header and
+/// each element's register bytes read from the engine's cache of applied
+/// segments (`Db::read_ranges_cached`). Then the PFADD changes nothing
+/// and is a read: it answers 0 as Redis does, with no write, event or
+/// WATCH touch. Into a sketch with many elements almost every PFADD is
+/// one, and taking no lock lets a hot sketch's PFADDs run on every worker
+/// at once, as reads do. `false` (the locked path decides) when anything
+/// was not there to see: not a dense sketch, a segment not cached on
+/// this thread, a register across a segment boundary.
+fn pfadd_changes_nothing(db: &Db, key: &[u8], els: &[&[u8]]) -> bool {
+    let mut ranges = Vec::with_capacity(els.len() + 1);
+    let mut wants = Vec::with_capacity(els.len());
+    ranges.push((0u64, hll::HDR));
+    for e in els {
+        let (i, count) = hll::register_of(e);
+        let (at, fb) = hll::dense_position(i);
+        ranges.push((at as u64, 2));
+        wants.push((fb, count));
+    }
+    let mut header = [0u8; hll::HDR];
+    let mut raises = false;
+    let len = db.read_ranges_cached(key, &ranges, |k, bytes| {
+        if k == 0 {
+            if bytes.len() == hll::HDR {
+                header.copy_from_slice(bytes);
+            }
+        } else if bytes.is_empty() {
+            raises = true;
+        } else {
+            let (fb, count) = wants[k - 1];
+            raises |= count > hll::register_at(bytes, fb);
+        }
+    });
+    len.is_some_and(|len| !raises && hll::is_sketch_header(&header, len) && hll::is_dense(&header))
+}
+
 fn pfadd(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let key = &args[1];
     if args.len() - 2 <= RANGED_PFADD {
         let els: Vec<&[u8]> = (2..args.len()).map(|i| &args[i][..]).collect();
+        let unchanged = match ctx.slot().db() {
+            Some(db) => pfadd_changes_nothing(db, key, &els),
+            None => false,
+        };
+        if unchanged {
+            ctx.int(0);
+            return Ok(());
+        }
         if let Some(updated) = ctx.ranged_write(key, |db| pfadd_dense_ranged(db, key, &els))? {
             if updated {
                 ctx.notify(STRING, "pfadd", key);
