@@ -37,9 +37,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use basalt_engine::{Batch, BatchGroup, Db, KeyKind, KeyMeta, Options, SyncPolicy};
-use parking_lot::{
-    MappedRwLockReadGuard, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
-};
+use parking_lot::{Mutex, MutexGuard, RwLock};
+
+use crate::brlock::{BrLock, MappedReadGuard, ReadGuard, WriteGuard};
+
+/// Read access to a database's [`Slot`] ([`Keyspace::read`]).
+pub type SlotRead<'a> = ReadGuard<'a, Slot>;
+
+/// A database's engine, its slot read-locked ([`Keyspace::write`]).
+pub type DbRead<'a> = MappedReadGuard<'a, Db>;
 
 /// Default largest data file of a server database's shards (the
 /// `data-file-size` setting). Smaller than the
@@ -217,7 +223,7 @@ impl Stripe {
 #[derive(Debug)]
 pub struct Keyspace {
     root: PathBuf,
-    slots: Box<[RwLock<Slot>]>,
+    slots: Box<[BrLock<Slot>]>,
     stripes: Box<[Stripe]>,
     sync: SyncPolicy,
     /// Largest data file of each shard (`data-file-size`).
@@ -481,7 +487,7 @@ impl Keyspace {
             } else {
                 None
             };
-            slots.push(RwLock::new(Slot {
+            slots.push(BrLock::new(Slot {
                 db,
                 name: name.clone(),
                 generation: GENERATIONS.fetch_add(1, Ordering::Relaxed),
@@ -651,17 +657,15 @@ impl Keyspace {
     }
 
     /// Read access to database `n` (its engine may be unopened: empty).
-    pub fn read(&self, n: usize) -> RwLockReadGuard<'_, Slot> {
+    pub fn read(&self, n: usize) -> SlotRead<'_> {
         self.slots[n].read()
     }
 
     /// Database `n`'s engine, opening it if this is its first write.
-    pub fn write(&self, n: usize) -> KsResult<MappedRwLockReadGuard<'_, Db>> {
+    pub fn write(&self, n: usize) -> KsResult<DbRead<'_>> {
         let slot = self.slots[n].read();
         if slot.db.is_some() {
-            return Ok(RwLockReadGuard::map(slot, |s| {
-                s.db.as_ref().expect("checked")
-            }));
+            return Ok(ReadGuard::map(slot, |s| s.db.as_ref().expect("checked")));
         }
         drop(slot);
         let mut slot = self.slots[n].write();
@@ -673,8 +677,8 @@ impl Keyspace {
         if slot.db.is_none() {
             self.open_slot(&mut slot)?;
         }
-        let slot = RwLockWriteGuard::downgrade(slot);
-        Ok(RwLockReadGuard::map(slot, |s| {
+        let slot = WriteGuard::downgrade(slot);
+        Ok(ReadGuard::map(slot, |s| {
             s.db.as_ref().expect("just opened")
         }))
     }

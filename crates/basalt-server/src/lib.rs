@@ -27,6 +27,7 @@
 
 pub mod auth;
 pub mod blocking;
+pub mod brlock;
 pub mod check;
 mod clock;
 pub mod cmdstats;

@@ -10,7 +10,6 @@
 
 use basalt_engine::{Db, KeyKind};
 use basalt_resp::Args;
-use parking_lot::RwLockReadGuard;
 
 use super::connection::db_index;
 use super::flags::*;
@@ -18,7 +17,7 @@ use super::{
     def, int_arg, is, sub_arity, unknown_subcommand, CommandDef, Ctx, Error, Group, Result, Rng,
 };
 use crate::glob;
-use crate::keyspace::{RedisType, Slot, TAG_HASH, TAG_LIST, TAG_SET, TAG_STREAM, TAG_ZSET};
+use crate::keyspace::{RedisType, SlotRead, TAG_HASH, TAG_LIST, TAG_SET, TAG_STREAM, TAG_ZSET};
 use crate::notify::{GENERIC, NEW};
 
 const G: Group = Group::Generic;
@@ -365,7 +364,7 @@ fn two_slots<'a>(
     ctx: &Ctx<'a>,
     src: usize,
     dst: usize,
-) -> Result<Option<(RwLockReadGuard<'a, Slot>, RwLockReadGuard<'a, Slot>)>> {
+) -> Result<Option<(SlotRead<'a>, SlotRead<'a>)>> {
     let ks = &ctx.shared.keyspace;
     for _ in 0..8 {
         if ks.read(src).db().is_none() {

@@ -32,12 +32,12 @@ use hashbrown::HashMap;
 
 use basalt_engine::{Db, KeyKind};
 use basalt_resp::{Args, Encoder};
-use parking_lot::{Mutex, RwLockReadGuard};
+use parking_lot::Mutex;
 
 use super::flags::*;
 use super::{def, int_arg, is, parse_i64, CommandDef, Ctx, Error, Group, Result};
 use crate::blocking::{block_on, parse_timeout};
-use crate::keyspace::{Slot, TAG_LIST};
+use crate::keyspace::{SlotRead, TAG_LIST};
 use crate::notify::{GENERIC, LIST, NEW};
 
 const G: Group = Group::List;
@@ -609,7 +609,7 @@ pub(crate) fn replace(db: &Db, gen: u64, dbi: usize, key: &[u8], items: &[Vec<u8
 }
 
 /// The selected database, opened (for commands that may create a list).
-pub(crate) fn slot_w<'a>(ctx: &Ctx<'a>) -> Result<RwLockReadGuard<'a, Slot>> {
+pub(crate) fn slot_w<'a>(ctx: &Ctx<'a>) -> Result<SlotRead<'a>> {
     for _ in 0..8 {
         let slot = ctx.slot();
         if slot.db().is_some() {

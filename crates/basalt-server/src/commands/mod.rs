@@ -40,9 +40,8 @@ use std::time::Duration;
 
 use basalt_engine::Db;
 use basalt_resp::{Args, Encoder, Protocol};
-use parking_lot::{MappedRwLockReadGuard, RwLockReadGuard};
 
-use crate::keyspace::{RedisType, Slot};
+use crate::keyspace::{DbRead, RedisType, SlotRead};
 use crate::state::{ClientInfo, Shared};
 
 /// A command's flags, as `COMMAND INFO` names them.
@@ -589,12 +588,12 @@ impl<'a> Ctx<'a> {
     }
 
     /// Read access to the selected database (may be unopened = empty).
-    pub fn slot(&self) -> RwLockReadGuard<'a, Slot> {
+    pub fn slot(&self) -> SlotRead<'a> {
         self.shared.keyspace.read(self.conn.db)
     }
 
     /// The selected database's engine, opened if needed, for a write.
-    pub fn db_w(&self) -> Result<MappedRwLockReadGuard<'a, Db>> {
+    pub fn db_w(&self) -> Result<DbRead<'a>> {
         Ok(self.shared.keyspace.write(self.conn.db)?)
     }
 

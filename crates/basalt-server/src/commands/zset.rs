@@ -19,13 +19,12 @@
 
 use basalt_engine::{Db, KeyKind};
 use basalt_resp::{Args, Protocol};
-use parking_lot::RwLockReadGuard;
 
 use super::flags::*;
 use super::{cnum, def, int_arg, is, parse_i64, CommandDef, Ctx, Error, Group, Result, Rng};
 use crate::blocking::{block_on, parse_timeout};
 use crate::glob;
-use crate::keyspace::{RedisType, Slot, TAG_SET, TAG_ZSET};
+use crate::keyspace::{RedisType, Slot, SlotRead, TAG_SET, TAG_ZSET};
 use crate::notify::{GENERIC, NEW, ZSET};
 use crate::zindex::{LexBound, LexRange, ScoreRange, ZCache, ZIndex};
 
@@ -178,7 +177,7 @@ impl<'a> ZDb<'a> {
 }
 
 /// The selected database with its engine opened (for writes).
-fn slot_w<'a>(ctx: &Ctx<'a>) -> Result<RwLockReadGuard<'a, Slot>> {
+fn slot_w<'a>(ctx: &Ctx<'a>) -> Result<SlotRead<'a>> {
     for _ in 0..8 {
         drop(ctx.db_w()?);
         let slot = ctx.slot();
