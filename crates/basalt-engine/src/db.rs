@@ -433,9 +433,15 @@ impl Index {
         }
     }
     /// Points `key` at a value record.
-    pub fn set_value(&mut self, key: &[u8], loc: Loc, expiry: u64) {
+    /// Makes `key` a plain value at `loc` with `expiry` (0: none), and
+    /// says whether what it replaced had expired at `now` (the write
+    /// removed an expired key, as a purge would have).
+    pub fn set_value(&mut self, key: &[u8], loc: Loc, expiry: u64, now: u64) -> bool {
         // One probe of the keydir: `insert` returns what the key held.
         let old = self.keys.insert(key, loc, expiry != 0);
+        // Only a key with the TTL flag costs a probe of `expires`.
+        let expired =
+            old.is_some_and(|e| e.has_ttl) && self.expiry_of(key).is_some_and(|t| t <= now);
         match old {
             Some(e) if e.loc.file == MAP_FILE => self.drop_map(key),
             Some(e) => self.sub_live(e.loc),
@@ -447,6 +453,7 @@ impl Index {
             self.set_expiry(key, expiry);
         }
         self.add_live(loc);
+        expired
     }
     /// Whether the key exists and has expired at `now`.
     pub fn is_expired(&self, key: &[u8], has_ttl: bool, now: u64) -> bool {
@@ -1164,11 +1171,17 @@ impl Inner {
             idx.note_append(loc, Kind::Delete);
             idx.remove_key(key);
         }
+        self.note_expired(key);
+        Ok(true)
+    }
+
+    /// Counts a key removed because it expired and tells the expiry
+    /// listener.
+    pub(crate) fn note_expired(&self, key: &[u8]) {
         self.counters.expired.fetch_add(1, Ordering::Relaxed);
         if let Some(l) = &self.opts.expiry_listener {
             l(key);
         }
-        Ok(true)
     }
 
     /// Removes up to `limit` keys of one shard whose deadline has passed.
@@ -1280,10 +1293,15 @@ impl Db {
                 value: stored,
             },
         )?;
-        {
+        let replaced_expired = {
             let mut idx = shard.index.write();
             idx.note_append(loc, Kind::Put);
-            idx.set_value(key, loc, expiry);
+            idx.set_value(key, loc, expiry, inner.now())
+        };
+        if replaced_expired {
+            // What a purge before the write would have reported; the new
+            // record shadows the old one, so no tombstone is needed.
+            inner.note_expired(key);
         }
         inner.finish_write(shard, w)?;
         Ok(seq)
@@ -1662,7 +1680,8 @@ impl Db {
                 )?;
                 let mut idx = shard.index.write();
                 idx.note_append(loc, Kind::Put);
-                idx.set_value(key, loc, at);
+                // Purged above if it had expired.
+                idx.set_value(key, loc, at, 0);
             }
             None => {
                 let loc = inner.append(

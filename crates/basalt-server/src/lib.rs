@@ -166,9 +166,13 @@ fn start_inner(
     let hub = Arc::new(pubsub::Hub::default());
     hub.set_events(config.notify_keyspace_events);
     hub.set_limits(config.client_output_buffer_limit);
+    let stats = state::Stats::default();
     let on_expired: keyspace::ExpiredHook = {
-        let hub = hub.clone();
-        Arc::new(move |db: usize, key: &[u8]| hub.notify(notify::EXPIRED, "expired", key, db))
+        let (hub, expired) = (hub.clone(), stats.expired.clone());
+        Arc::new(move |db: usize, key: &[u8]| {
+            expired.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            hub.notify(notify::EXPIRED, "expired", key, db)
+        })
     };
     let raft_state = config
         .node_id
@@ -189,7 +193,7 @@ fn start_inner(
         .block_on(TcpListener::bind((config.bind, config.port)))
         .with_context(|| format!("cannot listen on {}:{}", config.bind, config.port))?;
     let addr = listener.local_addr()?;
-    let shared = Arc::new(Shared::new(config, addr, keyspace, hub, scripts));
+    let shared = Arc::new(Shared::new(config, addr, keyspace, hub, scripts, stats));
     shared.cmdstats.configure(&shared.config);
     shared.apply_residency();
     shared.scripts.attach(&shared);
@@ -262,14 +266,18 @@ fn start_inner(
         }
     });
     // The maxmemory flag follows the allocator ten times a second (a
-    // command reads the flag only: crate::maxmemory).
+    // command reads the flag only: crate::maxmemory), and INFO's
+    // instantaneous rates take their samples.
     let watcher = shared.clone();
     runtime.spawn(async move {
         let mut shutdown = watcher.shutdown_rx();
         let mut tick = tokio::time::interval(Duration::from_millis(100));
         loop {
             tokio::select! {
-                _ = tick.tick() => watcher.maxmemory.refresh(),
+                _ = tick.tick() => {
+                    watcher.maxmemory.refresh();
+                    watcher.stats.sample_rates();
+                }
                 _ = shutdown.changed() => break,
             }
         }

@@ -51,6 +51,86 @@ pub struct Stats {
     /// Connections moved to the worker thread that owns their hot key
     /// (`crate::workers`).
     pub client_moves: AtomicU64,
+    /// INFO's `instantaneous_*` rates, sampled ten times a second.
+    pub instantaneous: Mutex<Instantaneous>,
+    /// Keys removed because they expired (INFO's `expired_keys`), counted
+    /// by the engines' expiry listener, so FLUSHDB or SWAPDB, which give a
+    /// database another engine, do not reset it; CONFIG RESETSTAT does.
+    pub expired: Arc<AtomicU64>,
+}
+
+/// Samples [`Instantaneous`] keeps per rate: INFO reports their mean, the
+/// rate over the last 1.6 s, as Redis does (`STATS_METRIC_SAMPLES`).
+const RATE_SAMPLES: usize = 16;
+
+/// One rate: the counter's last reading and the per-second rates between
+/// the last [`RATE_SAMPLES`] readings.
+#[derive(Debug, Default)]
+struct Rate {
+    last: u64,
+    samples: [f64; RATE_SAMPLES],
+}
+
+impl Rate {
+    fn sample(&mut self, at: usize, reading: u64, elapsed_ms: u64) {
+        let per_sec = reading.saturating_sub(self.last) as f64 * 1000.0 / elapsed_ms.max(1) as f64;
+        self.samples[at] = per_sec;
+        self.last = reading;
+    }
+
+    fn mean(&self) -> f64 {
+        self.samples.iter().sum::<f64>() / RATE_SAMPLES as f64
+    }
+}
+
+/// INFO's `instantaneous_ops_per_sec`, `instantaneous_input_kbps` and
+/// `instantaneous_output_kbps`: commands and network bytes per second over
+/// the last 16 samples, taken every 100 ms by the server's timer
+/// ([`Stats::sample_rates`]), as Redis's `serverCron` takes them.
+#[derive(Debug, Default)]
+pub struct Instantaneous {
+    at: usize,
+    last_ms: u64,
+    ops: Rate,
+    input: Rate,
+    output: Rate,
+}
+
+impl Stats {
+    /// Takes one sample of each rate (called every 100 ms).
+    pub fn sample_rates(&self) {
+        let now = now_ms();
+        let mut i = self.instantaneous.lock();
+        let (ops, input, output) = (
+            self.commands.load(Ordering::Relaxed),
+            self.net_input.load(Ordering::Relaxed),
+            self.net_output.load(Ordering::Relaxed),
+        );
+        if i.last_ms == 0 {
+            // The first reading only sets the baseline.
+            i.ops.last = ops;
+            i.input.last = input;
+            i.output.last = output;
+        } else {
+            let (at, elapsed) = (i.at, now.saturating_sub(i.last_ms));
+            i.ops.sample(at, ops, elapsed);
+            i.input.sample(at, input, elapsed);
+            i.output.sample(at, output, elapsed);
+            i.at = (at + 1) % RATE_SAMPLES;
+        }
+        i.last_ms = now;
+    }
+
+    /// Commands per second, and network input and output in KiB per
+    /// second, over the last 1.6 s.
+    pub fn rates(&self) -> (u64, f64, f64) {
+        let i = self.instantaneous.lock();
+        (
+            i.ops.mean() as u64,
+            i.input.mean() / 1024.0,
+            i.output.mean() / 1024.0,
+        )
+    }
 }
 
 /// What CLIENT LIST shows about one connection, shared between the
@@ -344,6 +424,7 @@ impl Shared {
         keyspace: Keyspace,
         pubsub: Arc<crate::pubsub::Hub>,
         scripts: crate::script::Scripts,
+        stats: Stats,
     ) -> Shared {
         let settings = Settings {
             appendfsync: AtomicU8::new(0),
@@ -363,7 +444,7 @@ impl Shared {
             addr,
             keyspace,
             clients: Clients::default(),
-            stats: Stats::default(),
+            stats,
             settings,
             started: Instant::now(),
             run_id,

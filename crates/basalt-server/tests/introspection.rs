@@ -1082,3 +1082,76 @@ fn every_listed_subcommand_runs_and_the_others_are_unknown() {
     }
     assert!(checked >= 80, "{checked}");
 }
+
+/// A field of `INFO stats` as text.
+fn stats_field(r: &mut Raw, name: &str) -> String {
+    let info = text(r.cmd(&["INFO", "stats"]));
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}:")))
+        .unwrap_or_else(|| panic!("no {name} in {info}"))
+        .to_string()
+}
+
+#[test]
+fn info_stats_reports_instantaneous_rates_and_expired_keys_and_resetstat_clears_them() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    assert_eq!(stats_field(&mut r, "instantaneous_ops_per_sec"), "0");
+    assert_eq!(stats_field(&mut r, "instantaneous_input_kbps"), "0.00");
+    // About 40 k commands a second for half a second: the rate over the
+    // last 1.6 s must show them while they run.
+    let mut busy = s.raw();
+    let batch: Vec<u8> = (0..2000).flat_map(|_| common::resp(&["PING"])).collect();
+    let mut seen = 0u64;
+    let started = std::time::Instant::now();
+    for _ in 0..10 {
+        busy.send(&batch);
+        for _ in 0..2000 {
+            busy.read();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        seen = seen.max(
+            stats_field(&mut r, "instantaneous_ops_per_sec")
+                .parse()
+                .unwrap(),
+        );
+    }
+    assert!(
+        seen >= 1000,
+        "{seen} ops/s seen while 20,000 PINGs ran for {:?}",
+        started.elapsed()
+    );
+    let kbps: f64 = stats_field(&mut r, "instantaneous_input_kbps")
+        .parse()
+        .unwrap();
+    assert!(kbps > 0.0, "input {kbps} KiB/s");
+    // Idle again: the rate falls back to this test's own INFO calls.
+    assert!(
+        common::eventually(std::time::Duration::from_secs(5), || {
+            stats_field(&mut r, "instantaneous_ops_per_sec")
+                .parse::<u64>()
+                .unwrap()
+                < 100
+        }),
+        "the rate decays once the load stops"
+    );
+    // Keys removed because they expired, however they were found.
+    assert_eq!(stats_field(&mut r, "expired_keys"), "0");
+    for k in ["e1", "e2", "e3"] {
+        assert_eq!(r.cmd(&["SET", k, "v", "PX", "30"]), common::ok());
+    }
+    r.cmd(&["SET", "kept", "v", "EX", "100"]);
+    std::thread::sleep(std::time::Duration::from_millis(60));
+    // A write finds one expired; the sweep finds the others.
+    assert_eq!(r.cmd(&["SET", "e1", "again", "NX"]), common::ok());
+    assert!(
+        common::eventually(std::time::Duration::from_secs(10), || {
+            stats_field(&mut r, "expired_keys") == "3"
+        }),
+        "three keys expired: {}",
+        stats_field(&mut r, "expired_keys")
+    );
+    assert_eq!(r.cmd(&["CONFIG", "RESETSTAT"]), common::ok());
+    assert_eq!(stats_field(&mut r, "expired_keys"), "0");
+    assert_eq!(stats_field(&mut r, "instantaneous_ops_per_sec"), "0");
+}

@@ -701,3 +701,30 @@ fn commands_run_by_exec_emit_their_events_in_order() {
     );
     assert_eq!(ev.take(), ["set x", "incrby y", "del x"]);
 }
+
+#[test]
+fn a_set_over_an_expired_key_reports_the_expiry_first_as_redis_does() {
+    // redis-server 7.0.15: SET e v PX 30; (60 ms later) SET e again NX
+    // publishes set, expire, expired, set, and counts one expired key.
+    let s = TestServer::start();
+    let mut c = s.raw();
+    assert_eq!(
+        c.cmd(&["CONFIG", "SET", "notify-keyspace-events", "KEA"]),
+        ok()
+    );
+    let mut sub = s.raw();
+    sub.send_cmd(&[b"SUBSCRIBE", b"__keyspace@0__:e"]);
+    let _ = sub.read();
+    assert_eq!(c.cmd(&["SET", "e", "v", "PX", "30"]), ok());
+    std::thread::sleep(std::time::Duration::from_millis(60));
+    assert_eq!(c.cmd(&["SET", "e", "again", "NX"]), ok());
+    for event in ["set", "expire", "expired", "set"] {
+        assert_eq!(
+            sub.read(),
+            Frame::Array(vec![bulk("message"), bulk("__keyspace@0__:e"), bulk(event)]),
+            "{event}"
+        );
+    }
+    assert_eq!(c.cmd(&["GET", "e"]), bulk("again"));
+    assert_eq!(c.cmd(&["TTL", "e"]), Frame::Integer(-1));
+}

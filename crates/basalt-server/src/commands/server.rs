@@ -1367,11 +1367,13 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             "total_connections_received",
             st.connections.load(Ordering::Relaxed)
         );
+        let (ops, input_kbps, output_kbps) = st.rates();
         kv!(
             out,
             "total_commands_processed",
             st.commands.load(Ordering::Relaxed)
         );
+        kv!(out, "instantaneous_ops_per_sec", ops);
         kv!(
             out,
             "total_net_input_bytes",
@@ -1381,6 +1383,12 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             out,
             "total_net_output_bytes",
             st.net_output.load(Ordering::Relaxed)
+        );
+        kv!(out, "instantaneous_input_kbps", format!("{input_kbps:.2}"));
+        kv!(
+            out,
+            "instantaneous_output_kbps",
+            format!("{output_kbps:.2}")
         );
         kv!(
             out,
@@ -1436,6 +1444,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
         }
         kv!(out, "basalt_write_stalls", stalls);
         kv!(out, "basalt_write_stalled", stalled);
+        kv!(out, "expired_keys", st.expired.load(Ordering::Relaxed));
         kv!(out, "evicted_keys", 0);
         kv!(out, "pubsub_channels", sh.pubsub.channel_count());
         kv!(out, "pubsub_patterns", sh.pubsub.pattern_count());
@@ -1805,9 +1814,11 @@ fn config(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             &st.net_input,
             &st.net_output,
             &st.rejected,
+            &st.expired,
         ] {
             c.store(0, Ordering::Relaxed);
         }
+        *st.instantaneous.lock() = Default::default();
         ctx.shared.cmdstats.reset();
         ctx.ok();
     } else if is(sub, "help") {
