@@ -44,9 +44,13 @@ pub use state_machine::{Applier, Held, StateMachine};
 /// A node's id in the group (`--node-id`).
 pub type NodeId = u64;
 
-/// What a log entry carries: opaque bytes for the [`Applier`].
+/// What a log entry carries: opaque bytes for the [`Applier`]. Shared
+/// (`Bytes`), so that the copies openraft takes of an entry (one per
+/// follower it is sent to, one for the state machine) share the payload
+/// instead of copying it; encoded as one run of bytes, exactly as the
+/// `Vec<u8>` it was before (logs written by earlier versions read back).
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Request(#[serde(with = "serde_bytes")] pub Vec<u8>);
+pub struct Request(pub bytes::Bytes);
 
 impl fmt::Debug for Request {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -109,5 +113,21 @@ pub(crate) fn io_error(
 ) -> StorageError {
     StorageError::IO {
         source: openraft::StorageIOError::new(subject, verb, openraft::AnyError::new(&e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_encodes_as_the_byte_vector_earlier_versions_wrote() {
+        #[derive(Serialize, Deserialize)]
+        struct Before(#[serde(with = "serde_bytes")] Vec<u8>);
+        let payload = b"SET k v \x00\xff".to_vec();
+        let now = bincode::serialize(&Request(payload.clone().into())).unwrap();
+        assert_eq!(now, bincode::serialize(&Before(payload.clone())).unwrap());
+        let back: Request = bincode::deserialize(&now).unwrap();
+        assert_eq!(&back.0[..], &payload[..]);
     }
 }

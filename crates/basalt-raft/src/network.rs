@@ -331,14 +331,14 @@ async fn forwarded_write(
     body: Bytes,
 ) -> Result<Vec<u8>, (StatusCode, String)> {
     use openraft::error::ClientWriteError;
-    let r: Result<Vec<u8>, ForwardFailure> =
-        match rpc.raft.client_write(crate::Request(body.to_vec())).await {
-            Ok(resp) => Ok(resp.data.0),
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
-                Err(ForwardFailure::NotLeader)
-            }
-            Err(e) => Err(ForwardFailure::Failed(e.to_string())),
-        };
+    let r: Result<Vec<u8>, ForwardFailure> = match rpc.raft.client_write(crate::Request(body)).await
+    {
+        Ok(resp) => Ok(resp.data.0),
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {
+            Err(ForwardFailure::NotLeader)
+        }
+        Err(e) => Err(ForwardFailure::Failed(e.to_string())),
+    };
     encode(&r)
 }
 

@@ -380,7 +380,7 @@ impl<A: Applier> RaftNode<A> {
                 };
             }
         }
-        match self.raft.client_write(Request(payload)).await {
+        match self.raft.client_write(Request(payload.into())).await {
             Ok(resp) => Ok(resp.data.0),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
                 Err(WriteError::ForwardToLeader {
@@ -409,7 +409,7 @@ impl<A: Applier> RaftNode<A> {
         }
         let rx = self
             .raft
-            .client_write_ff(Request(payload))
+            .client_write_ff(Request(payload.into()))
             .await
             .map_err(|e| WriteError::Failed(e.to_string()))?;
         Ok(async move {

@@ -14,7 +14,7 @@ use tempfile::TempDir;
 fn entry(term: u64, index: u64) -> Entry {
     Entry {
         log_id: LogId::new(CommittedLeaderId::new(term, 1), index),
-        payload: EntryPayload::Normal(Request(format!("payload {index}").into_bytes())),
+        payload: EntryPayload::Normal(Request(format!("payload {index}").into_bytes().into())),
     }
 }
 
@@ -56,7 +56,7 @@ async fn entries_and_vote_survive_a_reopen() {
     let e = log.try_get_log_entry(7).await.unwrap().unwrap();
     assert_eq!(
         e.payload,
-        EntryPayload::Normal(Request(b"payload 7".to_vec()))
+        EntryPayload::Normal(Request(b"payload 7".to_vec().into()))
     );
 }
 

@@ -13,7 +13,7 @@ use tempfile::TempDir;
 fn incr(index: u64) -> Entry {
     Entry {
         log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
-        payload: EntryPayload::Normal(Request(Op::Incr(b"c".to_vec()).bytes())),
+        payload: EntryPayload::Normal(Request(Op::Incr(b"c".to_vec()).bytes().into())),
     }
 }
 
