@@ -184,19 +184,25 @@ fn pfadd_dense_ranged(
 /// at once, as reads do. `false` (the locked path decides) when anything
 /// was not there to see: not a dense sketch, a segment not cached on
 /// this thread, a register across a segment boundary.
-fn pfadd_changes_nothing(db: &Db, key: &[u8], els: &[&[u8]]) -> bool {
-    let mut ranges = Vec::with_capacity(els.len() + 1);
-    let mut wants = Vec::with_capacity(els.len());
-    ranges.push((0u64, hll::HDR));
-    for e in els {
+fn pfadd_changes_nothing<'e>(
+    db: &Db,
+    key: &[u8],
+    els: impl ExactSizeIterator<Item = &'e [u8]>,
+) -> bool {
+    // On the stack: at most RANGED_PFADD elements come here.
+    let n = els.len();
+    debug_assert!(n <= RANGED_PFADD);
+    let mut ranges = [(0u64, hll::HDR); RANGED_PFADD + 1];
+    let mut wants = [(0u32, 0u8); RANGED_PFADD];
+    for (k, e) in els.enumerate().take(RANGED_PFADD) {
         let (i, count) = hll::register_of(e);
         let (at, fb) = hll::dense_position(i);
-        ranges.push((at as u64, 2));
-        wants.push((fb, count));
+        ranges[k + 1] = (at as u64, 2);
+        wants[k] = (fb, count);
     }
     let mut header = [0u8; hll::HDR];
     let mut raises = false;
-    let len = db.read_ranges_cached(key, &ranges, |k, bytes| {
+    let len = db.read_ranges_cached(key, &ranges[..=n], |k, bytes| {
         if k == 0 {
             if bytes.len() == hll::HDR {
                 header.copy_from_slice(bytes);
@@ -214,15 +220,15 @@ fn pfadd_changes_nothing(db: &Db, key: &[u8], els: &[&[u8]]) -> bool {
 fn pfadd(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let key = &args[1];
     if args.len() - 2 <= RANGED_PFADD {
-        let els: Vec<&[u8]> = (2..args.len()).map(|i| &args[i][..]).collect();
         let unchanged = match ctx.slot().db() {
-            Some(db) => pfadd_changes_nothing(db, key, &els),
+            Some(db) => pfadd_changes_nothing(db, key, (2..args.len()).map(|i| &args[i][..])),
             None => false,
         };
         if unchanged {
             ctx.int(0);
             return Ok(());
         }
+        let els: Vec<&[u8]> = (2..args.len()).map(|i| &args[i][..]).collect();
         if let Some(updated) = ctx.ranged_write(key, |db| pfadd_dense_ranged(db, key, &els))? {
             if updated {
                 ctx.notify(STRING, "pfadd", key);
