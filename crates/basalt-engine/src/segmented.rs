@@ -34,7 +34,7 @@
 
 use std::sync::Arc;
 
-use crate::db::{DataFile, MapEntry};
+use crate::db::{DataFile, Index, Inner, MapEntry, Shard, Writer};
 use crate::format::{
     is_patch_base, Kind, Patch, Record, RecordRef, FLAG_BATCH, FLAG_PATCH, PATCH_HEADER_LEN,
     RECORD_HEADER_LEN,
@@ -172,6 +172,84 @@ fn segment_len(i: u64, total: u64) -> usize {
     (total - i * SEGMENT_LEN as u64).min(SEGMENT_LEN as u64) as usize
 }
 
+/// Bytes of a segment's record holding `value_len` bytes of value (a
+/// segment or a patch): the header, the key, the 8-byte name, the value.
+#[inline]
+fn segment_record_len(key: &[u8], value_len: usize) -> usize {
+    RECORD_HEADER_LEN + key.len() + 8 + value_len
+}
+
+/// A segmented value's length, from the index alone: segments are stored
+/// uncompressed and the last is never a patch, so the last one's length is
+/// its record's length less the header, the key and the name.
+#[inline]
+fn segmented_len(m: &MapEntry, key: &[u8]) -> Option<u64> {
+    let count = m.fields.len() as u64;
+    let last = m.fields.get(&name(count.checked_sub(1)?))?;
+    Some((count - 1) * SEGMENT_LEN as u64 + u64::from(last.len) - segment_record_len(key, 0) as u64)
+}
+
+/// The map of the segmented value at `key` and the value's length, if the
+/// key holds one that has not expired at `now`.
+#[inline]
+fn live_segmented<'i>(idx: &'i Index, key: &[u8], now: u64) -> Option<(&'i MapEntry, u64)> {
+    let e = idx.keys.get(key)?;
+    if e.loc.file != MAP_FILE || idx.is_expired(key, e.has_ttl, now) {
+        return None;
+    }
+    let m = idx.maps.get(key)?;
+    if m.tag != SEGMENTED_TAG {
+        return None;
+    }
+    Some((m, segmented_len(m, key)?))
+}
+
+/// Makes `loc` (just appended) the record of segment `i` of the segmented
+/// value at `key`: the value's version becomes the record's and its live
+/// bytes move from the record it replaces, which comes back.
+#[inline]
+fn index_segment(idx: &mut Index, key: &[u8], i: u64, loc: Loc) -> Option<Loc> {
+    idx.note_append(loc, Kind::Field);
+    let m = idx.maps.get_mut(key).expect("segmented key without a map");
+    m.version = loc.seq;
+    let old = m.fields.insert(&name(i), loc);
+    if let Some(old) = old {
+        idx.sub_live(old);
+    }
+    idx.add_live(loc);
+    old
+}
+
+/// Appends the record of segment `i` of the value at `key`: `value` is the
+/// whole segment, or with `patch` a patch of it. The caller holds the
+/// shard's writer lock.
+#[inline]
+fn append_segment(
+    inner: &Inner,
+    shard: &Shard,
+    w: &mut Writer,
+    key: &[u8],
+    i: u64,
+    patch: bool,
+    value: &[u8],
+) -> Result<Loc> {
+    let seq = inner.next_seq();
+    inner.append(
+        shard,
+        w,
+        RecordRef {
+            seq,
+            expiry: 0,
+            kind: Kind::Field,
+            flags: if patch { FLAG_PATCH } else { 0 },
+            tag: SEGMENTED_TAG,
+            key,
+            field: &name(i),
+            value,
+        },
+    )
+}
+
 /// How one attempt at a ranged write ended.
 enum Step {
     /// Written: whether the key existed, and the value's new length.
@@ -233,16 +311,10 @@ impl Db {
                 (i, f, l)
             })
             .collect();
-        // Segments are stored uncompressed (and the last is never a patch),
-        // so the last one's length is its record's length less the header,
-        // the key and the 8-byte name: the value's length comes from the
-        // index alone.
-        let last = m.fields.get(&name(count - 1)).expect("segments form a run");
-        let tail = last.len as u64 - (RECORD_HEADER_LEN + key.len() + 8) as u64;
         Ok(Shape::Segmented {
             wanted,
             count,
-            total: (count - 1) * SEGMENT_LEN as u64 + tail,
+            total: segmented_len(m, key).expect("segments form a run"),
             expires_at: if e.has_ttl { idx.expiry_of(key) } else { None },
         })
     }
@@ -444,17 +516,8 @@ impl Db {
         let seg = SEGMENT_LEN as u64;
         let inner = &*self.inner;
         let idx = inner.shard(key).index.read();
-        let e = idx.keys.get(key)?;
-        if e.loc.file != MAP_FILE || idx.is_expired(key, e.has_ttl, inner.now()) {
-            return None;
-        }
-        let m = idx.maps.get(key)?;
+        let (m, total) = live_segmented(&idx, key, inner.now())?;
         let count = m.fields.len() as u64;
-        if m.tag != SEGMENTED_TAG || count == 0 {
-            return None;
-        }
-        let last = m.fields.get(&name(count - 1))?;
-        let tail = last.len as u64 - (RECORD_HEADER_LEN + key.len() + 8) as u64;
         PATCHED.with(|c| {
             let c = c.borrow();
             for (k, &(offset, len)) in ranges.iter().enumerate() {
@@ -470,7 +533,7 @@ impl Db {
                 let from = ((offset - i * seg) as usize).min(to);
                 f(k, &bytes[from..to]);
             }
-            Some((count - 1) * seg + tail)
+            Some(total)
         })
     }
 
@@ -593,20 +656,13 @@ impl Db {
         // the key is a live segmented value and segment `i` not its last.
         let look = || {
             let idx = shard.index.read();
-            let e = idx.keys.get(key)?;
-            if e.loc.file != MAP_FILE || idx.is_expired(key, e.has_ttl, inner.now()) {
-                return None;
-            }
-            let m = idx.maps.get(key)?;
-            let count = m.fields.len() as u64;
-            if m.tag != SEGMENTED_TAG || i + 1 >= count {
+            let (m, total) = live_segmented(&idx, key, inner.now())?;
+            if i + 1 >= m.fields.len() as u64 {
                 return None;
             }
             let head = m.fields.get(&name(i))?;
-            let last = m.fields.get(&name(count - 1))?;
             let uid = idx.files.get(&head.file)?.handle.uid;
-            let tail = last.len as u64 - (RECORD_HEADER_LEN + key.len() + 8) as u64;
-            Some((head, uid, (count - 1) * seg + tail))
+            Some((head, uid, total))
         };
         // First without the writer lock, so that a write this path cannot
         // take (a short plain value, a segment not cached here) costs one
@@ -658,33 +714,14 @@ impl Db {
         f(&mut bytes[from..from + len]);
         let mut v = Vec::with_capacity(PATCH_HEADER_LEN + 32);
         Patch::encode_diff(base.offset, base.len, &base_bytes, &bytes, &mut v);
-        let record = (RECORD_HEADER_LEN + key.len() + 8 + v.len()) as u64;
+        let record = segment_record_len(key, v.len()) as u64;
         let patch = v.len() - PATCH_HEADER_LEN <= PATCH_MAX && inner.fits_active(&w, record);
-        let seq = inner.next_seq();
-        let loc = inner.append(
-            shard,
-            &mut w,
-            RecordRef {
-                seq,
-                expiry: 0,
-                kind: Kind::Field,
-                flags: if patch { FLAG_PATCH } else { 0 },
-                tag: SEGMENTED_TAG,
-                key,
-                field: &name(i),
-                value: if patch { &v } else { &bytes },
-            },
-        )?;
+        let value: &[u8] = if patch { &v } else { &bytes };
+        let loc = append_segment(inner, shard, &mut w, key, i, patch, value)?;
         {
             let mut idx = shard.index.write();
-            idx.note_append(loc, Kind::Field);
-            let m = idx.maps.get_mut(key).expect("segmented key without a map");
-            m.version = loc.seq;
-            let old = m.fields.insert(&name(i), loc);
-            if let Some(old) = old {
-                idx.sub_live(old);
-            }
-            idx.add_live(loc);
+            // The replaced record's cache entry was taken out above.
+            index_segment(&mut idx, key, i, loc);
             if let Some(file) = idx.files.get(&loc.file) {
                 entry.bytes.copy_from_slice(&bytes);
                 // A whole record, outside any batch, is the next patch's base.
@@ -936,27 +973,12 @@ impl Db {
         };
         let mut locs = Vec::with_capacity(segments.len());
         for (i, bytes) in segments {
-            // Never compressed: `shape` reads the value's length off the
-            // last segment's record length.
-            let seq = inner.next_seq();
-            let (flags, value) = match &patched {
-                Some(v) => (FLAG_PATCH, &v[..]),
-                None => (0, *bytes),
+            // Never compressed: `segmented_len` reads the value's length
+            // off the last segment's record length.
+            let loc = match &patched {
+                Some(v) => append_segment(inner, shard, &mut w, key, *i, true, v)?,
+                None => append_segment(inner, shard, &mut w, key, *i, false, bytes)?,
             };
-            let loc = inner.append(
-                shard,
-                &mut w,
-                RecordRef {
-                    seq,
-                    expiry: 0,
-                    kind: Kind::Field,
-                    flags,
-                    tag: SEGMENTED_TAG,
-                    key,
-                    field: &name(*i),
-                    value,
-                },
-            )?;
             locs.push((*i, loc));
         }
         let meta = match replace {
@@ -1007,17 +1029,11 @@ impl Db {
                 );
             }
             for &(i, loc) in &locs {
-                idx.note_append(loc, Kind::Field);
-                let m = idx.maps.get_mut(key).expect("segmented key without a map");
-                m.version = loc.seq;
-                let old = m.fields.insert(&name(i), loc);
-                if let Some(old) = old {
-                    idx.sub_live(old);
+                if let Some(old) = index_segment(&mut idx, key, i, loc) {
                     if let Some(file) = idx.files.get(&old.file) {
                         uncache(file.handle.uid, old.offset);
                     }
                 }
-                idx.add_live(loc);
             }
             if let (Some((bytes, base)), [(_, loc)]) = (through, &locs[..]) {
                 if let Some(file) = idx.files.get(&loc.file) {
@@ -1076,7 +1092,7 @@ impl Db {
         }
         let mut v = Vec::with_capacity(PATCH_HEADER_LEN + 32);
         Patch::encode_diff(p.base.offset, p.base.len, &p.base_bytes, bytes, &mut v);
-        let record = (RECORD_HEADER_LEN + key.len() + 8 + v.len()) as u64;
+        let record = segment_record_len(key, v.len()) as u64;
         // Not where the append would seal the file: the base stays in it.
         let fits = self.inner.fits_active(w, record);
         (v.len() - PATCH_HEADER_LEN <= PATCH_MAX && fits).then_some(v)
