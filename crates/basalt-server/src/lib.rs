@@ -272,6 +272,9 @@ fn start_inner(
     runtime.spawn(async move {
         let mut shutdown = watcher.shutdown_rx();
         let mut tick = tokio::time::interval(Duration::from_millis(100));
+        // After a stall, one late tick rather than a burst of catch-up
+        // ticks, which would fill the rates' samples with zeros.
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = tick.tick() => {

@@ -106,6 +106,10 @@ impl Stats {
             self.net_input.load(Ordering::Relaxed),
             self.net_output.load(Ordering::Relaxed),
         );
+        if i.last_ms != 0 && now <= i.last_ms {
+            // No time passed (a clock step back): nothing to rate.
+            return;
+        }
         if i.last_ms == 0 {
             // The first reading only sets the baseline.
             i.ops.last = ops;
