@@ -13,6 +13,7 @@ Usage: python3 scripts/perf/group_cpu.py target/release/basalt [single_requests]
 """
 import collections
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -72,17 +73,21 @@ def main():
     binary = sys.argv[1]
     single_n = int(sys.argv[2]) if len(sys.argv) > 2 else 3000000
     group_n = int(sys.argv[3]) if len(sys.argv) > 3 else 2000000
+    # The data directories go at the end: a run writes about 2 GB.
     root = tempfile.mkdtemp(prefix="basalt-group-cpu-")
-    s = bg.start_basalt_single(binary, root + "/single")
     try:
-        run(s, "basalt x1", single_n)
+        s = bg.start_basalt_single(binary, root + "/single")
+        try:
+            run(s, "basalt x1", single_n)
+        finally:
+            s.stop()
+        g = bg.start_basalt_group(binary, root + "/group")
+        try:
+            run(g, f"basalt raft x3 (nodes 1, 2, 3 in order), leader on port {g.port}", group_n)
+        finally:
+            g.stop()
     finally:
-        s.stop()
-    g = bg.start_basalt_group(binary, root + "/group")
-    try:
-        run(g, f"basalt raft x3 (nodes 1, 2, 3 in order), leader on port {g.port}", group_n)
-    finally:
-        g.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":
