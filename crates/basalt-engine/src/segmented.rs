@@ -473,12 +473,18 @@ impl Db {
             }),
             Shape::Segmented { wanted, total, .. } => {
                 let mut out = Vec::with_capacity(len.min(total.saturating_sub(offset) as usize));
+                // A read inside one segment (a GETBIT, a register) caches
+                // the segment even when its record is whole: a read-mostly
+                // bitmap's next read of it is then a copy, not a record
+                // read and checked. A longer read (a scan) caches only
+                // patched segments, so it does not flush the cache.
+                let alone = wanted.len() == 1;
                 for (i, file, loc) in &wanted {
                     let base = i * seg;
                     let from = offset.saturating_sub(base) as usize;
                     let to = (end - base).min(seg) as usize;
                     self.inner
-                        .read_segment_window(key, file, *loc, from, to, &mut out)?;
+                        .read_segment_window(key, file, *loc, from, to, alone, &mut out)?;
                 }
                 Ok(Some((out, total)))
             }
@@ -1162,6 +1168,7 @@ impl crate::db::Inner {
     /// Appends bytes `from .. to` of the segment whose record is at `loc`
     /// (fewer at its end) to `out`: what [`Db::read_segment`] gives, without
     /// copying the rest of the segment (a GETBIT wants one byte of 512).
+    #[allow(clippy::too_many_arguments)]
     fn read_segment_window(
         &self,
         key: &[u8],
@@ -1169,6 +1176,7 @@ impl crate::db::Inner {
         loc: Loc,
         from: usize,
         to: usize,
+        cache_whole: bool,
         out: &mut Vec<u8>,
     ) -> Result<()> {
         let window = |bytes: &[u8], out: &mut Vec<u8>| {
@@ -1185,11 +1193,18 @@ impl crate::db::Inner {
             return Ok(());
         }
         let head = self.read_head(key, file, loc, |rec| {
-            window(&rec.value_ref()?, out);
-            Ok(())
+            let v = rec.value_ref()?;
+            window(&v, out);
+            Ok(cache_whole.then(|| Box::<[u8]>::from(&v[..])))
         })?;
-        let Head::Patch(p) = head else {
-            return Ok(());
+        let p = match head {
+            Head::Full(Some(bytes)) => {
+                // Not asked for a base: the write path reads it again.
+                cache(file, loc, bytes, None);
+                return Ok(());
+            }
+            Head::Full(None) => return Ok(()),
+            Head::Patch(p) => p,
         };
         let (bytes, _) = self.apply_patch(key, file, loc, &p, false)?;
         window(&bytes, out);

@@ -540,8 +540,10 @@ fn a_values_cold_range_reads_are_the_records_holding_the_range_and_staged_ones_a
     );
     db.set_residency(Residency::AllCold);
     // How many segment records a ranged read then took from what the
-    // reads fetched (neighbouring segments come in one read).
-    let staged = |from: u64, len: u64, cap: usize| {
+    // reads fetched (neighbouring segments come in one read). Each on a
+    // thread of its own: a thread caches the segments it read alone, and
+    // a cached segment needs nothing fetched.
+    let staged_here = |from: u64, len: u64, cap: usize| {
         let reads = db.cold_range_reads(b"seg", from, len, cap);
         if reads.is_empty() {
             return 0;
@@ -565,6 +567,9 @@ fn a_values_cold_range_reads_are_the_records_holding_the_range_and_staged_ones_a
         assert_eq!(got, &long[at..(at + got.len())]);
         basalt_engine::clear_staged();
         basalt_engine::staged_reads() - before
+    };
+    let staged = |from: u64, len: u64, cap: usize| {
+        std::thread::scope(|s| s.spawn(|| staged_here(from, len, cap)).join().unwrap())
     };
     assert_eq!(staged(seg + 5, 10, 256), 1, "inside one segment");
     assert_eq!(staged(seg - 5, 10, 256), 2, "across a boundary");

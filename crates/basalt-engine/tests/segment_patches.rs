@@ -570,3 +570,38 @@ fn a_bitmap_with_more_segments_than_a_threads_cache_holds_reads_back_as_written(
     let db = Db::open(dir.path(), opts(&clock, 64 << 20)).unwrap();
     assert_eq!(db.get(b"big").unwrap().unwrap(), model, "reopened");
 }
+
+#[test]
+fn reads_inside_one_whole_segment_are_cached_and_see_every_later_write() {
+    // A bitmap written once (whole segments) and then read a byte at a
+    // time: each segment read alone is cached as its record; a write, a
+    // compaction or a reopen gives the segment a new record, which the
+    // next read must see.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let o = || opts(&clock, 48 << 10);
+    let db = Db::open(dir.path(), o()).unwrap();
+    let mut model = bitmap();
+    db.write_range(b"bm", 0, &model).unwrap();
+    let byte = |db: &Db, at: usize| db.read_range(b"bm", at as u64, 1).unwrap().unwrap().0[0];
+    for round in 0..3 {
+        for at in (0..model.len()).step_by(97) {
+            assert_eq!(byte(&db, at), model[at], "round {round}, byte {at}");
+            assert_eq!(byte(&db, at), model[at], "round {round}, byte {at} again");
+        }
+        // Every 7th segment changes; then the files move.
+        for at in (0..model.len() - SEGMENT_LEN).step_by(7 * SEGMENT_LEN) {
+            let b = model[at].wrapping_add(1 + round as u8);
+            db.write_range(b"bm", at as u64, &[b]).unwrap();
+            model[at] = b;
+            assert_eq!(byte(&db, at), b, "round {round}: read after write at {at}");
+        }
+        db.compact().unwrap();
+    }
+    assert_eq!(db.get(b"bm").unwrap().unwrap(), model);
+    db.close().unwrap();
+    let db = Db::open(dir.path(), o()).unwrap();
+    for at in (0..model.len()).step_by(89) {
+        assert_eq!(byte(&db, at), model[at], "reopened, byte {at}");
+    }
+}
