@@ -430,6 +430,12 @@ impl Db {
                     // More segments than `cap` in the range.
                     return Vec::new();
                 }
+                // A segment this thread has cached needs no read: the
+                // command reads it from the cache here.
+                let wanted: Vec<_> = wanted
+                    .into_iter()
+                    .filter(|(_, file, loc)| cached(file, *loc, |_| Some(())).is_none())
+                    .collect();
                 if let [(_, file, loc)] = &wanted[..] {
                     // One record: the sampled residency check of a lone
                     // read (a hot bitmap's GETBIT costs no `mincore`).

@@ -644,3 +644,42 @@ fn a_cold_segmented_value_assembles_as_it_was_at_lookup_from_staged_spans() {
     now[3 * seg as usize..3 * seg as usize + 7].copy_from_slice(b"changed");
     assert_eq!(db.get(b"seg").unwrap().unwrap(), now);
 }
+
+#[test]
+fn a_segment_cached_on_the_thread_is_not_fetched_again() {
+    let _staging = staging();
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), opts().max_file_size(1 << 20)).unwrap();
+    let seg = basalt_engine::SEGMENT_LEN as u64;
+    // 16 segments (a value of at most 4 KiB stays one record).
+    let long: Vec<u8> = (0..16 * seg).map(|i| (i % 251) as u8).collect();
+    db.write_range(b"seg", 0, &long).unwrap();
+    db.set_residency(Residency::AllCold);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            assert_eq!(
+                db.cold_range_reads(b"seg", 3 * seg + 1, 2, 256).len(),
+                1,
+                "not read yet on this thread: fetched"
+            );
+            // Read alone here (from the disk), so kept in this thread's cache.
+            let (got, _) = db.read_range(b"seg", 3 * seg + 1, 2).unwrap().unwrap();
+            assert_eq!(got, &long[(3 * seg + 1) as usize..(3 * seg + 3) as usize]);
+            assert!(
+                db.cold_range_reads(b"seg", 3 * seg + 1, 2, 256).is_empty(),
+                "cached here: nothing to fetch"
+            );
+            // A range over segments 3 and 4 fetches only segment 4.
+            let reads = db.cold_range_reads(b"seg", 4 * seg - 2, 4, 256);
+            assert_eq!(reads.len(), 1);
+        })
+        .join()
+        .unwrap();
+        // Another thread has no copy: it fetches.
+        s.spawn(|| {
+            assert_eq!(db.cold_range_reads(b"seg", 3 * seg + 1, 2, 256).len(), 1);
+        })
+        .join()
+        .unwrap();
+    });
+}
