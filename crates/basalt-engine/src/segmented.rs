@@ -682,10 +682,14 @@ impl Db {
         let Some((head, uid, _)) = look() else {
             return Ok(None);
         };
+        // Cached here whole, with a base in the segment's own file (the
+        // active one, checked under the lock below).
         let cached_here = PATCHED.with(|c| {
-            c.borrow()
-                .get(&(uid, head.offset))
-                .is_some_and(|e| matches!(&e.base, Some(Some((b, _))) if b.file == head.file))
+            c.borrow().get(&(uid, head.offset)).is_some_and(|e| {
+                e.bytes.len() == SEGMENT_LEN
+                    && matches!(&e.base, Some(Some((b, bytes)))
+                        if b.file == head.file && bytes.len() == SEGMENT_LEN)
+            })
         });
         if !cached_here {
             return Ok(None);
@@ -704,19 +708,11 @@ impl Db {
         if again != head || head.file != w.file_id {
             return Ok(None);
         }
-        let taken = PATCHED.with(|c| {
-            let mut c = c.borrow_mut();
-            let usable = c.get(&(uid, head.offset)).is_some_and(|e| {
-                e.bytes.len() == SEGMENT_LEN
-                    && matches!(&e.base, Some(Some((b, bytes)))
-                        if b.file == w.file_id && bytes.len() == SEGMENT_LEN)
-            });
-            // The old record stops being the segment's: its entry goes.
-            usable.then(|| c.remove(&(uid, head.offset)).expect("looked up above"))
-        });
-        let Some(mut entry) = taken else {
-            return Ok(None);
-        };
+        // The old record stops being the segment's: its entry goes. Only
+        // this thread touches its cache, so the entry is as checked above.
+        let mut entry = PATCHED
+            .with(|c| c.borrow_mut().remove(&(uid, head.offset)))
+            .expect("checked above");
         let Some(Some((base, base_bytes))) = entry.base.take() else {
             unreachable!("checked above");
         };

@@ -72,8 +72,9 @@ struct Rate {
 }
 
 impl Rate {
+    /// Records the rate since the last reading, `elapsed_ms` (> 0) ago.
     fn sample(&mut self, at: usize, reading: u64, elapsed_ms: u64) {
-        let per_sec = reading.saturating_sub(self.last) as f64 * 1000.0 / elapsed_ms.max(1) as f64;
+        let per_sec = reading.saturating_sub(self.last) as f64 * 1000.0 / elapsed_ms as f64;
         self.samples[at] = per_sec;
         self.last = reading;
     }
@@ -116,7 +117,7 @@ impl Stats {
             i.input.last = input;
             i.output.last = output;
         } else {
-            let (at, elapsed) = (i.at, now.saturating_sub(i.last_ms));
+            let (at, elapsed) = (i.at, now - i.last_ms);
             i.ops.sample(at, ops, elapsed);
             i.input.sample(at, input, elapsed);
             i.output.sample(at, output, elapsed);
