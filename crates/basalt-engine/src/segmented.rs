@@ -95,6 +95,11 @@ struct Patched {
     /// the read that filled the entry did not ask (a write's read then
     /// misses), `Some(None)` when the base may not be named.
     base: Option<Option<(Loc, Box<[u8]>)>>,
+    /// The eight-byte words of `bytes` that may differ from the base's
+    /// (bit `w` for bytes `8w .. 8w + 8`): what [`Patch::encode_diff`]
+    /// compares. All of them for an entry filled by a read or a general
+    /// write; [`Db::modify_cached`] narrows it to what its patches cover.
+    dirty: u64,
 }
 
 /// Entries of one thread's cache of applied segments: with their bases,
@@ -129,7 +134,11 @@ fn cache_uid(uid: u64, loc: Loc, bytes: Box<[u8]>, base: Option<Option<(Loc, Box
         insert_bounded(
             &mut c.borrow_mut(),
             (uid, loc.offset),
-            Patched { bytes, base },
+            Patched {
+                bytes,
+                base,
+                dirty: u64::MAX,
+            },
         )
     });
 }
@@ -139,6 +148,15 @@ fn insert_bounded(c: &mut PatchedMap, at: (u64, u32), e: Patched) {
         c.clear();
     }
     c.insert(at, e);
+}
+
+/// The bits of [`Patched::dirty`] for the bytes `from .. from + len` of a
+/// segment (`len` > 0).
+#[inline]
+fn words_of(from: usize, len: usize) -> u64 {
+    let (a, b) = (from / 8, (from + len - 1) / 8);
+    debug_assert!(b < 64);
+    (u64::MAX >> (63 - b)) & !((1u64 << a) - 1)
 }
 
 /// Drops this thread's entry for the record at `offset` of the file whose
@@ -683,67 +701,85 @@ impl Db {
             return Ok(None);
         };
         // Cached here whole, with a base in the segment's own file (the
-        // active one, checked under the lock below).
-        let cached_here = PATCHED.with(|c| {
-            c.borrow().get(&(uid, head.offset)).is_some_and(|e| {
-                e.bytes.len() == SEGMENT_LEN
-                    && matches!(&e.base, Some(Some((b, bytes)))
-                        if b.file == head.file && bytes.len() == SEGMENT_LEN)
-            })
-        });
-        if !cached_here {
-            return Ok(None);
-        }
-        let mut w = shard.writer.lock();
-        // As in `patch_of`, under the writer lock: a batch begun later
-        // appends its members to this shard after this record.
-        if inner.group.busy() {
-            return Ok(None);
-        }
-        // Again under the writer lock: the segment's record is still the
-        // one cached, in the active file.
-        let Some((again, _, total)) = look() else {
-            return Ok(None);
-        };
-        if again != head || head.file != w.file_id {
-            return Ok(None);
-        }
-        // The old record stops being the segment's: its entry goes. Only
-        // this thread touches its cache, so the entry is as checked above.
-        let mut entry = PATCHED
-            .with(|c| c.borrow_mut().remove(&(uid, head.offset)))
-            .expect("checked above");
-        let Some(Some((base, base_bytes))) = entry.base.take() else {
-            unreachable!("checked above");
-        };
-        let mut bytes = [0u8; SEGMENT_LEN];
-        bytes.copy_from_slice(&entry.bytes);
-        let from = (offset - i * seg) as usize;
-        f(&mut bytes[from..from + len]);
-        let mut v = Vec::with_capacity(PATCH_HEADER_LEN + 32);
-        Patch::encode_diff(base.offset, base.len, &base_bytes, &bytes, &mut v);
-        let record = segment_record_len(key, v.len()) as u64;
-        let patch = v.len() - PATCH_HEADER_LEN <= PATCH_MAX && inner.fits_active(&w, record);
-        let value: &[u8] = if patch { &v } else { &bytes };
-        let loc = append_segment(inner, shard, &mut w, key, i, patch, value)?;
-        {
+        // active one, checked under the lock below). The entry leaves the
+        // cache while it is checked and written: the old record stops being
+        // the segment's, and one borrow of the cache serves the whole write
+        // (nothing below reads the cache: `f` only changes the bytes it is
+        // given, and an append never reads a segment).
+        let r = PATCHED.with(|c| {
+            let mut c = c.borrow_mut();
+            let at = (uid, head.offset);
+            let mut entry = c.remove(&at)?;
+            let usable = entry.bytes.len() == SEGMENT_LEN
+                && matches!(&entry.base, Some(Some((b, bytes)))
+                    if b.file == head.file && bytes.len() == SEGMENT_LEN);
+            // Not written here after all: the entry goes back as it was.
+            let back = |c: &mut PatchedMap, entry| {
+                c.insert(at, entry);
+                None
+            };
+            if !usable {
+                return back(&mut c, entry);
+            }
+            let mut w = shard.writer.lock();
+            // As in `patch_of`, under the writer lock: a batch begun later
+            // appends its members to this shard after this record.
+            if inner.group.busy() {
+                return back(&mut c, entry);
+            }
+            // Again under the writer lock: the segment's record is still the
+            // one cached, in the active file.
+            let total = match look() {
+                Some((again, _, total)) if again == head && head.file == w.file_id => total,
+                _ => return back(&mut c, entry),
+            };
+            let Some(Some((base, base_bytes))) = &entry.base else {
+                unreachable!("checked above");
+            };
+            let (base, from) = (*base, (offset - i * seg) as usize);
+            f(&mut entry.bytes[from..from + len]);
+            let dirty = entry.dirty | words_of(from, len);
+            let mut v = Vec::with_capacity(PATCH_HEADER_LEN + PATCH_MAX);
+            let covered = Patch::encode_diff(
+                base.offset,
+                base.len,
+                base_bytes,
+                &entry.bytes,
+                dirty,
+                &mut v,
+            );
+            let record = segment_record_len(key, v.len()) as u64;
+            let patch = v.len() - PATCH_HEADER_LEN <= PATCH_MAX && inner.fits_active(&w, record);
+            let value: &[u8] = if patch { &v } else { &entry.bytes };
+            // On an error the changed entry is dropped: the old record
+            // stays the segment's, and is read again when next asked for.
+            let loc = match append_segment(inner, shard, &mut w, key, i, patch, value) {
+                Ok(loc) => loc,
+                Err(e) => return Some(Err(e)),
+            };
             let mut idx = shard.index.write();
-            // The replaced record's cache entry was taken out above.
             index_segment(&mut idx, key, i, loc);
             if let Some(file) = idx.files.get(&loc.file) {
-                entry.bytes.copy_from_slice(&bytes);
                 // A whole record, outside any batch, is the next patch's base.
-                entry.base = Some(Some(if patch {
-                    (base, base_bytes)
+                if patch {
+                    entry.dirty = covered;
                 } else {
-                    (loc, Box::from(&bytes[..]))
-                }));
-                let uid = file.handle.uid;
-                PATCHED.with(|c| insert_bounded(&mut c.borrow_mut(), (uid, loc.offset), entry));
+                    entry.base = Some(Some((loc, entry.bytes.clone())));
+                    entry.dirty = 0;
+                }
+                insert_bounded(&mut c, (file.handle.uid, loc.offset), entry);
+            }
+            drop(idx);
+            Some(Ok((w, total)))
+        });
+        match r {
+            None => Ok(None),
+            Some(Err(e)) => Err(e),
+            Some(Ok((w, total))) => {
+                inner.finish_write(shard, w)?;
+                Ok(Some((true, total)))
             }
         }
-        inner.finish_write(shard, w)?;
-        Ok(Some((true, total)))
     }
 
     fn modify_once(
@@ -1099,7 +1135,14 @@ impl Db {
             return None;
         }
         let mut v = Vec::with_capacity(PATCH_HEADER_LEN + 32);
-        Patch::encode_diff(p.base.offset, p.base.len, &p.base_bytes, bytes, &mut v);
+        Patch::encode_diff(
+            p.base.offset,
+            p.base.len,
+            &p.base_bytes,
+            bytes,
+            u64::MAX,
+            &mut v,
+        );
         let record = segment_record_len(key, v.len()) as u64;
         // Not where the append would seal the file: the base stays in it.
         let fits = self.inner.fits_active(w, record);
