@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 use crate::vfs::DirectBuf;
 
-use crate::db::{DataFile, Found};
+use crate::db::{DataFile, Found, Located2};
 use crate::format::Record;
 use crate::keydir::Loc;
 use crate::{Db, Error, Result, Versioned};
@@ -644,6 +644,11 @@ pub(crate) fn record_resident(file: &DataFile, loc: Loc) -> bool {
         .is_some_and(|m| looks_resident(m, loc.offset as u64, loc.len as usize))
 }
 
+thread_local! {
+    /// The buffer [`Db::get_or_cold`] copies small resident values into.
+    static SMALL: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 impl Db {
     /// Sets when [`Db::get_or_cold`] checks residency. Takes effect for the
     /// next lookup on any thread.
@@ -908,23 +913,38 @@ impl Db {
     /// file without a map is cold (its read is a `pread`).
     pub fn get_or_cold<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Lookup<R>> {
         let mode = self.residency();
-        if mode == Residency::InPlace {
-            return Ok(match self.get_with(key, f)? {
-                Some(r) => Lookup::Here(r),
-                None => Lookup::Absent,
-            });
-        }
+        // A small value to be read in place is copied under the index's
+        // lock (no file handle cloned), into this thread's buffer, taken
+        // out while `f` runs (which may read again).
+        let mut small = SMALL.with(|b| std::mem::take(&mut *b.borrow_mut()));
         let (file, loc, _) = loop {
-            match self.locate_value(key)? {
-                None => return Ok(Lookup::Absent),
-                Some(Found::Record(r)) => break r,
-                Some(Found::Segments { .. }) => match self.segments_or_cold(key, mode)? {
+            small.clear();
+            match self.locate_value_or_copy(key, Some((&mut small, mode)))? {
+                Located2::Absent => return Ok(Lookup::Absent),
+                Located2::Copied => {
+                    let r = f(&small);
+                    SMALL.with(|b| *b.borrow_mut() = small);
+                    return Ok(Lookup::Here(r));
+                }
+                Located2::At(Found::Record(r)) => break r,
+                // Assembled in place, as `get_with` does.
+                Located2::At(Found::Segments { .. }) if mode == Residency::InPlace => {
+                    if let Some((v, _)) = self.assemble(key)? {
+                        return Ok(Lookup::Here(f(&v)));
+                    }
+                }
+                Located2::At(Found::Segments { .. }) => match self.segments_or_cold(key, mode)? {
                     Some(Ok(v)) => return Ok(Lookup::Here(f(&v))),
                     Some(Err(cold)) => return Ok(Lookup::ColdValue(cold)),
                     None => {}
                 },
             }
         };
+        if mode == Residency::InPlace {
+            return self
+                .read_value_checked(key, &file, loc, false, f)
+                .map(Lookup::Here);
+        }
         if let Some(read) = self.cold_read(mode, key, &file, loc) {
             return Ok(Lookup::Cold(read));
         }

@@ -46,6 +46,19 @@ pub(crate) enum Found {
     Record(Located),
     Segments { version: u64 },
 }
+
+/// What [`Db::locate_value_or_copy`] found.
+pub(crate) enum Located2 {
+    Absent,
+    /// Where the value is.
+    At(Found),
+    /// The value, copied where the caller asked.
+    Copied,
+}
+
+/// Largest record whose value [`Db::locate_value_or_copy`] copies under the
+/// index's read lock (a writer of the shard waits for the copy).
+pub(crate) const COPY_UNDER_LOCK: u32 = 4096;
 /// A value read together with its version.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Versioned {
@@ -1483,9 +1496,10 @@ impl Db {
     /// cache misses of the different keys overlap instead of following one
     /// another. Looks at no more than 32 keys; changes nothing.
     ///
-    /// Every shard's index is read-locked once for all passes with
-    /// `try_read` (a locked instruction per key would order the loads and
-    /// undo the overlap); if any shard is being written, it gives up.
+    /// The index of every shard the keys live in is read-locked once for
+    /// all passes, before any, with `try_read` (a locked instruction per
+    /// key would order the loads and undo the overlap); if one of them is
+    /// being written, it gives up.
     pub fn prefetch<K: AsRef<[u8]>>(&self, keys: &[K]) {
         self.prefetch_passes(keys, true)
     }
@@ -1502,29 +1516,39 @@ impl Db {
     fn prefetch_passes<K: AsRef<[u8]>>(&self, keys: &[K], records: bool) {
         let inner = &*self.inner;
         let keys = &keys[..keys.len().min(32)];
-        let mut guards = Vec::with_capacity(inner.shards.len());
-        for shard in &inner.shards {
-            match shard.index.try_read() {
-                Some(g) => guards.push(g),
-                None => return,
-            }
-        }
         let n = inner.shards.len();
+        // Only the shards the keys live in: each read lock taken is a
+        // locked instruction on a line every worker's reads share, so a
+        // pipeline of GETs of one hot key takes one, not one per shard.
+        let mut guards: Vec<Option<_>> = Vec::new();
+        guards.resize_with(n, || None);
         let mut at = [(0usize, 0u64); 32];
+        // All locks first: a locked instruction between two prefetches
+        // would order them.
         for (k, slot) in keys.iter().zip(at.iter_mut()) {
             let s = shard_of(k.as_ref(), n);
-            let h = guards[s].keys.hash_key(k.as_ref());
-            guards[s].keys.prefetch(h);
-            *slot = (s, h);
+            if guards[s].is_none() {
+                match inner.shards[s].index.try_read() {
+                    Some(g) => guards[s] = Some(g),
+                    None => return,
+                }
+            }
+            slot.0 = s;
+        }
+        let guard = |s: usize| guards[s].as_ref().expect("locked above");
+        for (k, slot) in keys.iter().zip(at.iter_mut()) {
+            let idx = guard(slot.0);
+            slot.1 = idx.keys.hash_key(k.as_ref());
+            idx.keys.prefetch(slot.1);
         }
         for &(s, h) in &at[..keys.len()] {
-            guards[s].keys.prefetch_entry(h);
+            guard(s).keys.prefetch_entry(h);
         }
         if !records {
             return;
         }
         for (k, &(s, _)) in keys.iter().zip(at.iter()) {
-            let idx = &guards[s];
+            let idx = guard(s);
             if let Some(e) = idx.keys.get(k.as_ref()) {
                 if e.loc.file != MAP_FILE {
                     if let Some(map) = idx
@@ -1544,20 +1568,41 @@ impl Db {
 
     /// Where the value of `key` is: its file, location and expiry.
     pub(crate) fn locate_value(&self, key: &[u8]) -> Result<Option<Found>> {
+        Ok(match self.locate_value_or_copy(key, None)? {
+            Located2::At(found) => Some(found),
+            Located2::Absent | Located2::Copied => None,
+        })
+    }
+
+    /// [`Db::locate_value`] that, given `small`, copies a value of a
+    /// record of at most [`COPY_UNDER_LOCK`] bytes that is to be read in
+    /// place under the residency mode given (always under `InPlace`, when
+    /// its pages look resident under `Check`) into it while the index is
+    /// still read-locked, and answers [`Located2::Copied`] (never without
+    /// `small`). No file handle is cloned then: an `Arc`'s count
+    /// taken and dropped per read is a locked instruction on a line every
+    /// worker's reads of that file share (measured: a fifth of a hot key's
+    /// GET). Only a copy of a few KiB holds the lock, never a disk read
+    /// that residency could foresee, and `f`s run after it is released.
+    pub(crate) fn locate_value_or_copy(
+        &self,
+        key: &[u8],
+        small: Option<(&mut Vec<u8>, crate::cold::Residency)>,
+    ) -> Result<Located2> {
         let inner = &*self.inner;
         let shard = inner.shard(key);
         let idx = shard.index.read();
         let Some(e) = idx.keys.get(key) else {
-            return Ok(None);
+            return Ok(Located2::Absent);
         };
         let expires_at = if e.has_ttl { idx.expiry_of(key) } else { None };
         if expires_at.is_some_and(|t| t <= inner.now()) {
-            return Ok(None);
+            return Ok(Located2::Absent);
         }
         if e.loc.file == MAP_FILE {
             return match idx.maps.get(key) {
                 Some(m) if m.tag == SEGMENTED_TAG => {
-                    Ok(Some(Found::Segments { version: m.version }))
+                    Ok(Located2::At(Found::Segments { version: m.version }))
                 }
                 _ => Err(Error::WrongKind {
                     expected: "value",
@@ -1569,7 +1614,32 @@ impl Db {
             .files
             .get(&e.loc.file)
             .expect("index points at a missing file");
-        Ok(Some(Found::Record((f.handle.clone(), e.loc, expires_at))))
+        if let Some((out, mode)) = small {
+            let here = match mode {
+                crate::cold::Residency::InPlace => true,
+                crate::cold::Residency::Check => crate::cold::record_resident(&f.handle, e.loc),
+                crate::cold::Residency::AllCold => false,
+            };
+            if e.loc.len <= COPY_UNDER_LOCK && here {
+                // SAFETY: `e.loc` is this shard's index entry for `key`, in
+                // `f`, read under the lock still held.
+                unsafe {
+                    inner.read_with_checked(shard, &f.handle, e.loc, false, true, |rec| {
+                        if rec.key() != key {
+                            return Err("record holds another key than the index says");
+                        }
+                        out.extend_from_slice(&rec.value_ref()?);
+                        Ok(())
+                    })
+                }?;
+                return Ok(Located2::Copied);
+            }
+        }
+        Ok(Located2::At(Found::Record((
+            f.handle.clone(),
+            e.loc,
+            expires_at,
+        ))))
     }
 
     /// Reads the value record of `key` at `loc` and hands its value to `f`.
