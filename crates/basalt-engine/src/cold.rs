@@ -649,6 +649,16 @@ thread_local! {
     static SMALL: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// [`SMALL`]'s buffer while a lookup has it out: back when dropped.
+struct SmallBuf(Vec<u8>);
+
+impl Drop for SmallBuf {
+    fn drop(&mut self) {
+        let v = std::mem::take(&mut self.0);
+        SMALL.with(|b| *b.borrow_mut() = v);
+    }
+}
+
 impl Db {
     /// Sets when [`Db::get_or_cold`] checks residency. Takes effect for the
     /// next lookup on any thread.
@@ -908,24 +918,23 @@ impl Db {
     /// Like [`Db::get_with`], but a value whose record is not in memory is
     /// not read here: it comes back as [`Lookup::Cold`] for the caller to
     /// read where waiting is harmless. Under [`Residency::InPlace`] (the
-    /// default) nothing is checked and this is `get_with`. A segmented value
+    /// default) nothing is checked and it answers what `get_with` would. A
+    /// small value read in place is copied while the index is read-locked
+    /// (`Db::locate_value_or_copy`) and `f` sees the copy. A segmented value
     /// is assembled here (its segments are small records read in place); a
     /// file without a map is cold (its read is a `pread`).
     pub fn get_or_cold<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Result<Lookup<R>> {
         let mode = self.residency();
         // A small value to be read in place is copied under the index's
         // lock (no file handle cloned), into this thread's buffer, taken
-        // out while `f` runs (which may read again).
-        let mut small = SMALL.with(|b| std::mem::take(&mut *b.borrow_mut()));
+        // out while `f` runs (which may read again) and put back on the
+        // way out, whichever it is.
+        let mut small = SmallBuf(SMALL.with(|b| std::mem::take(&mut *b.borrow_mut())));
         let (file, loc, _) = loop {
-            small.clear();
-            match self.locate_value_or_copy(key, Some((&mut small, mode)))? {
+            small.0.clear();
+            match self.locate_value_or_copy(key, Some((&mut small.0, mode)))? {
                 Located2::Absent => return Ok(Lookup::Absent),
-                Located2::Copied => {
-                    let r = f(&small);
-                    SMALL.with(|b| *b.borrow_mut() = small);
-                    return Ok(Lookup::Here(r));
-                }
+                Located2::Copied => return Ok(Lookup::Here(f(&small.0))),
                 Located2::At(Found::Record(r)) => break r,
                 // Assembled in place, as `get_with` does.
                 Located2::At(Found::Segments { .. }) if mode == Residency::InPlace => {

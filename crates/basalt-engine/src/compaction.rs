@@ -21,7 +21,7 @@ use crate::format::{
 };
 use crate::keydir::Loc;
 use crate::options::SyncPolicy;
-use crate::recovery::{scan_records, scan_records_with, ScanEnd};
+use crate::recovery::{scan_records, scan_records_hooked, ScanEnd};
 use crate::vfs::VFile;
 use crate::{Error, Result};
 
@@ -490,6 +490,10 @@ impl Compactor<'_> {
 
 /// Bytes compaction reads between two looks at its rate limit.
 const THROTTLE_STEP: u64 = 256 << 10;
+/// Dead records whose liveness one read lock of the index checks.
+const HOLD_RECORDS: u32 = 64;
+/// Records between two offers of that lock to a parked writer.
+const BUMP_EVERY: u32 = 8;
 /// The shortest sleep the rate limit takes (shorter leads are let run).
 const THROTTLE_MIN_SLEEP: Duration = Duration::from_millis(2);
 /// The longest: the allowance grows with writes, so it is looked at again.
@@ -616,12 +620,24 @@ pub(crate) fn compact_files(
     if force_output {
         c.output(0)?;
     }
+    // The index read lock that liveness checks hold across consecutive
+    // dead records (`HOLD_RECORDS` at most, yielding to a parked writer
+    // every `BUMP_EVERY`): taken per record, its lock and unlock were most
+    // of the compaction thread's time under a stream of small overwrites,
+    // on a line the shard's writer takes for every write. Released before
+    // a live record is copied (its base read, the output written, the
+    // index write-locked), before a throttle sleep and before the scan
+    // reads the file.
+    let held: std::cell::RefCell<Option<parking_lot::RwLockReadGuard<'_, crate::db::Index>>> =
+        std::cell::RefCell::new(None);
+    let release = || *held.borrow_mut() = None;
+    let mut held_for = 0u32;
     for (fid, handle, len) in &inputs {
         let fid = *fid;
         let path = shard.data_path(fid);
         // Read once: its pages leave the page cache as the scan passes
         // them, so compaction does not push out what clients read.
-        let end = scan_records_with(&**handle, *len, &path, true, |off, h, bytes| {
+        let end = scan_records_hooked(&**handle, *len, &path, true, &release, |off, h, bytes| {
             read += bytes.len() as u64;
             // While writes are delayed compaction is the bottleneck: no
             // limit then.
@@ -638,6 +654,7 @@ pub(crate) fn compact_files(
                     let ahead =
                         Duration::from_secs_f64(over as f64 / rate as f64).min(THROTTLE_MAX_SLEEP);
                     if ahead >= THROTTLE_MIN_SLEEP {
+                        release();
                         std::thread::sleep(ahead);
                     }
                 }
@@ -653,8 +670,22 @@ pub(crate) fn compact_files(
                 // took effect, tombstone or not.
                 return Ok(());
             }
+            let mut guard = held.borrow_mut();
+            match guard.as_mut() {
+                Some(g) if held_for < HOLD_RECORDS => {
+                    if held_for.is_multiple_of(BUMP_EVERY) {
+                        parking_lot::RwLockReadGuard::bump(g);
+                    }
+                }
+                _ => {
+                    *guard = None;
+                    *guard = Some(shard.index.read());
+                    held_for = 0;
+                }
+            }
+            held_for += 1;
             let keep = {
-                let idx = shard.index.read();
+                let idx = guard.as_ref().expect("taken above");
                 match h.kind {
                     Kind::Put => idx.keys.get(key).is_some_and(|e| here(&e.loc)),
                     Kind::Field => idx
@@ -682,6 +713,8 @@ pub(crate) fn compact_files(
             if !keep {
                 return Ok(());
             }
+            *guard = None;
+            drop(guard);
             // A live patch is copied as the full record it stands for; its
             // base lies earlier in this same file (`segmented.rs`), which
             // is read here with `pread` (the scan has dropped its pages).
@@ -753,6 +786,7 @@ pub(crate) fn compact_files(
             }
             Ok(())
         })?;
+        release();
         if let ScanEnd::Bad { offset, reason } = end {
             return Err(Error::Corrupt {
                 path,

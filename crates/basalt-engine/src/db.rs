@@ -1582,8 +1582,12 @@ impl Db {
     /// `small`). No file handle is cloned then: an `Arc`'s count
     /// taken and dropped per read is a locked instruction on a line every
     /// worker's reads of that file share (measured: a fifth of a hot key's
-    /// GET). Only a copy of a few KiB holds the lock, never a disk read
-    /// that residency could foresee, and `f`s run after it is released.
+    /// GET). Only a copy of at most 4 KiB holds the lock: not a compressed
+    /// value (decompressed after the unlock), not a file without a map
+    /// (read with `pread`), not a record residency says is not in memory
+    /// (under `Check` the sampled look may miss a page that just left,
+    /// a fault under the lock then, as it would have been one on the
+    /// worker), and callers' closures run after it is released.
     pub(crate) fn locate_value_or_copy(
         &self,
         key: &[u8],
@@ -1614,24 +1618,35 @@ impl Db {
             .files
             .get(&e.loc.file)
             .expect("index points at a missing file");
-        if let Some((out, mode)) = small {
-            let here = match mode {
-                crate::cold::Residency::InPlace => true,
-                crate::cold::Residency::Check => crate::cold::record_resident(&f.handle, e.loc),
-                crate::cold::Residency::AllCold => false,
-            };
-            if e.loc.len <= COPY_UNDER_LOCK && here {
-                // SAFETY: `e.loc` is this shard's index entry for `key`, in
-                // `f`, read under the lock still held.
-                unsafe {
-                    inner.read_with_checked(shard, &f.handle, e.loc, false, true, |rec| {
-                        if rec.key() != key {
-                            return Err("record holds another key than the index says");
-                        }
-                        out.extend_from_slice(&rec.value_ref()?);
-                        Ok(())
-                    })
-                }?;
+        // Small, mapped (no `pread` under the lock), and to be read in
+        // place: resident, or not checked.
+        let copy = small.filter(|(_, mode)| {
+            e.loc.len <= COPY_UNDER_LOCK
+                && f.handle.map_ref().is_some()
+                && match mode {
+                    crate::cold::Residency::InPlace => true,
+                    crate::cold::Residency::Check => crate::cold::record_resident(&f.handle, e.loc),
+                    crate::cold::Residency::AllCold => false,
+                }
+        });
+        if let Some((out, _)) = copy {
+            // SAFETY: `e.loc` is this shard's index entry for `key`, in
+            // `f`, read under the lock still held.
+            let copied = unsafe {
+                inner.read_with_checked(shard, &f.handle, e.loc, false, true, |rec| {
+                    if rec.key() != key {
+                        return Err("record holds another key than the index says");
+                    }
+                    // A compressed value (small stored, maybe large whole)
+                    // is decompressed after the unlock.
+                    if rec.header.flags & crate::format::FLAG_LZ4 != 0 {
+                        return Ok(false);
+                    }
+                    out.extend_from_slice(&rec.value_ref()?);
+                    Ok(true)
+                })
+            }?;
+            if copied {
                 return Ok(Located2::Copied);
             }
         }

@@ -553,12 +553,14 @@ impl<'a> Patch<'a> {
         let mut covered = 0;
         let mut i = 0;
         while i < new.len() {
-            if i % 8 == 0 && i < 64 * 8 {
+            if i < 64 * 8 {
                 let rest = candidates >> (i / 8);
                 if rest & 1 == 0 {
-                    // Every word up to the next candidate (or the 64th).
+                    // The rest of this word and every word up to the next
+                    // candidate (or the 64th): `i` is unaligned after a run
+                    // that ended inside a word.
                     let skip = (rest.trailing_zeros() as usize).min(64 - i / 8);
-                    i += 8 * skip;
+                    i = (i / 8 + skip) * 8;
                     continue;
                 }
             }

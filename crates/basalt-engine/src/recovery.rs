@@ -45,6 +45,9 @@ pub(crate) struct SeqReader<'a> {
     /// Drop each chunk's cached pages once the reader moves past it (a
     /// file read once: compaction's inputs).
     drop_behind: bool,
+    /// Called before each read of the file (a caller that holds a lock
+    /// between records releases it: no lock is held across I/O).
+    before_read: Option<&'a dyn Fn()>,
 }
 
 impl<'a> SeqReader<'a> {
@@ -55,6 +58,7 @@ impl<'a> SeqReader<'a> {
             start: 0,
             buf: Vec::new(),
             drop_behind: false,
+            before_read: None,
         }
     }
     /// Bytes `[off, off + n)`; the caller keeps `off + n <= len`.
@@ -65,6 +69,9 @@ impl<'a> SeqReader<'a> {
                 self.file.drop_cache(self.start, self.buf.len() as u64);
             }
             let want = (n.max(READ_CHUNK) as u64).min(self.len - off) as usize;
+            if let Some(f) = self.before_read {
+                f();
+            }
             self.buf.resize(want, 0);
             self.file.read_exact_at(&mut self.buf, off)?;
             self.start = off;
@@ -102,10 +109,24 @@ pub(crate) fn scan_records_with(
     len: u64,
     path: &Path,
     drop_behind: bool,
+    f: impl FnMut(u64, &RecordHeader, &[u8]) -> Result<()>,
+) -> Result<ScanEnd> {
+    scan_records_hooked(file, len, path, drop_behind, &|| {}, f)
+}
+
+/// [`scan_records_with`] that calls `before_read` before each read of the
+/// file.
+pub(crate) fn scan_records_hooked(
+    file: &dyn VFile,
+    len: u64,
+    path: &Path,
+    drop_behind: bool,
+    before_read: &dyn Fn(),
     mut f: impl FnMut(u64, &RecordHeader, &[u8]) -> Result<()>,
 ) -> Result<ScanEnd> {
     let mut r = SeqReader::new(file, len);
     r.drop_behind = drop_behind;
+    r.before_read = Some(before_read);
     let end = scan_with(&mut r, len, path, &mut f);
     if drop_behind {
         file.drop_cache(0, len);
