@@ -57,6 +57,71 @@ const FIRST_POW: u32 = 10;
 /// Slots per command row (BUCKETS rounded up to whole cache lines).
 const HIST_ROW: usize = 24;
 
+/// Distinct error codes [`ErrorStats`] counts one by one; replies with a
+/// code first seen after that count only in the total. Redis 7.0 keeps
+/// every code it meets, so a script returning `{err = <random>}` grows its
+/// table without bound; a bound keeps INFO and memory small.
+pub const ERROR_CODES_MAX: usize = 128;
+
+/// Error replies sent to clients, by code (INFO `errorstats`) and in all
+/// (`total_error_replies`), as Redis counts them: every error a command
+/// replied, whether at the top level, inside EXEC's reply or to a script's
+/// `redis.call`/`redis.pcall`, and every refusal (unknown command, wrong
+/// arity, NOAUTH, OOM, EXECABORT). Errors are rare on the hot path, so a
+/// lock guards the table.
+#[derive(Debug, Default)]
+pub struct ErrorStats {
+    total: AtomicU64,
+    codes: Mutex<std::collections::BTreeMap<Vec<u8>, u64>>,
+}
+
+/// The code of an error reply (`-WRONGTYPE Operation...` -> `WRONGTYPE`):
+/// what follows the `-` up to the first space within the first 32 bytes;
+/// `ERR` when there is none (Redis's rule).
+pub fn error_code(reply: &[u8]) -> &[u8] {
+    let Some(rest) = reply.strip_prefix(b"-") else {
+        return b"ERR";
+    };
+    match reply[..reply.len().min(32)].iter().position(|&b| b == b' ') {
+        Some(space) => &rest[..space - 1],
+        None => b"ERR",
+    }
+}
+
+impl ErrorStats {
+    /// Counts the error reply that starts `reply` (`-CODE text\r\n...`).
+    pub fn count(&self, reply: &[u8]) {
+        self.total.fetch_add(1, Ordering::Relaxed);
+        let code = error_code(reply);
+        let mut codes = self.codes.lock();
+        if let Some(n) = codes.get_mut(code) {
+            *n += 1;
+        } else if codes.len() < ERROR_CODES_MAX {
+            codes.insert(code.to_vec(), 1);
+        }
+    }
+
+    /// Error replies counted since the start or the last reset.
+    pub fn total(&self) -> u64 {
+        self.total.load(Ordering::Relaxed)
+    }
+
+    /// Each code and its count, in byte order (as Redis lists them).
+    pub fn codes(&self) -> Vec<(Vec<u8>, u64)> {
+        self.codes
+            .lock()
+            .iter()
+            .map(|(c, n)| (c.clone(), *n))
+            .collect()
+    }
+
+    /// Forgets every count (CONFIG RESETSTAT).
+    pub fn reset(&self) {
+        self.total.store(0, Ordering::Relaxed);
+        self.codes.lock().clear();
+    }
+}
+
 /// Per-command counters for the whole server, and the slow log and latency
 /// monitor they feed.
 #[derive(Debug)]
@@ -625,6 +690,39 @@ mod tests {
         st.reset();
         assert_eq!(st.totals(1), Totals::default());
         assert_eq!(st.histogram(1), [0; BUCKETS]);
+    }
+
+    #[test]
+    fn error_codes_are_the_first_word_or_err() {
+        assert_eq!(
+            error_code(b"-WRONGTYPE Operation against a key\r\n"),
+            b"WRONGTYPE"
+        );
+        assert_eq!(error_code(b"-ERR syntax error\r\n"), b"ERR");
+        assert_eq!(error_code(b"-nospace\r\n"), b"ERR");
+        // A space past the first 32 bytes is not looked for.
+        assert_eq!(
+            error_code(b"-ABCDEFGHIJKLMNOPQRSTUVWXYZABCDEFGHIJ x\r\n"),
+            b"ERR"
+        );
+        assert_eq!(
+            error_code(b"-ABCDEFGHIJKLMNOPQRSTUVWXYZABCD x\r\n"),
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZABCD"
+        );
+        let st = ErrorStats::default();
+        for i in 0..ERROR_CODES_MAX + 5 {
+            st.count(format!("-C{i} x\r\n").as_bytes());
+        }
+        st.count(b"-C0 again\r\n");
+        st.count(b"-C999 new\r\n");
+        assert_eq!(st.total(), ERROR_CODES_MAX as u64 + 7);
+        let codes = st.codes();
+        assert_eq!(codes.len(), ERROR_CODES_MAX);
+        assert_eq!(codes[0], (b"C0".to_vec(), 2));
+        assert_eq!(codes[1].0, b"C1".to_vec());
+        assert_eq!(codes[2].0, b"C10".to_vec(), "byte order, as Redis's");
+        st.reset();
+        assert_eq!((st.total(), st.codes().len()), (0, 0));
     }
 
     #[test]

@@ -520,7 +520,12 @@ async fn run(
                                 (cmd, after, 0)
                             }
                             Route::Refuse(line) => {
-                                Encoder::new(&mut out, conn.protocol).error(line.as_bytes());
+                                crate::commands::refuse(
+                                    shared,
+                                    &mut out,
+                                    conn.protocol,
+                                    line.as_bytes(),
+                                );
                                 (None, None, 0)
                             }
                             Route::Local => unreachable!("filtered above"),
@@ -597,9 +602,11 @@ async fn run(
                     break;
                 }
                 Err(e) => {
+                    let at = out.len();
                     out.extend_from_slice(b"-ERR ");
                     out.extend_from_slice(e.to_string().as_bytes());
                     out.extend_from_slice(b"\r\n");
+                    shared.errors.count(&out[at..]);
                     tracing::debug!(id = info.id, error = %e, "protocol error; closing");
                     close = true;
                     break;
@@ -781,8 +788,12 @@ async fn run(
                         }
                         Parked::Unblocked => {
                             shared.blocking.finish(info.id);
-                            Encoder::new(&mut out, conn.protocol)
-                                .error(b"UNBLOCKED client unblocked via CLIENT UNBLOCK");
+                            crate::commands::refuse(
+                                shared,
+                                &mut out,
+                                conn.protocol,
+                                b"UNBLOCKED client unblocked via CLIENT UNBLOCK",
+                            );
                         }
                         Parked::Closed => return Ok(Ended::Closed),
                     }

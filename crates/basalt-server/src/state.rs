@@ -383,6 +383,8 @@ pub struct Shared {
     pub absent_watches: Arc<crate::tx::AbsentWatches>,
     /// Per-command calls and time (INFO commandstats, /metrics).
     pub cmdstats: crate::cmdstats::CommandStats,
+    /// Error replies by code (INFO errorstats, `total_error_replies`).
+    pub errors: crate::cmdstats::ErrorStats,
     /// Password, protected mode, client and request limits (`crate::auth`).
     pub security: crate::auth::Security,
     /// The Lua interpreter, cached scripts and function libraries.
@@ -459,6 +461,7 @@ impl Shared {
             gate: Default::default(),
             absent_watches: Default::default(),
             cmdstats: crate::cmdstats::CommandStats::new(crate::commands::all().count()),
+            errors: Default::default(),
             scripts,
             repl: std::sync::OnceLock::new(),
             shutdown: watch::channel(false).0,

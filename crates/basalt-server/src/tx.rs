@@ -518,7 +518,10 @@ pub fn run(
         // Redis rejects a malformed EXEC by aborting the transaction (and
         // says so in the same words outside one).
         conn.tx.clear(&conn.info);
-        Encoder::new(out, conn.protocol).error(
+        commands::refuse(
+            shared,
+            out,
+            conn.protocol,
             b"EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command",
         );
         if let Some((_, idx)) = commands::lookup_indexed(b"exec") {
@@ -542,7 +545,12 @@ pub fn run(
     };
     if cmd.flags & flags::NO_MULTI != 0 {
         conn.tx.flag();
-        Encoder::new(out, conn.protocol).error(b"ERR Command not allowed inside a transaction");
+        commands::refuse(
+            shared,
+            out,
+            conn.protocol,
+            b"ERR Command not allowed inside a transaction",
+        );
         return (None, None, 0);
     }
     if shared.maxmemory.over() {
@@ -563,10 +571,10 @@ pub fn run(
                     "EXECABORT Transaction discarded because of: {}",
                     crate::maxmemory::OOM
                 );
-                Encoder::new(out, conn.protocol).error(line.as_bytes());
+                commands::refuse(shared, out, conn.protocol, line.as_bytes());
             } else {
                 conn.tx.flag();
-                Encoder::new(out, conn.protocol).error(crate::maxmemory::OOM.as_bytes());
+                commands::refuse(shared, out, conn.protocol, crate::maxmemory::OOM.as_bytes());
             }
             return (None, None, 0);
         }
@@ -624,7 +632,12 @@ fn busy(shared: &Shared, conn: &mut Conn, out: &mut Vec<u8>, args: Args<'_>) -> 
         return (found, after, 0);
     }
     conn.tx.flag();
-    Encoder::new(out, conn.protocol).error(shared.scripts.busy_reply().as_bytes());
+    commands::refuse(
+        shared,
+        out,
+        conn.protocol,
+        shared.scripts.busy_reply().as_bytes(),
+    );
     (None, None, 0)
 }
 
@@ -698,8 +711,12 @@ fn exec(shared: &Shared, conn: &mut Conn, out: &mut Vec<u8>, gate: &mut Entered<
     let absent = conn.tx.absent.take();
     conn.tx.clear(&conn.info);
     if queue.dirty {
-        Encoder::new(out, conn.protocol)
-            .error(b"EXECABORT Transaction discarded because of previous errors.");
+        commands::refuse(
+            shared,
+            out,
+            conn.protocol,
+            b"EXECABORT Transaction discarded because of previous errors.",
+        );
         return (me, None, 0);
     }
     gate.exclusive(|| {

@@ -1155,3 +1155,71 @@ fn info_stats_reports_instantaneous_rates_and_expired_keys_and_resetstat_clears_
     assert_eq!(stats_field(&mut r, "expired_keys"), "0");
     assert_eq!(stats_field(&mut r, "instantaneous_ops_per_sec"), "0");
 }
+
+/// INFO errorstats as (code, count) lines, in order.
+fn errorstats(r: &mut Raw) -> Vec<String> {
+    let info = text(r.cmd(&["INFO", "errorstats"]));
+    let mut lines = info.lines();
+    assert_eq!(lines.next(), Some("# Errorstats"), "{info}");
+    lines
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn errorstats_count_every_error_reply_by_code_as_redis_does() {
+    // The counts redis-server 7.0.15 gives for this sequence (compared side
+    // by side): refusals and handler errors, errors inside EXEC's reply,
+    // an EXECABORT, and a script's errors counted once whether a
+    // `redis.call` raised them, a `redis.pcall` returned them or the
+    // script made them.
+    let s = TestServer::start();
+    let mut r = s.raw();
+    assert!(errorstats(&mut r).is_empty());
+    assert_eq!(stats_field(&mut r, "total_error_replies"), "0");
+    for c in [
+        &["SET", "s", "1"][..],
+        &["LPUSH", "l", "a"],
+        &["NOSUCHCMD", "x"],
+        &["GET"],
+        &["LPOP", "s"],
+        &["INCR", "l"],
+        &["SET", "s", "1", "XX", "NX"],
+        &["EVALSHA", "0000000000000000000000000000000000000000", "0"],
+        &["EVAL", "return redis.call('incr','l')", "0"],
+        &["EVAL", "return redis.pcall('incr','l')", "0"],
+        &["EVAL", "redis.pcall('incr','l'); return 1", "0"],
+        &["EVAL", "return {err='MYERR custom'}", "0"],
+        &["EVAL", "return {err='nospace'}", "0"],
+        &["MULTI"],
+        &["INCR", "l"],
+        &["SET", "s", "2"],
+        &["EXEC"],
+        &["MULTI"],
+        &["GET"],
+        &["EXEC"],
+        &["CONFIG", "GET"],
+        &["SELECT", "99"],
+    ] {
+        r.cmd(c);
+    }
+    assert_eq!(
+        errorstats(&mut r),
+        [
+            "errorstat_ERR:count=7",
+            "errorstat_EXECABORT:count=1",
+            "errorstat_MYERR:count=1",
+            "errorstat_NOSCRIPT:count=1",
+            "errorstat_WRONGTYPE:count=6",
+        ]
+    );
+    assert_eq!(stats_field(&mut r, "total_error_replies"), "16");
+    // Default INFO has the section (after CPU, before Cluster).
+    let info = text(r.cmd(&["INFO"]));
+    let at = |h: &str| info.find(h).unwrap_or_else(|| panic!("no {h}"));
+    assert!(at("# CPU") < at("# Errorstats") && at("# Errorstats") < at("# Cluster"));
+    assert_eq!(r.cmd(&["CONFIG", "RESETSTAT"]), common::ok());
+    assert!(errorstats(&mut r).is_empty());
+    assert_eq!(stats_field(&mut r, "total_error_replies"), "0");
+}

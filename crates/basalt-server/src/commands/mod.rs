@@ -457,6 +457,9 @@ pub struct Ctx<'a> {
     pub after: Option<After>,
     /// The command being run.
     pub cmd: &'static CommandDef,
+    /// The error the command replied was already counted in INFO
+    /// errorstats (a script's error that a `redis.call` inside it replied).
+    pub error_counted: bool,
 }
 
 impl<'a> Ctx<'a> {
@@ -694,6 +697,15 @@ impl<'a> Ctx<'a> {
     }
 }
 
+/// Writes the error reply `line` and counts it (INFO errorstats): for
+/// error replies written outside a command's handler (refusals, EXEC's
+/// abort, a failed cold read), which [`execute_found`] does not see.
+pub fn refuse(shared: &Shared, out: &mut Vec<u8>, protocol: Protocol, line: &[u8]) {
+    let at = out.len();
+    Encoder::new(out, protocol).error(line);
+    shared.errors.count(&out[at..]);
+}
+
 /// Runs one command: lookup, arity check, handler, error reply.
 /// Returns the table entry if the handler ran (`None` for an unknown
 /// command or a wrong arity) and what the connection must do next.
@@ -705,7 +717,9 @@ pub fn execute(
 ) -> (Option<&'static CommandDef>, Option<After>) {
     let name = &args[0];
     let Some((cmd, idx)) = lookup_indexed(name) else {
+        let at = out.len();
         unknown_command(conn.protocol, out, args);
+        shared.errors.count(&out[at..]);
         return (None, None);
     };
     execute_found(shared, conn, out, args, cmd, idx)
@@ -722,8 +736,8 @@ pub fn execute_found(
 ) -> (Option<&'static CommandDef>, Option<After>) {
     if !cmd.arity_ok(args.len()) {
         shared.cmdstats.reject(idx);
-        let mut e = Encoder::new(out, conn.protocol);
-        e.error(Error::Arity(cmd.name.into()).message().as_bytes());
+        let e = Error::Arity(cmd.name.into());
+        refuse(shared, out, conn.protocol, e.message().as_bytes());
         return (None, None);
     }
     // A container's subcommand is looked up (and its arity checked) next,
@@ -734,12 +748,17 @@ pub fn execute_found(
             if let Some(row) = row {
                 shared.cmdstats.reject(row);
             }
-            Encoder::new(out, conn.protocol).error(e.message().as_bytes());
+            refuse(shared, out, conn.protocol, e.message().as_bytes());
             return (None, None);
         }
     };
     if !crate::auth::may_run(shared, &conn.info, cmd.flags) {
-        Encoder::new(out, conn.protocol).error(crate::auth::noauth_reply(cmd.name).as_bytes());
+        refuse(
+            shared,
+            out,
+            conn.protocol,
+            crate::auth::noauth_reply(cmd.name).as_bytes(),
+        );
         return (None, None);
     }
     // maxmemory (noeviction): refused before it runs. On a replicated
@@ -750,7 +769,7 @@ pub fn execute_found(
         && !crate::maxmemory::skipped()
     {
         shared.cmdstats.reject(row);
-        Encoder::new(out, conn.protocol).error(crate::maxmemory::OOM.as_bytes());
+        refuse(shared, out, conn.protocol, crate::maxmemory::OOM.as_bytes());
         return (None, None);
     }
     if conn.protocol == Protocol::Resp2
@@ -761,7 +780,7 @@ pub fn execute_found(
             "ERR Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
             pubsub::full_name(cmd.name, &args)
         );
-        Encoder::new(out, conn.protocol).error(line.as_bytes());
+        refuse(shared, out, conn.protocol, line.as_bytes());
         shared.cmdstats.reject(row);
         return (None, None);
     }
@@ -791,6 +810,7 @@ pub fn execute_found(
         now_ms,
         after: None,
         cmd,
+        error_counted: false,
     };
     if let Err(e) = (cmd.run)(&mut ctx, args) {
         if let Error::Engine(inner) = &e {
@@ -799,7 +819,7 @@ pub fn execute_found(
         let msg = e.message();
         Encoder::new(ctx.out, ctx.conn.protocol).error(msg.as_bytes());
     }
-    let after = ctx.after;
+    let (after, error_counted) = (ctx.after, ctx.error_counted);
     drop(script_scope);
     if cmd.flags & flags::READONLY != 0 {
         shared.pubsub.tracking.remember(&conn.info, cmd, &args);
@@ -808,6 +828,9 @@ pub fn execute_found(
     // Handlers may also write an error line themselves: the reply's first
     // byte says whether the call failed.
     let failed = out.get(reply_at) == Some(&b'-');
+    if failed && !error_counted {
+        shared.errors.count(&out[reply_at..]);
+    }
     // A command that blocks is counted once, by the run that serves it.
     if after != Some(After::Block) {
         let now = crate::state::now_ns();

@@ -1212,6 +1212,7 @@ const SECTIONS: &[&str] = &[
     "cpu",
     "keyspace",
     "commandstats",
+    "errorstats",
     "cluster",
 ];
 
@@ -1396,6 +1397,7 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             sh.security.rejected.load(Ordering::Relaxed)
         );
         kv!(out, "unexpected_error_replies", 0);
+        kv!(out, "total_error_replies", sh.errors.total());
         kv!(
             out,
             "basalt_rejected_commands",
@@ -1504,6 +1506,16 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
                 out,
                 "cmdstat_{name}:calls={},usec={usec},usec_per_call={per_call:.2},rejected_calls={},failed_calls={}\r\n",
                 t.calls, t.rejected, t.failed
+            );
+        }
+    }
+    if want("errorstats") {
+        head(&mut out, "Errorstats");
+        for (code, n) in sh.errors.codes() {
+            let _ = write!(
+                out,
+                "errorstat_{}:count={n}\r\n",
+                String::from_utf8_lossy(&code)
             );
         }
     }
@@ -1820,6 +1832,7 @@ fn config(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         }
         *st.instantaneous.lock() = Default::default();
         ctx.shared.cmdstats.reset();
+        ctx.shared.errors.reset();
         ctx.ok();
     } else if is(sub, "help") {
         help(

@@ -60,6 +60,9 @@ pub(crate) struct CallEnv<'a> {
     pub wrote: &'a std::sync::atomic::AtomicBool,
     /// Set by SCRIPT KILL / FUNCTION KILL.
     pub killed: &'a std::sync::atomic::AtomicBool,
+    /// The text (after the `-`) of the last error a command called by the
+    /// script replied, counted in INFO errorstats when it did.
+    pub last_call_error: Option<Vec<u8>>,
 }
 
 thread_local! {
@@ -1110,6 +1113,10 @@ fn run_command(
     });
     env.conn.tick = script_tick;
     env.conn.protocol = saved;
+    if let Some(text) = out.strip_prefix(b"-") {
+        let line = text.split(|&b| b == b'\r').next().unwrap_or(text);
+        env.last_call_error = Some(line.to_vec());
+    }
     if after == Some(After::Block) {
         // Scripts never block: a blocking command that would wait answers
         // as it does on timeout.
