@@ -18,7 +18,7 @@ subcommand row of a container (`config|set`: the row inside COMMAND INFO
 config, COMMAND INFO config|set, the `subcommands` map of COMMAND DOCS
 config and COMMAND DOCS config|set). It then compares COMMAND LIST (with
 `container|sub` names) and its FILTERBY forms, COMMAND COUNT, 63 GETKEYS
-cases, and INFO commandstats / LATENCY HISTOGRAM after the same commands
+cases, and INFO commandstats / errorstats / LATENCY HISTOGRAM after the same commands
 on both servers (subcommands counted as `config|get`), and lists the
 commands only one server has. Differences that are intended are listed in
 KNOWN and UNIMPLEMENTED_SUBCOMMANDS below (with the reason) and reported as
@@ -279,6 +279,19 @@ def stats_rows(conn):
     return rows
 
 
+def error_rows(conn):
+    """INFO errorstats as {code: count}, with total_error_replies as "total"."""
+    rows = {}
+    for line in conn.call("INFO", "errorstats").splitlines():
+        if line.startswith("errorstat_"):
+            code, count = line[len("errorstat_"):].split(":", 1)
+            rows[code] = count
+    for line in conn.call("INFO", "stats").splitlines():
+        if line.startswith("total_error_replies:"):
+            rows["total"] = line.split(":", 1)[1]
+    return rows
+
+
 def histogram_rows(conn, *names):
     return {k: as_map(v)["calls"] for k, v in as_map(conn.call("LATENCY", "HISTOGRAM", *names)).items()}
 
@@ -293,6 +306,9 @@ def stats_diff(redis, basalt):
     for name in sorted(set(r) | set(b)):
         if r.get(name) != b.get(name):
             out.append(("INFO commandstats", "cmdstat_" + name, "redis %s / basalt %s" % (r.get(name), b.get(name))))
+    r, b = error_rows(redis), error_rows(basalt)
+    if r != b:
+        out.append(("INFO errorstats", "rows", "redis %s / basalt %s" % (json.dumps(r), json.dumps(b))))
     for names in ([], ["config"], ["config|get", "nosuch", "client"], ["CONFIG|SET"]):
         r, b = histogram_rows(redis, *names), histogram_rows(basalt, *names)
         if r != b:
@@ -386,7 +402,7 @@ def diff(redis, basalt, verbose):
     print("subcommand rows compared: %d (each in its container's INFO and DOCS, and by full name)" % sub_count)
     print("COMMAND LIST names: redis %d, basalt %d; FILTERBY cases: %d" % (len(rl), len(bl), len(LIST_FILTERS)))
     print("COMMAND GETKEYS/GETKEYSANDFLAGS cases: %d" % len(GETKEYS_CASES))
-    print("INFO commandstats / LATENCY HISTOGRAM after %d commands" % len(STATS_CASES))
+    print("INFO commandstats / errorstats / LATENCY HISTOGRAM after %d commands" % len(STATS_CASES))
     print("only in basalt: %s" % " ".join(sorted(bn - rn)))
     only_redis = sorted(rn - bn)
     print("only in redis (%d): %s" % (len(only_redis), " ".join(only_redis)))
