@@ -866,6 +866,7 @@ class Runner:
         self.resp = 2
         self.ncmds = 0
         self.skip_lex = True
+        self.check_lookups = False
 
     def set_proto(self, p):
         if p == self.resp:
@@ -900,13 +901,30 @@ class Runner:
             scores = {rep[1][i][1] for i in range(1, len(rep[1]), 2)}
         return len(scores) > 1
 
+    def lookups(self, conn):
+        """(keyspace_hits, keyspace_misses) from INFO stats."""
+        info = conn.call("INFO", "stats")[1].decode()
+        f = dict(l.split(":", 1) for l in info.split("\r\n") if ":" in l)
+        return int(f["keyspace_hits"]), int(f["keyspace_misses"])
+
     def one(self, cmd):
         if self.skip_lex and self.lex_undefined(cmd):
             return ("+", b"SKIPPED"), ("+", b"SKIPPED"), True
         self.ncmds += 1
+        if self.check_lookups:
+            before = self.lookups(self.r), self.lookups(self.b)
         rr = self.r.call(*cmd)
         br = self.b.call(*cmd)
-        return rr, br, normalize(cmd, rr) == normalize(cmd, br)
+        ok = normalize(cmd, rr) == normalize(cmd, br)
+        if ok and self.check_lookups:
+            # The command's own keyspace hits and misses, as a reply.
+            after = self.lookups(self.r), self.lookups(self.b)
+            dr = tuple(a - b for a, b in zip(after[0], before[0]))
+            db = tuple(a - b for a, b in zip(after[1], before[1]))
+            if dr != db:
+                fmt_ = lambda d: ("+", b"lookups hits=%d misses=%d" % d)
+                return fmt_(dr), fmt_(db), False
+        return rr, br, ok
 
     def run_seq(self, seq, proto=2, check_state=True, cont=False):
         """Returns list of divergences [(index, cmd, rr, br)].  Without cont,
@@ -978,6 +996,8 @@ def main():
                     help="continue a sequence past divergences that cannot change state")
     ap.add_argument("--avoid-known", action="store_true",
                     help="drop generator inputs that trigger already-known differences")
+    ap.add_argument("--lookups", action="store_true",
+                    help="also compare each command's INFO keyspace_hits / keyspace_misses")
     args = ap.parse_args()
     if args.avoid_known:
         for pool, bad in ((SRANGE, ["", "("]), (SCORES, ["-0"]), (FLOATS, ["-0", "1e400"])):
@@ -990,6 +1010,7 @@ def main():
 
     run = Runner(args.redis, args.basalt)
     run.skip_lex = not args.keep_lex_mixed
+    run.check_lookups = args.lookups
     fams = args.families.split(",")
     kinds = {}
     nseq = 0
@@ -1012,6 +1033,7 @@ def main():
             run = Runner(args.redis, args.basalt)
             run.ncmds = n
             run.skip_lex = not args.keep_lex_mixed
+            run.check_lookups = args.lookups
             continue
         if not divs:
             continue

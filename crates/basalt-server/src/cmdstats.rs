@@ -57,6 +57,72 @@ const FIRST_POW: u32 = 10;
 /// Slots per command row (BUCKETS rounded up to whole cache lines).
 const HIST_ROW: usize = 24;
 
+/// Read lookups of keys that found the key and that did not (INFO
+/// `keyspace_hits` / `keyspace_misses`), counted where Redis's
+/// `lookupKeyRead` counts them: the commands' reads that also publish
+/// `keymiss` when the key is absent (`Ctx::keymiss`, `Ctx::keyhit`). A
+/// GET counts once, so each thread adds to its own stripe (a line of its
+/// own) and INFO sums them.
+pub struct Lookups {
+    stripes: Box<[LookupStripe]>,
+}
+
+#[derive(Default)]
+#[repr(align(128))]
+struct LookupStripe {
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+impl Default for Lookups {
+    fn default() -> Self {
+        Lookups {
+            stripes: (0..STRIPES).map(|_| LookupStripe::default()).collect(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Lookups {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (hits, misses) = self.totals();
+        f.debug_struct("Lookups")
+            .field("hits", &hits)
+            .field("misses", &misses)
+            .finish()
+    }
+}
+
+impl Lookups {
+    /// Counts one read lookup of a key that was found (`true`) or not.
+    #[inline]
+    pub fn count(&self, found: bool) {
+        let s = &self.stripes[my_stripe()];
+        if found {
+            s.hits.fetch_add(1, Ordering::Relaxed);
+        } else {
+            s.misses.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// (hits, misses) since the start or the last reset.
+    pub fn totals(&self) -> (u64, u64) {
+        self.stripes.iter().fold((0, 0), |(h, m), s| {
+            (
+                h + s.hits.load(Ordering::Relaxed),
+                m + s.misses.load(Ordering::Relaxed),
+            )
+        })
+    }
+
+    /// Forgets every count (CONFIG RESETSTAT).
+    pub fn reset(&self) {
+        for s in self.stripes.iter() {
+            s.hits.store(0, Ordering::Relaxed);
+            s.misses.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Distinct error codes [`ErrorStats`] counts one by one; replies with a
 /// code first seen after that count only in the total. Redis 7.0 keeps
 /// every code it meets, so a script returning `{err = <random>}` grows its

@@ -385,6 +385,9 @@ pub struct Shared {
     pub cmdstats: crate::cmdstats::CommandStats,
     /// Error replies by code (INFO errorstats, `total_error_replies`).
     pub errors: crate::cmdstats::ErrorStats,
+    /// Read lookups that found their key, and that did not (INFO
+    /// `keyspace_hits`, `keyspace_misses`).
+    pub lookups: crate::cmdstats::Lookups,
     /// Password, protected mode, client and request limits (`crate::auth`).
     pub security: crate::auth::Security,
     /// The Lua interpreter, cached scripts and function libraries.
@@ -462,6 +465,7 @@ impl Shared {
             absent_watches: Default::default(),
             cmdstats: crate::cmdstats::CommandStats::new(crate::commands::all().count()),
             errors: Default::default(),
+            lookups: Default::default(),
             scripts,
             repl: std::sync::OnceLock::new(),
             shutdown: watch::channel(false).0,

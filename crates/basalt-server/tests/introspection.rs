@@ -1223,3 +1223,48 @@ fn errorstats_count_every_error_reply_by_code_as_redis_does() {
     assert!(errorstats(&mut r).is_empty());
     assert_eq!(stats_field(&mut r, "total_error_replies"), "0");
 }
+
+#[test]
+fn keyspace_hits_and_misses_count_read_lookups_as_redis_does() {
+    // redis-server 7.0.15 gives 12 hits and 8 misses for this sequence:
+    // writes count nothing, a read of the wrong type is a hit, every key
+    // of a multi-key read counts (MGET, EXISTS, SINTER, BITOP's sources,
+    // PFCOUNT), and a script's call counts as the command would.
+    let s = TestServer::start();
+    let mut r = s.raw();
+    for c in [
+        &["SET", "s", "v"][..],
+        &["LPUSH", "l", "a"],
+        &["SADD", "st", "m"],
+        &["HSET", "h", "f", "v"],
+    ] {
+        r.cmd(c);
+    }
+    assert_eq!(stats_field(&mut r, "keyspace_hits"), "0");
+    assert_eq!(stats_field(&mut r, "keyspace_misses"), "0");
+    for c in [
+        &["GET", "s"][..],
+        &["GET", "nope"],
+        &["MGET", "s", "nope", "l"],
+        &["EXISTS", "s", "nope"],
+        &["TYPE", "l"],
+        &["GET", "l"],
+        &["HGET", "h", "f"],
+        &["HGET", "nope", "f"],
+        &["SINTER", "st", "nope"],
+        &["INCR", "cnt"],
+        &["SET", "s2", "x"],
+        &["BITOP", "OR", "dst", "s", "nope"],
+        &["PFCOUNT", "nope1", "nope2"],
+        &["LRANGE", "l", "0", "-1"],
+        &["TTL", "s"],
+        &["EVAL", "return redis.call('get','s')", "0"],
+    ] {
+        r.cmd(c);
+    }
+    assert_eq!(stats_field(&mut r, "keyspace_hits"), "12");
+    assert_eq!(stats_field(&mut r, "keyspace_misses"), "8");
+    assert_eq!(r.cmd(&["CONFIG", "RESETSTAT"]), common::ok());
+    assert_eq!(stats_field(&mut r, "keyspace_hits"), "0");
+    assert_eq!(stats_field(&mut r, "keyspace_misses"), "0");
+}

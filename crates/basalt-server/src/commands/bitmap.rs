@@ -62,9 +62,7 @@ fn byte_of(db: Option<&basalt_engine::Db>, key: &[u8], offset: u64) -> Result<Op
 fn getbit(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let offset = offset_arg(ctx, &args[2])?;
     let b = byte_of(ctx.slot().db(), &args[1], offset)?;
-    if b.is_none() {
-        ctx.keymiss(&args[1]);
-    }
+    ctx.looked_up(&args[1], b.is_some());
     ctx.int(((b.unwrap_or(0) >> (7 - (offset & 7))) & 1) as i64);
     Ok(())
 }
@@ -148,6 +146,7 @@ fn bitcount(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         ctx.int(0);
         return Ok(());
     };
+    ctx.keyhit();
     let len = v.len() as i64;
     let (first, last) = match args.len() {
         2 => {
@@ -193,6 +192,7 @@ fn bitpos(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         ctx.int(if bit == 1 { -1 } else { 0 });
         return Ok(());
     };
+    ctx.keyhit();
     let len = v.len() as i64;
     let mut end_given = false;
     let range = match args.len() {
@@ -283,7 +283,10 @@ fn bitop(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     );
     let mut values = Vec::with_capacity(sources.len());
     for k in sources {
-        values.push(db.get(k)?.unwrap_or_default());
+        // Each source is a read lookup (a hit even if of the wrong type).
+        let v = db.get(k);
+        ctx.looked_up(k, !matches!(v, Ok(None)));
+        values.push(v?.unwrap_or_default());
     }
     let longest = values.iter().map(|v| v.len()).max().unwrap_or(0);
     let byte = |v: &Vec<u8>, i: usize| v.get(i).copied().unwrap_or(0);
@@ -566,11 +569,9 @@ fn bitfield_generic(ctx: &mut Ctx<'_>, args: Args<'_>, read_only: bool) -> Resul
         .map(|f| f.offset + f.bits as u64 - 1)
         .max();
     let Some(highest) = highest else {
-        let v = read_string(ctx.slot().db(), key)?;
-        if v.is_none() {
-            ctx.keymiss(key);
-        }
-        let v = v.unwrap_or_default();
+        let v = read_string(ctx.slot().db(), key);
+        ctx.looked_up(key, !matches!(v, Ok(None)));
+        let v = v?.unwrap_or_default();
         ctx.array(fields.len());
         for f in &fields {
             ctx.int(read_field(&v, f));

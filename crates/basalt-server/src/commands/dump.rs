@@ -126,15 +126,13 @@ fn dump(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         None => None,
     };
     drop(slot);
+    ctx.looked_up(key, value.is_some());
     match value {
         Some(v) => {
             let payload = rdb::encode(&v);
             ctx.bulk(&payload);
         }
-        None => {
-            ctx.keymiss(key);
-            ctx.null();
-        }
+        None => ctx.null(),
     }
     Ok(())
 }
@@ -288,6 +286,7 @@ fn migrate(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                 ctx.keymiss(key);
                 continue;
             };
+            ctx.keyhit();
             let ttl = match expires_at {
                 None => 0,
                 Some(at) => {

@@ -209,11 +209,9 @@ fn pexpireat(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 /// -2 if the key does not exist, -1 if it has no expiry, else the expiry.
 fn ttl_generic(ctx: &mut Ctx<'_>, key: &[u8], ms: bool, absolute: bool) -> Result {
     let meta = ctx.slot().db().and_then(|db| db.meta(key));
+    ctx.looked_up(key, meta.is_some());
     let reply = match meta {
-        None => {
-            ctx.keymiss(key);
-            -2
-        }
+        None => -2,
         Some(m) => match m.expires_at {
             None => -1,
             Some(at) => {

@@ -1060,9 +1060,7 @@ fn search(ctx: &mut Ctx<'_>, args: Args<'_>, v: Variant) -> Result {
         Some(z) => z.load(src)?,
         None => None,
     };
-    if ix.is_none() {
-        ctx.keymiss(src);
-    }
+    ctx.looked_up(src, ix.is_some());
     let planned = plan(&args, v, ix.as_ref());
     // The source's index goes back before anything is stored: the
     // destination may be the source.

@@ -62,9 +62,7 @@ pub fn collection_len(db: Option<&Db>, key: &[u8], tag: u8) -> Result<Option<usi
 /// `lookupKeyRead`).
 pub fn read_len(ctx: &Ctx<'_>, db: Option<&Db>, key: &[u8], tag: u8) -> Result<Option<usize>> {
     let n = collection_len(db, key, tag)?;
-    if n.is_none() {
-        ctx.keymiss(key);
-    }
+    ctx.looked_up(key, n.is_some());
     Ok(n)
 }
 

@@ -266,8 +266,13 @@ fn pfcount(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         let slot = ctx.slot();
         let mut max = Box::new([0u8; REGISTERS]);
         for i in 1..args.len() {
-            let Some(db) = slot.db() else { break };
-            if let Some((v, _)) = read_sketch(db, &args[i])? {
+            let Some(db) = slot.db() else {
+                ctx.keymiss(&args[i]);
+                continue;
+            };
+            let sketch = read_sketch(db, &args[i]);
+            ctx.looked_up(&args[i], !matches!(sketch, Ok(None)));
+            if let Some((v, _)) = sketch? {
                 hll::merge_into(&mut max, &v).map_err(corrupt)?;
             }
         }
@@ -288,11 +293,9 @@ fn pfcount(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             },
         }
     };
+    ctx.looked_up(key, cached.is_some());
     let card = match cached {
-        None => {
-            ctx.keymiss(key);
-            0
-        }
+        None => 0,
         Some(Some(card)) => card,
         // A stale cache: count, and store the count in the header under
         // the key's lock (the value may have changed since the read).
@@ -328,7 +331,10 @@ fn pfmerge(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let mut any_dense = false;
     let mut target = None;
     for i in 1..args.len() {
-        if let Some((v, at)) = read_sketch(&db, &args[i])? {
+        // Every key, the target's too, is a read lookup (Redis).
+        let sketch = read_sketch(&db, &args[i]);
+        ctx.looked_up(&args[i], !matches!(sketch, Ok(None)));
+        if let Some((v, at)) = sketch? {
             any_dense |= hll::is_dense(&v);
             hll::merge_into(&mut max, &v).map_err(corrupt)?;
             if i == 1 {

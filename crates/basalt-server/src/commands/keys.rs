@@ -74,6 +74,7 @@ fn exists(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let mut count = 0;
     for key in args.iter().skip(1) {
         if db.is_some_and(|db| db.exists(key)) {
+            ctx.keyhit();
             count += 1;
         } else {
             ctx.keymiss(key);
@@ -85,9 +86,7 @@ fn exists(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 
 fn type_(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let t = super::type_of(ctx.slot().db(), &args[1]);
-    if t.is_none() {
-        ctx.keymiss(&args[1]);
-    }
+    ctx.looked_up(&args[1], t.is_some());
     let t = t.map_or("none", RedisType::name);
     ctx.simple(t.as_bytes());
     Ok(())
@@ -414,13 +413,12 @@ fn copy(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let copied = if from == to {
         let db = ctx.db_w()?;
         let _g = ks.lock_many([(from, src), (to, dst)]);
-        if !db.exists(src) {
-            ctx.keymiss(src);
-            false
-        } else if !replace && db.exists(dst) {
-            false
-        } else {
+        let found = db.exists(src);
+        ctx.looked_up(src, found);
+        if found && (replace || !db.exists(dst)) {
             copy_key(&db, src, &db, dst)?
+        } else {
+            false
         }
     } else {
         match two_slots(ctx, from, to)? {
@@ -431,13 +429,12 @@ fn copy(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             Some((a, b)) => {
                 let _g = ks.lock_many([(from, src), (to, dst)]);
                 let (a, b) = (a.db().expect("checked"), b.db().expect("checked"));
-                if !a.exists(src) {
-                    ctx.keymiss(src);
-                    false
-                } else if !replace && b.exists(dst) {
-                    false
-                } else {
+                let found = a.exists(src);
+                ctx.looked_up(src, found);
+                if found && (replace || !b.exists(dst)) {
                     copy_key(a, src, b, dst)?
+                } else {
+                    false
                 }
             }
         }

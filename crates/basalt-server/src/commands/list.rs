@@ -744,11 +744,10 @@ fn rpop(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 }
 
 fn llen(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
-    let n = match ctx.slot().db().and_then(|db| db.meta(&args[1])) {
-        None => {
-            ctx.keymiss(&args[1]);
-            0
-        }
+    let meta = ctx.slot().db().and_then(|db| db.meta(&args[1]));
+    ctx.looked_up(&args[1], meta.is_some());
+    let n = match meta {
+        None => 0,
         Some(m) => match m.kind {
             KeyKind::Map {
                 tag: TAG_LIST, len, ..
@@ -772,9 +771,7 @@ fn lrange(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     };
     let _g = ctx.lock(key);
     let l = List::load(db, slot.generation(), ctx.conn.db, key)?;
-    if !l.exists() {
-        ctx.keymiss(key);
-    }
+    ctx.looked_up(key, l.exists());
     let Some((a, b)) = norm_range(start, end, l.len) else {
         drop(slot);
         ctx.array(0);
@@ -822,6 +819,7 @@ fn lindex(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                 ctx.keymiss(key);
                 None
             } else {
+                ctx.keyhit();
                 let i = int_arg(&args[2])?;
                 let i = if i < 0 { i.saturating_add(l.len) } else { i };
                 if (0..l.len).contains(&i) {
@@ -1084,9 +1082,7 @@ fn lpos(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     if let Some(db) = slot.db() {
         let _g = ctx.lock(key);
         let l = List::load(db, slot.generation(), ctx.conn.db, key)?;
-        if !l.exists() {
-            ctx.keymiss(key);
-        }
+        ctx.looked_up(key, l.exists());
         let want = match count {
             Some(0) => i64::MAX,
             Some(c) => c,

@@ -460,6 +460,8 @@ pub struct Ctx<'a> {
     /// The error the command replied was already counted in INFO
     /// errorstats (a script's error that a `redis.call` inside it replied).
     pub error_counted: bool,
+    /// A read lookup was counted (INFO keyspace_hits / keyspace_misses).
+    pub looked: std::cell::Cell<bool>,
 }
 
 impl<'a> Ctx<'a> {
@@ -607,30 +609,53 @@ impl<'a> Ctx<'a> {
         self.notify_db(class, event, key, self.conn.db);
     }
 
-    /// Publishes `keymiss` for `key` (Redis does on a read lookup that
-    /// finds nothing), if `notify-keyspace-events` has `m`.
+    /// A read lookup of `key` that found nothing (Redis's `lookupKeyRead`
+    /// missing): counted in INFO `keyspace_misses`, and `keymiss`
+    /// published if `notify-keyspace-events` has `m`.
     #[inline]
     pub fn keymiss(&self, key: &[u8]) {
+        self.looked.set(true);
+        self.shared.lookups.count(false);
         self.notify(crate::notify::KEY_MISS, "keymiss", key);
     }
 
-    /// `keymiss` for every absent key of `keys`, in order, stopping at the
-    /// first key whose type `accept` refuses (where Redis stops with
-    /// WRONGTYPE): the lookups of a multi-key read (SINTER, ZUNION, ...).
+    /// A read lookup that found its key: counted in INFO `keyspace_hits`.
+    /// Called where [`Ctx::keymiss`] would be had the key been absent.
+    #[inline]
+    pub fn keyhit(&self) {
+        self.looked.set(true);
+        self.shared.lookups.count(true);
+    }
+
+    /// [`Ctx::keyhit`] or [`Ctx::keymiss`] for a read lookup of `key`.
+    #[inline]
+    pub fn looked_up(&self, key: &[u8], found: bool) {
+        if found {
+            self.keyhit();
+        } else {
+            self.keymiss(key);
+        }
+    }
+
+    /// The read lookups of a multi-key read (SINTER, ZUNION, ...): a hit
+    /// or a `keymiss` for every key of `keys`, in order, stopping after
+    /// the first key whose type `accept` refuses (where Redis stops with
+    /// WRONGTYPE, that lookup itself a hit).
     pub fn keymiss_each<'k>(
         &self,
         db: Option<&Db>,
         keys: impl IntoIterator<Item = &'k [u8]>,
         accept: impl Fn(RedisType) -> bool,
     ) {
-        if !self.shared.pubsub.notifies(crate::notify::KEY_MISS) {
-            return;
-        }
         for key in keys {
             match type_of(db, key) {
                 None => self.keymiss(key),
-                Some(t) if !accept(t) => return,
-                Some(_) => {}
+                Some(t) => {
+                    self.keyhit();
+                    if !accept(t) {
+                        return;
+                    }
+                }
             }
         }
     }
@@ -811,6 +836,7 @@ pub fn execute_found(
         after: None,
         cmd,
         error_counted: false,
+        looked: std::cell::Cell::new(false),
     };
     if let Err(e) = (cmd.run)(&mut ctx, args) {
         if let Error::Engine(inner) = &e {
@@ -820,6 +846,14 @@ pub fn execute_found(
         Encoder::new(ctx.out, ctx.conn.protocol).error(msg.as_bytes());
     }
     let (after, error_counted) = (ctx.after, ctx.error_counted);
+    // A read that stopped at WRONGTYPE (`?` past its count) had found its
+    // key: Redis counts the lookup as a hit before checking the type.
+    if !ctx.looked.get()
+        && reads_before_type_check(cmd)
+        && out[reply_at..].starts_with(b"-WRONGTYPE")
+    {
+        shared.lookups.count(true);
+    }
     drop(script_scope);
     if cmd.flags & flags::READONLY != 0 {
         shared.pubsub.tracking.remember(&conn.info, cmd, &args);
@@ -845,6 +879,36 @@ pub fn execute_found(
         }
     }
     (Some(cmd), after)
+}
+
+/// Whether `cmd` looks its key up for reading (Redis's `lookupKeyRead`)
+/// before its type check, so a WRONGTYPE reply means a keyspace hit: the
+/// read-only commands, and the writes that read their key first.
+fn reads_before_type_check(cmd: &CommandDef) -> bool {
+    cmd.flags & flags::READONLY != 0
+        || matches!(
+            cmd.name,
+            "getdel"
+                | "getex"
+                | "getset"
+                | "set"
+                | "sort"
+                | "sinterstore"
+                | "sunionstore"
+                | "sdiffstore"
+                | "zunionstore"
+                | "zinterstore"
+                | "zdiffstore"
+                | "zrangestore"
+                | "georadius"
+                | "georadiusbymember"
+                | "geosearchstore"
+                | "bitop"
+                | "pfmerge"
+                | "pfcount"
+                | "copy"
+                | "lcs"
+        )
 }
 
 /// Whether write command `name` with `argc` arguments may write more than

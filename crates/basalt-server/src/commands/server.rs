@@ -1448,6 +1448,9 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
         kv!(out, "basalt_write_stalled", stalled);
         kv!(out, "expired_keys", st.expired.load(Ordering::Relaxed));
         kv!(out, "evicted_keys", 0);
+        let (hits, misses) = sh.lookups.totals();
+        kv!(out, "keyspace_hits", hits);
+        kv!(out, "keyspace_misses", misses);
         kv!(out, "pubsub_channels", sh.pubsub.channel_count());
         kv!(out, "pubsub_patterns", sh.pubsub.pattern_count());
         kv!(out, "pubsubshard_channels", sh.pubsub.shard_channel_count());
@@ -1833,6 +1836,7 @@ fn config(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         *st.instantaneous.lock() = Default::default();
         ctx.shared.cmdstats.reset();
         ctx.shared.errors.reset();
+        ctx.shared.lookups.reset();
         ctx.ok();
     } else if is(sub, "help") {
         help(

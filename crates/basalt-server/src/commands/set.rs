@@ -175,6 +175,9 @@ fn spop(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     if let Some(db) = slot.db() {
         let _g = ctx.lock(key);
         if let Some(len) = set_len(Some(db), key)? {
+            if count.is_none() {
+                ctx.keyhit();
+            }
             let want = count.unwrap_or(1);
             if want >= len {
                 popped = db.field_names(key)?;

@@ -210,10 +210,8 @@ fn sort_generic(ctx: &mut Ctx<'_>, args: Args<'_>, readonly: bool) -> Result {
         None | Some(RedisType::List | RedisType::Set | RedisType::ZSet) => {}
         Some(_) => return Err(Error::WrongType),
     }
-    if kind.is_none() {
-        // Redis looks the key up for reading even with STORE.
-        ctx.keymiss(key);
-    }
+    // Redis looks the key up for reading even with STORE.
+    ctx.looked_up(key, kind.is_some());
     // A set has no order of its own to keep: stored, it is sorted as strings.
     if o.dontsort && kind == Some(RedisType::Set) && o.store.is_some() {
         o.dontsort = false;

@@ -980,9 +980,7 @@ fn xlen(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         None => None,
     };
     drop(slot);
-    if n.is_none() {
-        ctx.keymiss(key);
-    }
+    ctx.looked_up(key, n.is_some());
     ctx.int(n.unwrap_or(0) as i64);
     Ok(())
 }
@@ -1031,6 +1029,7 @@ fn range(ctx: &mut Ctx<'_>, args: Args<'_>, rev: bool) -> Result {
         ctx.array(0);
         return Ok(());
     };
+    ctx.keyhit();
     if count == Some(0) {
         // Redis answers COUNT 0 (or less) on an existing stream with a
         // null array.

@@ -66,8 +66,8 @@ fn get(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         Some(db) => reply_value(ctx, db, &args[1])?,
         None => false,
     };
+    ctx.looked_up(&args[1], found);
     if !found {
-        ctx.keymiss(&args[1]);
         ctx.null();
     }
     Ok(())
@@ -200,8 +200,8 @@ fn set_generic(
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
     let old = if o.get { Some(db.get(key)?) } else { None };
-    if matches!(old, Some(None)) {
-        ctx.keymiss(key);
+    if let Some(old) = &old {
+        ctx.looked_up(key, old.is_some());
     }
     // Only NX and XX need to know whether the key exists: a plain SET
     // skips the extra index probe.
@@ -274,9 +274,7 @@ fn getset(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
     let old = db.get(key)?;
-    if old.is_none() {
-        ctx.keymiss(key);
-    }
+    ctx.looked_up(key, old.is_some());
     db.put(key, &args[2])?;
     if old.is_none() {
         ctx.notify(NEW, "new", key);
@@ -296,9 +294,7 @@ fn getdel(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     };
     let _g = ctx.lock(key);
     let old = db.get(key)?;
-    if old.is_none() {
-        ctx.keymiss(key);
-    }
+    ctx.looked_up(key, old.is_some());
     if old.is_some() && db.delete(key)? {
         ctx.notify(GENERIC, "del", key);
     }
@@ -321,6 +317,7 @@ fn getex(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         ctx.null();
         return Ok(());
     };
+    ctx.keyhit();
     // As Redis: the time is checked only once the key is found to be a
     // string (a missing key answers nil whatever the time says).
     let at = match o.expire {
@@ -352,8 +349,11 @@ fn mget(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         // nil, as in Redis (and are found); a value that cannot be read
         // (a disk error, a damaged record) is an error in its place.
         match db.map(|db| reply_value(ctx, db, key)) {
-            Some(Ok(true)) => {}
-            Some(Err(Error::WrongType)) => ctx.null(),
+            Some(Ok(true)) => ctx.keyhit(),
+            Some(Err(Error::WrongType)) => {
+                ctx.keyhit();
+                ctx.null();
+            }
             Some(Err(e)) => {
                 let line = e.message().into_owned();
                 ctx.error_line(&line);
@@ -460,9 +460,7 @@ fn strlen(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         Some(db) => db.value_len(&args[1])?,
         None => None,
     };
-    if len.is_none() {
-        ctx.keymiss(&args[1]);
-    }
+    ctx.looked_up(&args[1], len.is_some());
     ctx.int(len.unwrap_or(0) as i64);
     Ok(())
 }
@@ -495,9 +493,7 @@ fn getrange(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         }
     };
     drop(slot);
-    if len < 0 {
-        ctx.keymiss(&args[1]);
-    }
+    ctx.looked_up(&args[1], len >= 0);
     let len = len.max(0);
     if start < 0 && end < 0 && start > end {
         ctx.bulk(b"");
@@ -535,13 +531,12 @@ fn lcs(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         Err(Error::WrongType) => Err(Error::err("The specified keys must contain string values")),
         other => other,
     };
-    let a = read(ctx, &args[1])?;
-    let b = read(ctx, &args[2])?;
+    // Both keys are looked up before either's type is checked (Redis).
+    let (a, b) = (read(ctx, &args[1]), read(ctx, &args[2]));
     for (key, v) in [(&args[1], &a), (&args[2], &b)] {
-        if v.is_none() {
-            ctx.keymiss(key);
-        }
+        ctx.looked_up(key, !matches!(v, Ok(None)));
     }
+    let (a, b) = (a?, b?);
     let (a, b) = (a.unwrap_or_default(), b.unwrap_or_default());
     let (mut len_only, mut idx, mut with_len, mut min_len) = (false, false, false, 0i64);
     let mut i = 3;

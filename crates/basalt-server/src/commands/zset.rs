@@ -575,9 +575,7 @@ pub(crate) fn read<R>(
     };
     let _g = ctx.lock(key);
     let ix = z.load(key)?;
-    if ix.is_none() {
-        ctx.keymiss(key);
-    }
+    ctx.looked_up(key, ix.is_some());
     let r = f(ix.as_ref());
     if let Some(ix) = ix {
         z.put_back(key, ix);
@@ -893,6 +891,7 @@ fn zrangestore(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let _g = ctx.shared.keyspace.lock_many([(n, dst), (n, src)]);
     let items = match z.load(src)? {
         Some(ix) => {
+            ctx.keyhit();
             let items = run_query(&ix, &q);
             z.put_back(src, ix);
             items
