@@ -126,8 +126,10 @@ impl Lookups {
 /// Distinct error codes [`ErrorStats`] counts one by one; replies with a
 /// code first seen after that count only in the total. Redis 7.0 keeps
 /// every code it meets, so a script returning `{err = <random>}` grows its
-/// table without bound; a bound keeps INFO and memory small.
-pub const ERROR_CODES_MAX: usize = 128;
+/// table without bound; a bound keeps INFO and memory small. The codes
+/// Basalt's own replies use are far fewer than this, so only invented
+/// codes can be left out.
+pub const ERROR_CODES_MAX: usize = 1024;
 
 /// Error replies sent to clients, by code (INFO `errorstats`) and in all
 /// (`total_error_replies`), as Redis counts them: every error a command

@@ -1268,3 +1268,48 @@ fn keyspace_hits_and_misses_count_read_lookups_as_redis_does() {
     assert_eq!(stats_field(&mut r, "keyspace_hits"), "0");
     assert_eq!(stats_field(&mut r, "keyspace_misses"), "0");
 }
+
+#[test]
+fn scripts_count_each_error_once_and_streams_and_object_count_their_lookups_as_redis_does() {
+    // Counts from redis-server 7.0.15 for each case alone (after CONFIG
+    // RESETSTAT): (total_error_replies, keyspace_hits, keyspace_misses).
+    let s = TestServer::start();
+    let mut r = s.raw();
+    let cases: &[(&[&str], (u64, u64, u64))] = &[
+        // Errors nested in a script's reply are error replies.
+        (&["EVAL", "return {1, redis.error_reply('X y'), {err='Z w'}}", "0"], (2, 0, 0)),
+        // A refused pcall counts even when the script swallows it.
+        (&["EVAL", "redis.pcall('nosuch'); return 1", "0"], (1, 0, 0)),
+        (&["EVAL", "redis.pcall('get'); return 1", "0"], (1, 0, 0)),
+        // A call's error passed on, even edited, is not counted again ...
+        (&["EVAL", "local e=redis.pcall('incr','l'); e.err='X '..e.err; return e", "0"], (1, 0, 0)),
+        (&["EVAL", "local e=redis.pcall('incr','l'); redis.pcall('incrby','s','x'); return e", "0"], (2, 0, 0)),
+        // ... but the same words made by the script are its own error.
+        (&["EVAL", "local r=redis.pcall('get','l'); return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')", "0"], (2, 1, 0)),
+        (&["EVAL_RO", "return redis.call('get','l')", "0"], (1, 1, 0)),
+        // XREAD looks each key up twice; SPOP is a write lookup; OBJECT
+        // counts without a keymiss.
+        (&["XREAD", "STREAMS", "x", "nx", "0", "0"], (0, 2, 2)),
+        (&["XINFO", "STREAM", "nx"], (1, 0, 1)),
+        (&["XPENDING", "x", "g"], (0, 1, 0)),
+        (&["SPOP", "S"], (0, 0, 0)),
+        (&["SPOP", "nx"], (0, 0, 0)),
+        (&["OBJECT", "ENCODING", "nx"], (0, 0, 1)),
+    ];
+    for (cmd, want) in cases {
+        r.cmd(&["FLUSHALL"]);
+        r.cmd(&["SET", "s", "v"]);
+        r.cmd(&["LPUSH", "l", "a"]);
+        r.cmd(&["SADD", "S", "a", "b"]);
+        r.cmd(&["XADD", "x", "1-1", "a", "b"]);
+        r.cmd(&["XGROUP", "CREATE", "x", "g", "0"]);
+        assert_eq!(r.cmd(&["CONFIG", "RESETSTAT"]), common::ok());
+        r.cmd(cmd);
+        let got = (
+            stats_field(&mut r, "total_error_replies").parse().unwrap(),
+            stats_field(&mut r, "keyspace_hits").parse().unwrap(),
+            stats_field(&mut r, "keyspace_misses").parse().unwrap(),
+        );
+        assert_eq!(got, *want, "{cmd:?}");
+    }
+}

@@ -578,7 +578,9 @@ fn object(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     sub_arity(full, 3, &args)?;
     let key = &args[2];
     let slot = ctx.slot();
-    let Some(db) = slot.db().filter(|db| db.exists(key)) else {
+    let found = slot.db().filter(|db| db.exists(key));
+    ctx.looked_up_quietly(found.is_some());
+    let Some(db) = found else {
         drop(slot);
         ctx.null();
         return Ok(());

@@ -627,6 +627,14 @@ impl<'a> Ctx<'a> {
         self.shared.lookups.count(true);
     }
 
+    /// A read lookup counted in keyspace hits or misses that publishes no
+    /// `keymiss` (Redis's `LOOKUP_NONOTIFY`: OBJECT).
+    #[inline]
+    pub fn looked_up_quietly(&self, found: bool) {
+        self.looked.set(true);
+        self.shared.lookups.count(found);
+    }
+
     /// [`Ctx::keyhit`] or [`Ctx::keymiss`] for a read lookup of `key`.
     #[inline]
     pub fn looked_up(&self, key: &[u8], found: bool) {
@@ -885,7 +893,9 @@ pub fn execute_found(
 /// before its type check, so a WRONGTYPE reply means a keyspace hit: the
 /// read-only commands, and the writes that read their key first.
 fn reads_before_type_check(cmd: &CommandDef) -> bool {
-    cmd.flags & flags::READONLY != 0
+    // A script's WRONGTYPE is its call's (counted there) or its own.
+    let script = matches!(cmd.name, "eval_ro" | "evalsha_ro" | "fcall_ro");
+    (cmd.flags & flags::READONLY != 0 && !script)
         || matches!(
             cmd.name,
             "getdel"

@@ -174,10 +174,9 @@ fn spop(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let mut popped = Vec::new();
     if let Some(db) = slot.db() {
         let _g = ctx.lock(key);
+        // A write lookup in Redis 7.0, with or without a count: no
+        // `keymiss`, no keyspace hit or miss (checked against 7.0.15).
         if let Some(len) = set_len(Some(db), key)? {
-            if count.is_none() {
-                ctx.keyhit();
-            }
             let want = count.unwrap_or(1);
             if want >= len {
                 popped = db.field_names(key)?;
@@ -194,13 +193,7 @@ fn spop(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                     ctx.notify(GENERIC, "del", key);
                 }
             }
-        } else if count.is_none() {
-            // Redis 7.0 reads the key for a bare SPOP (keymiss), and looks
-            // it up for writing (no event) with a count.
-            ctx.keymiss(key);
         }
-    } else if count.is_none() {
-        ctx.keymiss(key);
     }
     drop(slot);
     match count {

@@ -384,6 +384,19 @@ pub(super) struct Stream<'a> {
     pub(super) groups: super::stream_group::Groups,
 }
 
+/// [`Stream::open`] as a read lookup, as Redis's `lookupKeyRead`: a
+/// keyspace hit (a key of another type too) or a miss and `keymiss`.
+pub(super) fn open_read<'a>(
+    ctx: &Ctx<'_>,
+    db: &'a Db,
+    generation: u64,
+    key: &'a [u8],
+) -> Result<Option<Stream<'a>>> {
+    let s = Stream::open(db, generation, key);
+    ctx.looked_up(key, !matches!(s, Ok(None)));
+    s
+}
+
 impl<'a> Stream<'a> {
     /// The stream at `key`: `None` if absent, WRONGTYPE if another type.
     pub(super) fn open(db: &'a Db, generation: u64, key: &'a [u8]) -> Result<Option<Stream<'a>>> {
@@ -1312,13 +1325,16 @@ fn xread(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let mut streams: Vec<Option<Stream<'_>>> = Vec::with_capacity(n);
     for (k, key) in keys.iter().enumerate() {
         let s = match db {
-            Some(db) => match Stream::open(db, generation, key) {
+            Some(db) => match open_read(ctx, db, generation, key) {
                 Ok(s) => s,
                 // A re-run treats a key of another type as empty.
                 Err(Error::WrongType) if rerun => None,
                 Err(e) => return Err(e),
             },
-            None => None,
+            None => {
+                ctx.keymiss(key);
+                None
+            }
         };
         let arg = &args[ids_at + k];
         let id = match &memo {
@@ -1328,6 +1344,11 @@ fn xread(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         };
         after.push(id);
         streams.push(s);
+    }
+    // Redis 7.0 looks every key up again to serve it: a second keyspace
+    // hit or miss (and `keymiss`) per key.
+    for (key, s) in keys.iter().zip(&streams) {
+        ctx.looked_up(key, s.is_some() || db.is_some_and(|db| db.exists(key)));
     }
     let limit = if count == 0 { usize::MAX } else { count };
     let mut found: Vec<(usize, Vec<Id>)> = Vec::new();

@@ -593,7 +593,7 @@ fn xreadgroup(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let rerun = block.is_some() && ctx.shared.blocking.is_blocked(ctx.conn.info.id);
     let mut streams: Vec<Stream<'_>> = Vec::with_capacity(n);
     for key in &keys {
-        let s = match Stream::open(&db, generation, key) {
+        let s = match super::stream::open_read(ctx, &db, generation, key) {
             Ok(Some(s)) if s.groups.contains_key(gname) => s,
             Ok(other) => {
                 let gone = other.is_none();
@@ -630,6 +630,10 @@ fn xreadgroup(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             }
         };
         streams.push(s);
+    }
+    // Redis 7.0 looks every key up again to serve it: a second hit each.
+    for _ in &keys {
+        ctx.keyhit();
     }
     let limit = if count == 0 { usize::MAX } else { count };
     // What each stream answers: (index, ids, whether the entries are history).
@@ -782,7 +786,7 @@ fn xack(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     drop(slot);
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
-    let Some(mut s) = Stream::open(&db, generation, key)? else {
+    let Some(mut s) = super::stream::open_read(ctx, &db, generation, key)? else {
         drop(db);
         ctx.int(0);
         return Ok(());
@@ -840,7 +844,7 @@ fn xpending(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         ));
     };
     let _g = ctx.lock(key);
-    let s = Stream::open(db, slot.generation(), key)?;
+    let s = super::stream::open_read(ctx, db, slot.generation(), key)?;
     let Some(g) = s.as_ref().and_then(|s| s.groups.get(gname)) else {
         if let Some(s) = s {
             s.close();
@@ -997,7 +1001,7 @@ fn xinfo(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         return Err(Error::err("no such key"));
     };
     let _g = ctx.lock(key);
-    let Some(s) = Stream::open(db, slot.generation(), key)? else {
+    let Some(s) = super::stream::open_read(ctx, db, slot.generation(), key)? else {
         return Err(Error::err("no such key"));
     };
     let now = ctx.now_ms;
@@ -1276,7 +1280,7 @@ fn xclaim(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     drop(slot);
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
-    let Some(mut s) = Stream::open(&db, generation, key)? else {
+    let Some(mut s) = super::stream::open_read(ctx, &db, generation, key)? else {
         return Err(nokey_or_group(key, gname));
     };
     let Some(mut g) = s.groups.remove(gname) else {
@@ -1371,7 +1375,7 @@ fn xautoclaim(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     drop(slot);
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
-    let Some(mut s) = Stream::open(&db, generation, key)? else {
+    let Some(mut s) = super::stream::open_read(ctx, &db, generation, key)? else {
         return Err(nokey_or_group(key, gname));
     };
     let Some(mut g) = s.groups.remove(gname) else {

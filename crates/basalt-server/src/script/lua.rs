@@ -60,9 +60,6 @@ pub(crate) struct CallEnv<'a> {
     pub wrote: &'a std::sync::atomic::AtomicBool,
     /// Set by SCRIPT KILL / FUNCTION KILL.
     pub killed: &'a std::sync::atomic::AtomicBool,
-    /// The text (after the `-`) of the last error a command called by the
-    /// script replied, counted in INFO errorstats when it did.
-    pub last_call_error: Option<Vec<u8>>,
 }
 
 thread_local! {
@@ -99,8 +96,9 @@ fn error_table(lua: &Lua, msg: &[u8]) -> mlua::Result<Value> {
 pub(crate) enum Outcome {
     /// The script's return value, already converted to RESP in `out`.
     Replied,
-    /// The script raised an error: the reply line without `-`.
-    Failed(String),
+    /// The script raised an error: the reply line without `-`, and whether
+    /// INFO errorstats already counted it (a call's error passed on).
+    Failed(String, bool),
 }
 
 /// The interpreter: one Lua state with the sandbox installed.
@@ -436,7 +434,9 @@ impl Interp {
         let mut r: MultiValue = runner.call(call_args)?;
         match r.pop_front() {
             Some(Value::Boolean(true)) => Ok(Ok(r)),
-            _ => Ok(Err(describe_failure(r.pop_front().unwrap_or(Value::Nil)))),
+            _ => Ok(Err(describe_failure_line(
+                r.pop_front().unwrap_or(Value::Nil),
+            ))),
         }
     }
 
@@ -456,7 +456,7 @@ impl Interp {
     ) -> Outcome {
         let switched = self.set_mode(if as_args { MODE_FUNCTION } else { MODE_EVAL });
         if let Err(e) = switched {
-            return Outcome::Failed(format!("ERR {}", one_line(&e.to_string())));
+            return Outcome::Failed(format!("ERR {}", one_line(&e.to_string())), false);
         }
         ENV.with(|c| c.set((env as *mut CallEnv<'_>).cast::<CallEnv<'static>>()));
         LUA.with(|c| c.set(Some(&self.lua as *const Lua)));
@@ -478,12 +478,22 @@ impl Interp {
         let resp3 = env.resp3;
         match r {
             Ok((true, v)) => {
+                // Every error in the reply, nested ones too, is an error
+                // reply Redis counts, unless a call counted it already.
+                let mut errors = Vec::new();
+                uncounted_errors(&v, 0, &mut errors);
+                for line in errors {
+                    env.shared.errors.count(format!("-{line}\r\n").as_bytes());
+                }
                 let mut enc = Encoder::new(out, env.conn.protocol);
                 write_reply(&mut enc, &v, resp3, 0);
                 Outcome::Replied
             }
-            Ok((false, e)) => Outcome::Failed(describe_failure(e)),
-            Err(e) => Outcome::Failed(format!("ERR {}", one_line(&e.to_string()))),
+            Ok((false, e)) => {
+                let (line, counted) = describe_failure(e);
+                Outcome::Failed(line, counted)
+            }
+            Err(e) => Outcome::Failed(format!("ERR {}", one_line(&e.to_string())), false),
         }
     }
 
@@ -620,10 +630,68 @@ const MODE_FUNCTION: u8 = 2;
 /// The text of SCRIPT KILL's error in the killed script.
 const KILLED: &str = "ERR Script killed by user with SCRIPT KILL...";
 
+/// The field Redis sets on an error table a call or pcall returned, whose
+/// error INFO errorstats already counted.
+const COUNTED: &str = "ignore_error_stats_update";
+
+/// Whether error table `t` carries [`COUNTED`].
+fn counted_error(t: &Table) -> bool {
+    matches!(t.raw_get::<Value>(COUNTED), Ok(Value::Boolean(true)))
+}
+
+/// The error lines (without `-`) of the `{err=}` tables of a script's
+/// return value that INFO errorstats has not counted yet, as
+/// [`write_reply`] would write them (nested ones included).
+fn uncounted_errors(v: &Value, depth: usize, out: &mut Vec<String>) {
+    let Value::Table(t) = v else { return };
+    if depth >= MAX_DEPTH {
+        out.push("ERR reached lua stack limit".into());
+        return;
+    }
+    if let Ok(Value::String(e)) = t.raw_get::<Value>("err") {
+        if !counted_error(t) {
+            out.push(one_line(&e.to_string_lossy()));
+        }
+        return;
+    }
+    if let Ok(Value::String(_)) = t.raw_get::<Value>("ok") {
+        return;
+    }
+    for key in ["map", "set"] {
+        if let Ok(Value::Table(m)) = t.raw_get::<Value>(key) {
+            for (k, v) in m.pairs::<Value, Value>().filter_map(Result::ok) {
+                uncounted_errors(&k, depth + 1, out);
+                if key == "map" {
+                    uncounted_errors(&v, depth + 1, out);
+                }
+            }
+            return;
+        }
+    }
+    if t.raw_get::<Value>("double").is_ok_and(|v| !v.is_nil())
+        || t.raw_get::<Value>("big_number").is_ok_and(|v| !v.is_nil())
+        || t.raw_get::<Value>("verbatim_string")
+            .is_ok_and(|v| !v.is_nil())
+    {
+        return;
+    }
+    for i in 1.. {
+        match t.raw_get::<Value>(i) {
+            Ok(Value::Nil) | Err(_) => break,
+            Ok(v) => uncounted_errors(&v, depth + 1, out),
+        }
+    }
+}
+
 /// The reply line of a failed run from what the error handler returned:
 /// `{err, source, line}` becomes `<err> script: ..., on <source>:<line>.`
 /// (the caller fills in the script's name).
-fn describe_failure(v: Value) -> String {
+fn describe_failure(v: Value) -> (String, bool) {
+    let counted = matches!(&v, Value::Table(t) if counted_error(t));
+    (describe_failure_line(v), counted)
+}
+
+fn describe_failure_line(v: Value) -> String {
     match v {
         Value::Table(t) => {
             let err = t
@@ -680,6 +748,11 @@ fn error_handler(lua: &Lua, err: Value) -> mlua::Result<Table> {
     };
     let t = lua.create_table()?;
     t.raw_set("err", lua.create_string(&msg)?)?;
+    if let Value::Table(e) = &err {
+        if !killed && counted_error(e) {
+            t.raw_set(COUNTED, true)?;
+        }
+    }
     for level in 1..64 {
         let Some(found) = lua.inspect_stack(level, |d| {
             let src = d.source();
@@ -868,7 +941,7 @@ unsafe extern "C-unwind" fn redis_call<const RAISE: bool>(
                             None => {
                                 Pushed::Fail("ERR redis.call is only available while a script runs")
                             }
-                            Some(Err(msg)) => Pushed::Fail(msg),
+                            Some(Err(msg)) => Pushed::Refused(msg),
                             Some(Ok(resp3)) => classify(&out, resp3),
                         }
                     }
@@ -913,18 +986,28 @@ unsafe extern "C-unwind" fn redis_call<const RAISE: bool>(
                 push_error(state, msg.as_bytes());
                 true
             }
+            Pushed::Refused(msg) => {
+                // Refused before it ran: counted here, as Redis counts a
+                // script's rejected call (INFO errorstats).
+                with_env(|env| env.shared.errors.count(format!("-{msg}\r\n").as_bytes()));
+                push_error(state, msg.as_bytes());
+                true
+            }
             Pushed::Registry(failed) => {
                 ffi::lua_getfield(state, ffi::LUA_REGISTRYINDEX, REPLY_KEY.as_ptr());
                 failed
             }
         };
-        if failed && RAISE {
-            // Redis marks what redis.call raises: the command already
-            // counted the error.
-            if ffi::lua_type(state, -1) == ffi::LUA_TTABLE {
-                ffi::lua_pushboolean(state, 1);
-                ffi::lua_setfield(state, -2, c"ignore_error_stats_update".as_ptr());
-            }
+        // Redis marks the error a call or pcall hands the script when the
+        // command (or its refusal) already counted it: passed on as the
+        // script's reply, it is not counted again.
+        let counted = matches!(
+            what,
+            Pushed::Error(..) | Pushed::Refused(_) | Pushed::Registry(true)
+        );
+        if failed && counted && ffi::lua_type(state, -1) == ffi::LUA_TTABLE {
+            ffi::lua_pushboolean(state, 1);
+            ffi::lua_setfield(state, -2, c"ignore_error_stats_update".as_ptr());
         }
         SCRATCH.with(|cell| {
             if let Ok(mut scratch) = cell.try_borrow_mut() {
@@ -951,6 +1034,9 @@ enum Pushed {
     Error(usize, usize),
     /// An error of the call itself (not the command's reply).
     Fail(&'static str),
+    /// The call refused before the command ran (unknown, not allowed in
+    /// scripts, a write in a read-only script, wrong arity, OOM).
+    Refused(&'static str),
     /// A reply built with mlua, left in the registry (whether it is an error).
     Registry(bool),
 }
@@ -1113,10 +1199,6 @@ fn run_command(
     });
     env.conn.tick = script_tick;
     env.conn.protocol = saved;
-    if let Some(text) = out.strip_prefix(b"-") {
-        let line = text.split(|&b| b == b'\r').next().unwrap_or(text);
-        env.last_call_error = Some(line.to_vec());
-    }
     if after == Some(After::Block) {
         // Scripts never block: a blocking command that would wait answers
         // as it does on timeout.

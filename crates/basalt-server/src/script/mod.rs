@@ -785,8 +785,7 @@ fn run(
     ctx.shared.gate.busy().start(ctx.conn.tick);
     let (db, clock) = (ctx.conn.db, ctx.conn.batch_clock);
     ctx.conn.batch_clock = ctx.now_ms;
-    let reply_at = ctx.out.len();
-    let (outcome, call_error) = {
+    let outcome = {
         let _batch = ctx.shared.keyspace.batch();
         let mut env = CallEnv {
             shared: ctx.shared,
@@ -796,19 +795,18 @@ fn run(
             resp3: false,
             wrote: &scripts.running.wrote,
             killed: &scripts.running.killed,
-            last_call_error: None,
         };
         let mut out = std::mem::take(ctx.out);
         let o = engine
             .interp
             .run(&mut env, f, args, nkeys, function, &mut out);
         *ctx.out = out;
-        (o, env.last_call_error)
+        o
     };
-    // An error the script passes on from a `redis.call` (raised) or a
-    // `redis.pcall` (returned) was counted in INFO errorstats when that
-    // command replied it; Redis does not count it again as the script's.
-    let passed_on = |err: &[u8]| call_error.as_deref() == Some(err);
+    // INFO errorstats: the run counted its reply's errors (and its calls
+    // theirs); a raised error is counted here unless it is a call's,
+    // passed on (Redis marks those tables `ignore_error_stats_update`).
+    ctx.error_counted = true;
     ctx.conn.db = db;
     ctx.conn.batch_clock = clock;
     ctx.shared.gate.busy().stop();
@@ -816,24 +814,15 @@ fn run(
     if function {
         *scripts.running.function.lock() = None;
     }
-    if let Outcome::Failed(msg) = outcome {
+    if let Outcome::Failed(msg, counted) = outcome {
         let line = match msg.split_once('\u{0}') {
-            Some((err, at)) => {
-                ctx.error_counted = passed_on(err.as_bytes());
-                format!("{err} script: {name}, on {at}.")
-            }
-            None => {
-                ctx.error_counted = passed_on(msg.as_bytes());
-                msg
-            }
+            Some((err, at)) => format!("{err} script: {name}, on {at}."),
+            None => msg,
         };
-        ctx.error_line(&line);
-    } else if let Some(reply) = ctx.out.get(reply_at..) {
-        // A returned error table: the reply is that error's line.
-        if let Some(text) = reply.strip_prefix(b"-") {
-            let line = text.split(|&b| b == b'\r').next().unwrap_or(text);
-            ctx.error_counted = passed_on(line);
+        if !counted {
+            ctx.shared.errors.count(format!("-{line}\r\n").as_bytes());
         }
+        ctx.error_line(&line);
     }
 }
 
