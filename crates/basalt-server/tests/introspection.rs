@@ -1275,7 +1275,8 @@ fn scripts_count_each_error_once_and_streams_and_object_count_their_lookups_as_r
     // RESETSTAT): (total_error_replies, keyspace_hits, keyspace_misses).
     let s = TestServer::start();
     let mut r = s.raw();
-    let cases: &[(&[&str], (u64, u64, u64))] = &[
+    type Case<'a> = (&'a [&'a str], (u64, u64, u64));
+    let cases: &[Case<'_>] = &[
         // Errors nested in a script's reply are error replies.
         (&["EVAL", "return {1, redis.error_reply('X y'), {err='Z w'}}", "0"], (2, 0, 0)),
         // A refused pcall counts even when the script swallows it.
