@@ -1296,6 +1296,9 @@ fn scripts_count_each_error_once_and_streams_and_object_count_their_lookups_as_r
         (&["SPOP", "S"], (0, 0, 0)),
         (&["SPOP", "nx"], (0, 0, 0)),
         (&["OBJECT", "ENCODING", "nx"], (0, 0, 1)),
+        // SORT looks up its key, then each key its BY and GET patterns
+        // name (w_1 exists, w_2 and w_3 do not; o_* none).
+        (&["SORT", "nums", "BY", "w_*", "GET", "o_*"], (0, 2, 5)),
     ];
     for (cmd, want) in cases {
         r.cmd(&["FLUSHALL"]);
@@ -1304,6 +1307,8 @@ fn scripts_count_each_error_once_and_streams_and_object_count_their_lookups_as_r
         r.cmd(&["SADD", "S", "a", "b"]);
         r.cmd(&["XADD", "x", "1-1", "a", "b"]);
         r.cmd(&["XGROUP", "CREATE", "x", "g", "0"]);
+        r.cmd(&["RPUSH", "nums", "3", "1", "2"]);
+        r.cmd(&["SET", "w_1", "5"]);
         assert_eq!(r.cmd(&["CONFIG", "RESETSTAT"]), common::ok());
         r.cmd(cmd);
         let got = (

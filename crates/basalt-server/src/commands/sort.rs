@@ -132,8 +132,9 @@ fn star(pattern: &[u8]) -> Option<usize> {
 /// first `*` is replaced by the element, and a `->field` after it reads
 /// that field of a hash. `None` when the pattern has no `*`, the key is
 /// missing or of another type (a string is needed without `->`, a hash
-/// with it), or the field is missing.
-fn lookup(db: &Db, pattern: &[u8], elem: &[u8]) -> Result<Option<Vec<u8>>> {
+/// with it), or the field is missing. The key's lookup is a read lookup
+/// (a keyspace hit or miss, and `keymiss`), as in Redis.
+fn lookup(ctx: &Ctx<'_>, db: &Db, pattern: &[u8], elem: &[u8]) -> Result<Option<Vec<u8>>> {
     if pattern == b"#" {
         return Ok(Some(elem.to_vec()));
     }
@@ -154,7 +155,9 @@ fn lookup(db: &Db, pattern: &[u8], elem: &[u8]) -> Result<Option<Vec<u8>>> {
     key.extend_from_slice(&pattern[..p]);
     key.extend_from_slice(elem);
     key.extend_from_slice(suffix);
-    let Some(meta) = db.meta(&key) else {
+    let meta = db.meta(&key);
+    ctx.looked_up(&key, meta.is_some());
+    let Some(meta) = meta else {
         return Ok(None);
     };
     Ok(match (RedisType::of(&meta), field) {
@@ -280,7 +283,7 @@ fn sort_generic(ctx: &mut Ctx<'_>, args: Args<'_>, readonly: bool) -> Result {
         if let Some(db) = db {
             for it in &mut items {
                 let by = match o.by {
-                    Some(p) => match lookup(db, p, &it.elem)? {
+                    Some(p) => match lookup(ctx, db, p, &it.elem)? {
                         Some(v) => v,
                         None => continue,
                     },
@@ -346,7 +349,7 @@ fn sort_generic(ctx: &mut Ctx<'_>, args: Args<'_>, readonly: bool) -> Result {
         }
         for g in &o.gets {
             out.push(match db {
-                Some(db) => lookup(db, g, &it.elem)?,
+                Some(db) => lookup(ctx, db, g, &it.elem)?,
                 None => None,
             });
         }
