@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 use crate::vfs::DirectBuf;
 
-use crate::db::{DataFile, Found, Located2};
+use crate::db::{DataFile, Found, ValueAt};
 use crate::format::Record;
 use crate::keydir::Loc;
 use crate::{Db, Error, Result, Versioned};
@@ -933,16 +933,16 @@ impl Db {
         let (file, loc, _) = loop {
             small.0.clear();
             match self.locate_value_or_copy(key, Some((&mut small.0, mode)))? {
-                Located2::Absent => return Ok(Lookup::Absent),
-                Located2::Copied => return Ok(Lookup::Here(f(&small.0))),
-                Located2::At(Found::Record(r)) => break r,
+                ValueAt::Absent => return Ok(Lookup::Absent),
+                ValueAt::Copied => return Ok(Lookup::Here(f(&small.0))),
+                ValueAt::At(Found::Record(r)) => break r,
                 // Assembled in place, as `get_with` does.
-                Located2::At(Found::Segments { .. }) if mode == Residency::InPlace => {
+                ValueAt::At(Found::Segments { .. }) if mode == Residency::InPlace => {
                     if let Some((v, _)) = self.assemble(key)? {
                         return Ok(Lookup::Here(f(&v)));
                     }
                 }
-                Located2::At(Found::Segments { .. }) => match self.segments_or_cold(key, mode)? {
+                ValueAt::At(Found::Segments { .. }) => match self.segments_or_cold(key, mode)? {
                     Some(Ok(v)) => return Ok(Lookup::Here(f(&v))),
                     Some(Err(cold)) => return Ok(Lookup::ColdValue(cold)),
                     None => {}

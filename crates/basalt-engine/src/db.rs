@@ -48,7 +48,7 @@ pub(crate) enum Found {
 }
 
 /// What [`Db::locate_value_or_copy`] found.
-pub(crate) enum Located2 {
+pub(crate) enum ValueAt {
     Absent,
     /// Where the value is.
     At(Found),
@@ -1569,8 +1569,8 @@ impl Db {
     /// Where the value of `key` is: its file, location and expiry.
     pub(crate) fn locate_value(&self, key: &[u8]) -> Result<Option<Found>> {
         Ok(match self.locate_value_or_copy(key, None)? {
-            Located2::At(found) => Some(found),
-            Located2::Absent | Located2::Copied => None,
+            ValueAt::At(found) => Some(found),
+            ValueAt::Absent | ValueAt::Copied => None,
         })
     }
 
@@ -1578,7 +1578,7 @@ impl Db {
     /// record of at most [`COPY_UNDER_LOCK`] bytes that is to be read in
     /// place under the residency mode given (always under `InPlace`, when
     /// its pages look resident under `Check`) into it while the index is
-    /// still read-locked, and answers [`Located2::Copied`] (never without
+    /// still read-locked, and answers [`ValueAt::Copied`] (never without
     /// `small`). No file handle is cloned then: an `Arc`'s count
     /// taken and dropped per read is a locked instruction on a line every
     /// worker's reads of that file share (measured: a fifth of a hot key's
@@ -1592,21 +1592,21 @@ impl Db {
         &self,
         key: &[u8],
         small: Option<(&mut Vec<u8>, crate::cold::Residency)>,
-    ) -> Result<Located2> {
+    ) -> Result<ValueAt> {
         let inner = &*self.inner;
         let shard = inner.shard(key);
         let idx = shard.index.read();
         let Some(e) = idx.keys.get(key) else {
-            return Ok(Located2::Absent);
+            return Ok(ValueAt::Absent);
         };
         let expires_at = if e.has_ttl { idx.expiry_of(key) } else { None };
         if expires_at.is_some_and(|t| t <= inner.now()) {
-            return Ok(Located2::Absent);
+            return Ok(ValueAt::Absent);
         }
         if e.loc.file == MAP_FILE {
             return match idx.maps.get(key) {
                 Some(m) if m.tag == SEGMENTED_TAG => {
-                    Ok(Located2::At(Found::Segments { version: m.version }))
+                    Ok(ValueAt::At(Found::Segments { version: m.version }))
                 }
                 _ => Err(Error::WrongKind {
                     expected: "value",
@@ -1647,10 +1647,10 @@ impl Db {
                 })
             }?;
             if copied {
-                return Ok(Located2::Copied);
+                return Ok(ValueAt::Copied);
             }
         }
-        Ok(Located2::At(Found::Record((
+        Ok(ValueAt::At(Found::Record((
             f.handle.clone(),
             e.loc,
             expires_at,

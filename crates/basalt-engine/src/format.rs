@@ -540,16 +540,6 @@ impl<'a> Patch<'a> {
         // mostly equal to its base; a byte loop was a fifth of a SETBIT's
         // CPU), and words known equal without reading them.
         let word = |s: &[u8], i: usize| u64::from_ne_bytes(s[i..i + 8].try_into().unwrap());
-        let words = |from: usize, to: usize| -> u64 {
-            // Bits of the words `from / 8 ..= (to - 1) / 8` below 64.
-            let (a, b) = (from / 8, (to - 1) / 8 + 1);
-            let ones = |n: usize| if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
-            if a >= 64 {
-                0
-            } else {
-                ones(b) & !ones(a)
-            }
-        };
         let mut covered = 0;
         let mut i = 0;
         while i < new.len() {
@@ -585,10 +575,23 @@ impl<'a> Patch<'a> {
             out.extend_from_slice(&(start as u16).to_le_bytes());
             out.extend_from_slice(&((end - start) as u16).to_le_bytes());
             out.extend_from_slice(&new[start..end]);
-            covered |= words(start, end);
+            covered |= Patch::words(start, end - start);
             i = end;
         }
         covered
+    }
+
+    /// The bits of a [`Patch::encode_diff`] word mask for the bytes
+    /// `from .. from + len` (`len` > 0): words `from / 8 ..= (from + len -
+    /// 1) / 8`, those below the 64th.
+    pub fn words(from: usize, len: usize) -> u64 {
+        let (a, b) = (from / 8, (from + len - 1) / 8 + 1);
+        let ones = |n: usize| if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
+        if a >= 64 {
+            0
+        } else {
+            ones(b) & !ones(a)
+        }
     }
 
     /// Writes the runs over `base` (the base record's value): the patched

@@ -150,15 +150,6 @@ fn insert_bounded(c: &mut PatchedMap, at: (u64, u32), e: Patched) {
     c.insert(at, e);
 }
 
-/// The bits of [`Patched::dirty`] for the bytes `from .. from + len` of a
-/// segment (`len` > 0).
-#[inline]
-fn words_of(from: usize, len: usize) -> u64 {
-    let (a, b) = (from / 8, (from + len - 1) / 8);
-    debug_assert!(b < 64);
-    (u64::MAX >> (63 - b)) & !((1u64 << a) - 1)
-}
-
 /// Drops this thread's entry for the record at `offset` of the file whose
 /// [`DataFile::uid`] is `uid` (a segment's record just replaced).
 fn uncache(uid: u64, offset: u32) {
@@ -738,7 +729,7 @@ impl Db {
             };
             let (base, from) = (*base, (offset - i * seg) as usize);
             f(&mut entry.bytes[from..from + len]);
-            let dirty = entry.dirty | words_of(from, len);
+            let dirty = entry.dirty | Patch::words(from, len);
             let mut v = Vec::with_capacity(PATCH_HEADER_LEN + PATCH_MAX);
             let covered = Patch::encode_diff(
                 base.offset,

@@ -857,8 +857,8 @@ pub fn execute_found(
     // A read that stopped at WRONGTYPE (`?` past its count) had found its
     // key: Redis counts the lookup as a hit before checking the type.
     if !ctx.looked.get()
-        && reads_before_type_check(cmd)
         && out[reply_at..].starts_with(b"-WRONGTYPE")
+        && reads_before_type_check(cmd)
     {
         shared.lookups.count(true);
     }

@@ -481,12 +481,11 @@ impl Interp {
                 // Every error in the reply, nested ones too, is an error
                 // reply Redis counts, unless a call counted it already.
                 let mut errors = Vec::new();
-                uncounted_errors(&v, 0, &mut errors);
+                let mut enc = Encoder::new(out, env.conn.protocol);
+                write_reply(&mut enc, &v, resp3, 0, &mut errors);
                 for line in errors {
                     env.shared.errors.count(format!("-{line}\r\n").as_bytes());
                 }
-                let mut enc = Encoder::new(out, env.conn.protocol);
-                write_reply(&mut enc, &v, resp3, 0);
                 Outcome::Replied
             }
             Ok((false, e)) => {
@@ -637,50 +636,6 @@ const COUNTED: &str = "ignore_error_stats_update";
 /// Whether error table `t` carries [`COUNTED`].
 fn counted_error(t: &Table) -> bool {
     matches!(t.raw_get::<Value>(COUNTED), Ok(Value::Boolean(true)))
-}
-
-/// The error lines (without `-`) of the `{err=}` tables of a script's
-/// return value that INFO errorstats has not counted yet, as
-/// [`write_reply`] would write them (nested ones included).
-fn uncounted_errors(v: &Value, depth: usize, out: &mut Vec<String>) {
-    let Value::Table(t) = v else { return };
-    if depth >= MAX_DEPTH {
-        out.push("ERR reached lua stack limit".into());
-        return;
-    }
-    if let Ok(Value::String(e)) = t.raw_get::<Value>("err") {
-        if !counted_error(t) {
-            out.push(one_line(&e.to_string_lossy()));
-        }
-        return;
-    }
-    if let Ok(Value::String(_)) = t.raw_get::<Value>("ok") {
-        return;
-    }
-    for key in ["map", "set"] {
-        if let Ok(Value::Table(m)) = t.raw_get::<Value>(key) {
-            for (k, v) in m.pairs::<Value, Value>().filter_map(Result::ok) {
-                uncounted_errors(&k, depth + 1, out);
-                if key == "map" {
-                    uncounted_errors(&v, depth + 1, out);
-                }
-            }
-            return;
-        }
-    }
-    if t.raw_get::<Value>("double").is_ok_and(|v| !v.is_nil())
-        || t.raw_get::<Value>("big_number").is_ok_and(|v| !v.is_nil())
-        || t.raw_get::<Value>("verbatim_string")
-            .is_ok_and(|v| !v.is_nil())
-    {
-        return;
-    }
-    for i in 1.. {
-        match t.raw_get::<Value>(i) {
-            Ok(Value::Nil) | Err(_) => break,
-            Ok(v) => uncounted_errors(&v, depth + 1, out),
-        }
-    }
 }
 
 /// The reply line of a failed run from what the error handler returned:
@@ -1274,8 +1229,16 @@ fn frame_to_lua(lua: &Lua, frame: Frame, resp3: bool) -> mlua::Result<Value> {
 /// `{ok=}` a status, `{double=}`, `{map=}`, `{set=}`, `{big_number=}` and
 /// `{verbatim_string=}` their RESP3 types, other tables arrays (up to the
 /// first nil), booleans `:1` / null (or RESP3 booleans after
-/// `redis.setresp(3)`), everything else null.
-pub(crate) fn write_reply(enc: &mut Encoder<'_>, v: &Value, resp3: bool, depth: usize) {
+/// `redis.setresp(3)`), everything else null. The error lines written that
+/// INFO errorstats has not counted yet (a call's error, marked
+/// [`COUNTED`], has been) go to `errors`.
+pub(crate) fn write_reply(
+    enc: &mut Encoder<'_>,
+    v: &Value,
+    resp3: bool,
+    depth: usize,
+    errors: &mut Vec<String>,
+) {
     match v {
         Value::Integer(i) => enc.integer(*i),
         Value::Number(n) => enc.integer(truncate(*n)),
@@ -1289,8 +1252,12 @@ pub(crate) fn write_reply(enc: &mut Encoder<'_>, v: &Value, resp3: bool, depth: 
                 enc.null()
             }
         }
-        Value::Table(t) if depth < MAX_DEPTH => write_table(enc, t, resp3, depth),
-        Value::Table(_) => enc.error(b"ERR reached lua stack limit"),
+        Value::Table(t) if depth < MAX_DEPTH => write_table(enc, t, resp3, depth, errors),
+        Value::Table(_) => {
+            let line = "ERR reached lua stack limit";
+            enc.error(line.as_bytes());
+            errors.push(line.into());
+        }
         _ => enc.null(),
     }
 }
@@ -1304,10 +1271,19 @@ fn truncate(n: f64) -> i64 {
     }
 }
 
-fn write_table(enc: &mut Encoder<'_>, t: &Table, resp3: bool, depth: usize) {
+fn write_table(
+    enc: &mut Encoder<'_>,
+    t: &Table,
+    resp3: bool,
+    depth: usize,
+    errors: &mut Vec<String>,
+) {
     if let Ok(Value::String(e)) = t.raw_get::<Value>("err") {
         let line = one_line(&e.to_string_lossy());
         enc.error(line.as_bytes());
+        if !counted_error(t) {
+            errors.push(line);
+        }
         return;
     }
     if let Ok(Value::String(s)) = t.raw_get::<Value>("ok") {
@@ -1330,8 +1306,8 @@ fn write_table(enc: &mut Encoder<'_>, t: &Table, resp3: bool, depth: usize) {
         let pairs: Vec<(Value, Value)> = m.pairs::<Value, Value>().filter_map(Result::ok).collect();
         enc.map(pairs.len());
         for (k, v) in &pairs {
-            write_reply(enc, k, resp3, depth + 1);
-            write_reply(enc, v, resp3, depth + 1);
+            write_reply(enc, k, resp3, depth + 1, errors);
+            write_reply(enc, v, resp3, depth + 1, errors);
         }
         return;
     }
@@ -1343,7 +1319,7 @@ fn write_table(enc: &mut Encoder<'_>, t: &Table, resp3: bool, depth: usize) {
             .collect();
         enc.set(items.len());
         for k in &items {
-            write_reply(enc, k, resp3, depth + 1);
+            write_reply(enc, k, resp3, depth + 1, errors);
         }
         return;
     }
@@ -1369,7 +1345,7 @@ fn write_table(enc: &mut Encoder<'_>, t: &Table, resp3: bool, depth: usize) {
     }
     enc.array(items.len());
     for v in &items {
-        write_reply(enc, v, resp3, depth + 1);
+        write_reply(enc, v, resp3, depth + 1, errors);
     }
 }
 
