@@ -18,7 +18,8 @@ subcommand row of a container (`config|set`: the row inside COMMAND INFO
 config, COMMAND INFO config|set, the `subcommands` map of COMMAND DOCS
 config and COMMAND DOCS config|set). It then compares COMMAND LIST (with
 `container|sub` names) and its FILTERBY forms, COMMAND COUNT, 63 GETKEYS
-cases, and INFO commandstats / errorstats / LATENCY HISTOGRAM after the same commands
+cases, and INFO commandstats / errorstats / latencystats (rows and percentile
+labels) / LATENCY HISTOGRAM after the same commands
 on both servers (subcommands counted as `config|get`), and lists the
 commands only one server has. Differences that are intended are listed in
 KNOWN and UNIMPLEMENTED_SUBCOMMANDS below (with the reason) and reported as
@@ -292,6 +293,17 @@ def error_rows(conn):
     return rows
 
 
+def latency_rows(conn):
+    """INFO latencystats as {command: "p50,p99,p99.9"}: the rows and the
+    percentile labels (the values are run times, which differ)."""
+    rows = {}
+    for line in conn.call("INFO", "latencystats").splitlines():
+        if line.startswith("latency_percentiles_usec_"):
+            name, fields = line[len("latency_percentiles_usec_"):].split(":", 1)
+            rows[name] = ",".join(kv.split("=")[0] for kv in fields.split(",") if kv)
+    return rows
+
+
 def histogram_rows(conn, *names):
     return {k: as_map(v)["calls"] for k, v in as_map(conn.call("LATENCY", "HISTOGRAM", *names)).items()}
 
@@ -309,6 +321,16 @@ def stats_diff(redis, basalt):
     r, b = error_rows(redis), error_rows(basalt)
     if r != b:
         out.append(("INFO errorstats", "rows", "redis %s / basalt %s" % (json.dumps(r), json.dumps(b))))
+    r, b = latency_rows(redis), latency_rows(basalt)
+    if r != b:
+        out.append(("INFO latencystats", "rows", "redis %s / basalt %s" % (json.dumps(r), json.dumps(b))))
+    for c in (redis, basalt):
+        c.call("CONFIG", "SET", "latency-tracking-info-percentiles", "0 12.5 99.99 100")
+    r, b = latency_rows(redis), latency_rows(basalt)
+    for c in (redis, basalt):
+        c.call("CONFIG", "SET", "latency-tracking-info-percentiles", "50 99 99.9")
+    if r != b:
+        out.append(("INFO latencystats (0 12.5 99.99 100)", "rows", "redis %s / basalt %s" % (json.dumps(r), json.dumps(b))))
     for names in ([], ["config"], ["config|get", "nosuch", "client"], ["CONFIG|SET"]):
         r, b = histogram_rows(redis, *names), histogram_rows(basalt, *names)
         if r != b:
@@ -402,7 +424,7 @@ def diff(redis, basalt, verbose):
     print("subcommand rows compared: %d (each in its container's INFO and DOCS, and by full name)" % sub_count)
     print("COMMAND LIST names: redis %d, basalt %d; FILTERBY cases: %d" % (len(rl), len(bl), len(LIST_FILTERS)))
     print("COMMAND GETKEYS/GETKEYSANDFLAGS cases: %d" % len(GETKEYS_CASES))
-    print("INFO commandstats / errorstats / LATENCY HISTOGRAM after %d commands" % len(STATS_CASES))
+    print("INFO commandstats / errorstats / latencystats / LATENCY HISTOGRAM after %d commands" % len(STATS_CASES))
     print("only in basalt: %s" % " ".join(sorted(bn - rn)))
     only_redis = sorted(rn - bn)
     print("only in redis (%d): %s" % (len(only_redis), " ".join(only_redis)))

@@ -1,11 +1,12 @@
 //! Per-command call counters, run time and latency histograms (INFO
-//! `commandstats`, LATENCY HISTOGRAM, the `basalt_command*` metrics of
-//! `GET /metrics`), and the two logs fed by the same measurement: the slow
-//! log (SLOWLOG) and the latency monitor (LATENCY).
+//! `commandstats` and `latencystats`, LATENCY HISTOGRAM, the
+//! `basalt_command*` metrics of `GET /metrics`), and the two logs fed by
+//! the same measurement: the slow log (SLOWLOG) and the latency monitor
+//! (LATENCY).
 //!
 //! The one idea a reader needs: **each thread counts into its own stripe.**
 //! Every command adds to four counters (calls, nanoseconds, failed,
-//! rejected) and one histogram bucket in a table indexed by the command's
+//! rejected) and one histogram slot in a table indexed by the command's
 //! position in the command table; a container's subcommands (`config|get`)
 //! have rows of their own after those, where dispatch counts them, as
 //! Redis counts a subcommand and not its container
@@ -14,7 +15,11 @@
 //! workers running GET at the same time touch different cache lines, and
 //! stripes are padded apart so their edges never share one. A command
 //! costs three relaxed atomic adds (four when it fails) on lines its thread
-//! owns; reading sums the stripes. The time comes from one clock read per
+//! owns; reading sums the stripes. The histograms are Redis's own layout
+//! (`crate::hdr`: 3,072 slots, 24 KiB), so one is allocated for a command
+//! and a stripe on the first call that stripe counts, as Redis allocates
+//! a command's on its first call: 24 KiB per command and thread that ran
+//! it, not for all 400 rows of every stripe. The time comes from one clock read per
 //! command: the connection reads the clock after each command and charges
 //! it the time since the previous reading (the batch start, or the previous
 //! command's end), see `Conn::tick`.
@@ -25,9 +30,12 @@
 
 use std::cell::Cell;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 use parking_lot::Mutex;
+
+use crate::hdr;
 
 /// Copies of the counter table; threads beyond this many share stripes
 /// (still correct, the adds are atomic).
@@ -47,15 +55,13 @@ struct Counters {
 /// the adjacent-line prefetcher does not pair two stripes either).
 const PAD: usize = 4;
 
-/// Histogram buckets per command: powers of two of nanoseconds from 2^10
-/// (about 1 µs) to 2^30 (about 1.07 s), where Redis's per-command
-/// histograms (an HDR histogram read with a log-2 iterator from 1024 ns)
-/// report their buckets. Redis caps a sample at 1 s, so 2^30 is the last.
+/// LATENCY HISTOGRAM's buckets: powers of two of nanoseconds from 2^10
+/// (about 1 µs) to 2^30 (about 1.07 s), where Redis reads its per-command
+/// HDR histograms with a log-2 iterator from 1024 ns. Redis caps a sample
+/// at 1 s, so 2^30 is the last.
 const BUCKETS: usize = 21;
 /// The first bucket's power of two.
 const FIRST_POW: u32 = 10;
-/// Slots per command row (BUCKETS rounded up to whole cache lines).
-const HIST_ROW: usize = 24;
 
 /// Read lookups of keys that found the key and that did not (INFO
 /// `keyspace_hits` / `keyspace_misses`), counted where Redis's
@@ -198,8 +204,13 @@ pub struct CommandStats {
     stride: usize,
     /// Counter rows: the commands', then the subcommands'.
     rows: usize,
-    /// `STRIPES * rows` rows of [`HIST_ROW`] bucket counts.
-    hist: Box<[AtomicU64]>,
+    /// `STRIPES * rows` latency histograms (`crate::hdr` slots), each
+    /// allocated by the first call its stripe counts for its row.
+    hist: Box<[OnceLock<Box<[AtomicU64]>>]>,
+    /// `latency-tracking`: whether calls are recorded in `hist`.
+    tracking: AtomicBool,
+    /// `latency-tracking-info-percentiles`.
+    percentiles: Mutex<Vec<f64>>,
     /// Nanoseconds from which a command is looked at by [`Self::observe_slow`]:
     /// the lower of the two logs' thresholds; `u64::MAX` = both are off.
     watch_ns: AtomicU64,
@@ -244,13 +255,12 @@ fn my_stripe() -> usize {
     })
 }
 
-/// The histogram bucket of a run of `nanos`. Redis records whole
-/// microseconds (times 1000, capped at 1 s) and reports bucket `2^k` with
-/// the samples up to that value's highest HDR equivalent,
-/// `2^k + 2^(k-7) - 1` (two significant digits); the same rule here.
+/// LATENCY HISTOGRAM's bucket of a recorded value `v` ([`hdr::sample`]):
+/// Redis reports bucket `2^k` with the samples up to that value's highest
+/// HDR equivalent, `2^k + 2^(k-7) - 1` (two significant digits), so an
+/// HDR slot never straddles two buckets.
 #[inline]
-fn bucket(nanos: u64) -> usize {
-    let v = (nanos / 1000).min(1_000_000) * 1000;
+fn bucket(v: u64) -> usize {
     // Smallest k with v < 2^k, at least FIRST_POW.
     let k = (64 - (v | ((1 << FIRST_POW) - 1)).leading_zeros()).max(FIRST_POW);
     let k = if k > FIRST_POW && v < (1u64 << (k - 1)) + (1u64 << (k - 8)) {
@@ -279,14 +289,14 @@ impl CommandStats {
         let cells = (0..STRIPES * stride + PAD)
             .map(|_| Counters::default())
             .collect();
-        let hist = (0..STRIPES * rows * HIST_ROW)
-            .map(|_| AtomicU64::new(0))
-            .collect();
+        let hist = (0..STRIPES * rows).map(|_| OnceLock::new()).collect();
         let st = CommandStats {
             cells,
             stride,
             rows,
             hist,
+            tracking: AtomicBool::new(true),
+            percentiles: Mutex::new(vec![50.0, 99.0, 99.9]),
             watch_ns: AtomicU64::new(u64::MAX),
             slowlog_us: AtomicI64::new(10_000),
             slowlog_max: AtomicU64::new(128),
@@ -314,11 +324,10 @@ impl CommandStats {
         if failed {
             c.failed.fetch_add(1, Ordering::Relaxed);
         }
-        if let Some(h) = self
-            .hist
-            .get((stripe * self.rows + idx) * HIST_ROW + bucket(nanos))
-        {
-            h.fetch_add(1, Ordering::Relaxed);
+        if idx < self.rows && self.tracking.load(Ordering::Relaxed) {
+            let h = self.hist[stripe * self.rows + idx]
+                .get_or_init(|| (0..hdr::LEN).map(|_| AtomicU64::new(0)).collect());
+            h[hdr::index(hdr::sample(nanos))].fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -341,27 +350,74 @@ impl CommandStats {
         t
     }
 
-    /// Command `idx`'s run-time histogram across stripes: the count of
-    /// each bucket ([`bucket_label_us`] names them), not cumulative.
+    /// Command `idx`'s latency histogram summed across stripes, with its
+    /// total; `None` if no call was recorded since the last reset.
+    fn latencies(&self, idx: usize) -> Option<(Vec<u64>, u64)> {
+        if idx >= self.rows {
+            return None;
+        }
+        let mut counts = vec![0u64; hdr::LEN];
+        let mut any = false;
+        for s in 0..STRIPES {
+            if let Some(h) = self.hist[s * self.rows + idx].get() {
+                any = true;
+                for (c, n) in counts.iter_mut().zip(h.iter()) {
+                    *c += n.load(Ordering::Relaxed);
+                }
+            }
+        }
+        let total = counts.iter().sum();
+        (any && total > 0).then_some((counts, total))
+    }
+
+    /// Command `idx`'s run-time histogram across stripes in LATENCY
+    /// HISTOGRAM's buckets: the count of each ([`bucket_label_us`] names
+    /// them), not cumulative.
     pub fn histogram(&self, idx: usize) -> [u64; BUCKETS] {
         let mut out = [0u64; BUCKETS];
-        if idx >= self.rows {
-            return out;
-        }
-        for s in 0..STRIPES {
-            let row = (s * self.rows + idx) * HIST_ROW;
-            for (b, n) in out.iter_mut().enumerate() {
-                *n += self.hist[row + b].load(Ordering::Relaxed);
+        if let Some((counts, _)) = self.latencies(idx) {
+            for (i, n) in counts.iter().enumerate().filter(|(_, n)| **n > 0) {
+                out[bucket(hdr::lowest(i))] += n;
             }
         }
         out
     }
 
-    /// Every command and subcommand with anything counted, in
-    /// command-table order, each container's subcommands after it, with
-    /// its name (`config|get` for a subcommand, as INFO commandstats
-    /// names it).
-    pub fn snapshot(&self) -> Vec<(&'static str, Totals)> {
+    /// INFO `latencystats`' lines: each command and subcommand with calls
+    /// recorded, in [`Self::snapshot`]'s order, with its value in µs at
+    /// each configured percentile (`latency_percentiles_usec_get:p50=1.003,
+    /// ...`); nothing while `latency-tracking` is off, as in Redis.
+    pub fn latency_percentiles(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        if !self.tracking.load(Ordering::Relaxed) {
+            return out;
+        }
+        let percentiles = self.percentiles.lock().clone();
+        for (name, row) in self.rows_by_name() {
+            let Some((counts, total)) = self.latencies(row) else {
+                continue;
+            };
+            let _ = write!(out, "latency_percentiles_usec_{name}:");
+            for (j, p) in percentiles.iter().enumerate() {
+                let v = hdr::value_at_percentile(&counts, total, *p);
+                let sep = if j + 1 < percentiles.len() { "," } else { "" };
+                let _ = write!(
+                    out,
+                    "p{}={:.3}{sep}",
+                    hdr::format_percentile(*p),
+                    v as f64 / 1000.0
+                );
+            }
+            out.push_str("\r\n");
+        }
+        out
+    }
+
+    /// Every command and subcommand row with its name (`config|get` for a
+    /// subcommand, as INFO names it), in command-table order, each
+    /// container's subcommands after it.
+    fn rows_by_name(&self) -> impl Iterator<Item = (&'static str, usize)> + '_ {
         use crate::commands::introspection::subcommands;
         crate::commands::all()
             .enumerate()
@@ -369,6 +425,14 @@ impl CommandStats {
                 std::iter::once((c.name, i)).chain(subcommands(i).iter().map(|s| (s.full, s.row)))
             })
             .filter(|(_, row)| *row < self.rows)
+    }
+
+    /// Every command and subcommand with anything counted, in
+    /// command-table order, each container's subcommands after it, with
+    /// its name (`config|get` for a subcommand, as INFO commandstats
+    /// names it).
+    pub fn snapshot(&self) -> Vec<(&'static str, Totals)> {
+        self.rows_by_name()
             .map(|(name, row)| (name, self.totals(row)))
             .filter(|(_, t)| *t != Totals::default())
             .collect()
@@ -382,8 +446,10 @@ impl CommandStats {
             c.failed.store(0, Ordering::Relaxed);
             c.rejected.store(0, Ordering::Relaxed);
         }
-        for h in self.hist.iter() {
-            h.store(0, Ordering::Relaxed);
+        for h in self.hist.iter().filter_map(OnceLock::get) {
+            for n in h.iter() {
+                n.store(0, Ordering::Relaxed);
+            }
         }
     }
 
@@ -522,13 +588,42 @@ impl CommandStats {
             "slowlog-log-slower-than" => self.slowlog_us.load(Ordering::Relaxed).to_string(),
             "slowlog-max-len" => self.slowlog_max.load(Ordering::Relaxed).to_string(),
             "latency-monitor-threshold" => self.latency_ms.load(Ordering::Relaxed).to_string(),
+            "latency-tracking" => {
+                if self.tracking.load(Ordering::Relaxed) {
+                    "yes".into()
+                } else {
+                    "no".into()
+                }
+            }
+            "latency-tracking-info-percentiles" => self
+                .percentiles
+                .lock()
+                .iter()
+                .map(|p| hdr::format_percentile(*p))
+                .collect::<Vec<_>>()
+                .join(" "),
             _ => return None,
         })
     }
 
-    /// Checks a CONFIG SET value for a monitoring setting: the number, or
-    /// Redis's complaint.
-    pub fn config_check(name: &str, value: &[u8]) -> Result<i64, &'static str> {
+    /// Checks a CONFIG SET value (or a start-up one) for a monitoring
+    /// setting: the value to apply, or Redis's complaint.
+    pub fn config_check(name: &str, value: &[u8]) -> Result<Setting, &'static str> {
+        match name {
+            "latency-tracking" => {
+                return if value.eq_ignore_ascii_case(b"yes") {
+                    Ok(Setting::Switch(true))
+                } else if value.eq_ignore_ascii_case(b"no") {
+                    Ok(Setting::Switch(false))
+                } else {
+                    Err("argument must be 'yes' or 'no'")
+                };
+            }
+            "latency-tracking-info-percentiles" => {
+                return hdr::parse_percentiles(value).map(Setting::Percentiles)
+            }
+            _ => {}
+        }
         let v = std::str::from_utf8(value)
             .ok()
             .and_then(|s| s.parse::<i64>().ok())
@@ -545,11 +640,22 @@ impl CommandStats {
                 "argument must be between 0 and 9223372036854775807 inclusive"
             });
         }
-        Ok(v)
+        Ok(Setting::Int(v))
     }
 
     /// Applies a value [`Self::config_check`] accepted (CONFIG SET, start-up).
-    pub fn config_set(&self, name: &str, v: i64) {
+    pub fn config_set(&self, name: &str, setting: Setting) {
+        let v = match setting {
+            Setting::Int(v) => v,
+            Setting::Switch(on) => {
+                self.tracking.store(on, Ordering::Relaxed);
+                return;
+            }
+            Setting::Percentiles(list) => {
+                *self.percentiles.lock() = list;
+                return;
+            }
+        };
         match name {
             "slowlog-log-slower-than" => self.slowlog_us.store(v, Ordering::Relaxed),
             "slowlog-max-len" => {
@@ -569,13 +675,33 @@ impl CommandStats {
     /// `startup.allocated` figure here too).
     pub fn configure(&self, config: &crate::config::Config) {
         crate::commands::memory::note_startup();
-        self.config_set("slowlog-log-slower-than", config.slowlog_log_slower_than);
-        self.config_set("slowlog-max-len", config.slowlog_max_len);
-        self.config_set(
+        let int = |name, v| self.config_set(name, Setting::Int(v));
+        int("slowlog-log-slower-than", config.slowlog_log_slower_than);
+        int("slowlog-max-len", config.slowlog_max_len);
+        int(
             "latency-monitor-threshold",
             config.latency_monitor_threshold,
         );
+        self.config_set("latency-tracking", Setting::Switch(config.latency_tracking));
+        self.config_set(
+            "latency-tracking-info-percentiles",
+            Setting::Percentiles(
+                hdr::parse_percentiles(config.latency_tracking_info_percentiles.as_bytes())
+                    .unwrap_or_else(|_| vec![50.0, 99.0, 99.9]),
+            ),
+        );
     }
+}
+
+/// A checked value of a monitoring setting ([`CommandStats::config_check`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Setting {
+    /// A threshold or length (`slowlog-*`, `latency-monitor-threshold`).
+    Int(i64),
+    /// `latency-tracking`.
+    Switch(bool),
+    /// `latency-tracking-info-percentiles`.
+    Percentiles(Vec<f64>),
 }
 
 // ------------------------------------------------------------- slow log
@@ -585,6 +711,8 @@ pub const SETTINGS: &[&str] = &[
     "slowlog-log-slower-than",
     "slowlog-max-len",
     "latency-monitor-threshold",
+    "latency-tracking",
+    "latency-tracking-info-percentiles",
 ];
 
 /// One slow-log entry (SLOWLOG GET).
@@ -814,7 +942,11 @@ mod tests {
             (34, 66),
             (5_000_000, 1082130),
         ] {
-            assert_eq!(bucket_label_us(bucket(us * 1000 + 999)), label, "{us} µs");
+            assert_eq!(
+                bucket_label_us(bucket(hdr::sample(us * 1000 + 999))),
+                label,
+                "{us} µs"
+            );
         }
     }
 
@@ -894,15 +1026,18 @@ mod tests {
         let st = CommandStats::new(1);
         assert!(!st.is_slow(9_999_999));
         assert!(st.is_slow(10_000_000));
-        st.config_set("slowlog-log-slower-than", -1);
+        st.config_set("slowlog-log-slower-than", Setting::Int(-1));
         assert!(!st.is_slow(u64::MAX - 1));
-        st.config_set("latency-monitor-threshold", 2);
+        st.config_set("latency-monitor-threshold", Setting::Int(2));
         assert!(st.is_slow(2_000_000));
         assert!(!st.is_slow(1_999_999));
-        st.config_set("slowlog-log-slower-than", 0);
+        st.config_set("slowlog-log-slower-than", Setting::Int(0));
         assert!(st.is_slow(0));
         assert!(CommandStats::config_check("slowlog-log-slower-than", b"-2").is_err());
         assert!(CommandStats::config_check("slowlog-max-len", b"-1").is_err());
-        assert_eq!(CommandStats::config_check("slowlog-max-len", b"7"), Ok(7));
+        assert_eq!(
+            CommandStats::config_check("slowlog-max-len", b"7"),
+            Ok(Setting::Int(7))
+        );
     }
 }

@@ -224,6 +224,12 @@ pub struct ServerArgs {
         allow_negative_numbers = true
     )]
     pub latency_monitor_threshold: Option<i64>,
+    /// Record each command's run-time histogram (INFO latencystats, LATENCY HISTOGRAM): yes or no [default: yes]
+    #[arg(long, env = "BASALT_LATENCY_TRACKING")]
+    pub latency_tracking: Option<String>,
+    /// Percentiles INFO latencystats prints, space-separated [default: "50 99 99.9"]
+    #[arg(long, env = "BASALT_LATENCY_TRACKING_INFO_PERCENTILES")]
+    pub latency_tracking_info_percentiles: Option<String>,
     // --- Replication (crate::repl).
     /// This node's id in a replicated group: with --peers to form the group,
     /// or with --raft-port alone to wait for `basalt cluster add`
@@ -290,6 +296,10 @@ struct FileConfig {
     slowlog_max_len: Option<i64>,
     #[serde(rename = "latency-monitor-threshold")]
     latency_monitor_threshold: Option<i64>,
+    #[serde(rename = "latency-tracking")]
+    latency_tracking: Option<String>,
+    #[serde(rename = "latency-tracking-info-percentiles")]
+    latency_tracking_info_percentiles: Option<String>,
     #[serde(rename = "node-id")]
     node_id: Option<u64>,
     #[serde(rename = "raft-port")]
@@ -372,6 +382,11 @@ pub struct Config {
     pub slowlog_max_len: i64,
     /// `latency-monitor-threshold` in ms (LATENCY): 0 = off. Default: 0.
     pub latency_monitor_threshold: i64,
+    /// `latency-tracking`: record per-command run-time histograms. Default: yes.
+    pub latency_tracking: bool,
+    /// `latency-tracking-info-percentiles`: what INFO latencystats prints,
+    /// as given (checked by `hdr::parse_percentiles`). Default: "50 99 99.9".
+    pub latency_tracking_info_percentiles: String,
     /// `node-id`: this node's id in a replicated group (`crate::repl`);
     /// `None`: a single node. Default: none.
     pub node_id: Option<u64>,
@@ -422,6 +437,8 @@ impl Default for Config {
             slowlog_log_slower_than: 10_000,
             slowlog_max_len: 128,
             latency_monitor_threshold: 0,
+            latency_tracking: true,
+            latency_tracking_info_percentiles: "50 99 99.9".into(),
             node_id: None,
             raft_port: None,
             peers: Vec::new(),
@@ -615,14 +632,33 @@ impl Config {
             None => d.read_residency,
         };
         // Slow log and latency monitor, checked as CONFIG SET checks them.
+        use crate::cmdstats::{CommandStats, Setting};
         let monitor = |name: &str, v: Option<i64>, default: i64| -> anyhow::Result<i64> {
             match v {
-                Some(v) => {
-                    crate::cmdstats::CommandStats::config_check(name, v.to_string().as_bytes())
-                        .map_err(|e| anyhow::anyhow!("{name} {v}: {e}"))
-                }
+                Some(v) => match CommandStats::config_check(name, v.to_string().as_bytes()) {
+                    Ok(Setting::Int(v)) => Ok(v),
+                    Ok(_) => Ok(default),
+                    Err(e) => Err(anyhow::anyhow!("{name} {v}: {e}")),
+                },
                 None => Ok(default),
             }
+        };
+        let latency_tracking = match args.latency_tracking.or(file.latency_tracking) {
+            Some(v) => match CommandStats::config_check("latency-tracking", v.as_bytes()) {
+                Ok(Setting::Switch(on)) => on,
+                _ => anyhow::bail!("latency-tracking {v:?}: must be yes or no"),
+            },
+            None => d.latency_tracking,
+        };
+        let latency_tracking_info_percentiles = match args
+            .latency_tracking_info_percentiles
+            .or(file.latency_tracking_info_percentiles)
+        {
+            Some(v) => match crate::hdr::parse_percentiles(v.as_bytes()) {
+                Ok(_) => v,
+                Err(e) => anyhow::bail!("latency-tracking-info-percentiles {v:?}: {e}"),
+            },
+            None => d.latency_tracking_info_percentiles,
         };
         let slowlog_log_slower_than = monitor(
             "slowlog-log-slower-than",
@@ -680,6 +716,8 @@ impl Config {
             slowlog_log_slower_than,
             slowlog_max_len,
             latency_monitor_threshold,
+            latency_tracking,
+            latency_tracking_info_percentiles,
             data_file_size,
             maxmemory,
             cold_readers,
@@ -917,7 +955,8 @@ mod tests {
         let path = dir.path().join("basalt.toml");
         std::fs::write(
             &path,
-            "slowlog-log-slower-than = -1\nslowlog-max-len = 5\nlatency-monitor-threshold = 3\n",
+            "slowlog-log-slower-than = -1\nslowlog-max-len = 5\nlatency-monitor-threshold = 3\n\
+             latency-tracking = \"no\"\nlatency-tracking-info-percentiles = \"90 99.99\"\n",
         )
         .unwrap();
         let args = ServerArgs {
@@ -928,6 +967,8 @@ mod tests {
         assert_eq!(c.slowlog_log_slower_than, -1);
         assert_eq!(c.slowlog_max_len, 5);
         assert_eq!(c.latency_monitor_threshold, 3);
+        assert!(!c.latency_tracking);
+        assert_eq!(c.latency_tracking_info_percentiles, "90 99.99");
         let cli = Cli::try_parse_from([
             "basalt",
             "--config",
@@ -955,6 +996,8 @@ mod tests {
             &["basalt", "--slowlog-log-slower-than", "-2"][..],
             &["basalt", "--slowlog-max-len", "-1"],
             &["basalt", "--latency-monitor-threshold", "-1"],
+            &["basalt", "--latency-tracking", "maybe"],
+            &["basalt", "--latency-tracking-info-percentiles", "50 101"],
         ] {
             let cli = Cli::try_parse_from(bad).unwrap();
             assert!(Config::from_args(cli.server).is_err(), "{bad:?}");

@@ -35,6 +35,7 @@ pub mod commands;
 pub mod config;
 mod conn;
 pub mod glob;
+pub(crate) mod hdr;
 pub mod http;
 pub mod hyperloglog;
 pub mod keyspace;

@@ -1319,3 +1319,139 @@ fn scripts_count_each_error_once_and_streams_and_object_count_their_lookups_as_r
         assert_eq!(got, *want, "{cmd:?}");
     }
 }
+
+/// INFO latencystats' lines after its header, as (command, [(percentile,
+/// µs)]).
+fn latencystats(r: &mut Raw) -> Vec<(String, Vec<(String, f64)>)> {
+    let info = text(r.cmd(&["INFO", "latencystats"]));
+    let mut lines = info.lines();
+    assert_eq!(lines.next(), Some("# Latencystats"), "{info}");
+    lines
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let (name, values) = l
+                .strip_prefix("latency_percentiles_usec_")
+                .and_then(|l| l.split_once(':'))
+                .unwrap_or_else(|| panic!("{l}"));
+            let values = values
+                .split(',')
+                .filter(|v| !v.is_empty())
+                .map(|v| {
+                    let (p, us) = v.split_once('=').unwrap_or_else(|| panic!("{l}"));
+                    let (_, decimals) = us.split_once('.').unwrap_or_else(|| panic!("{l}"));
+                    assert_eq!(decimals.len(), 3, "µs with 3 decimals: {l}");
+                    (p.to_string(), us.parse().unwrap())
+                })
+                .collect();
+            (name.to_string(), values)
+        })
+        .collect()
+}
+
+#[test]
+fn latencystats_report_each_commands_run_time_percentiles_and_follow_their_settings() {
+    let s = TestServer::start();
+    let mut r = s.raw();
+    // Not a default section; `all` and `everything` have it before Cluster.
+    let default = text(r.cmd(&["INFO"]));
+    assert!(!default.contains("# Latencystats"), "{default}");
+    let all = text(r.cmd(&["INFO", "everything"]));
+    let headers: Vec<&str> = all.lines().filter(|l| l.starts_with('#')).collect();
+    let at = headers.iter().position(|h| *h == "# Latencystats").unwrap();
+    assert_eq!(
+        (headers[at - 1], headers[at + 1]),
+        ("# Errorstats", "# Cluster")
+    );
+    assert_eq!(r.cmd(&["CONFIG", "RESETSTAT"]), ok());
+    for i in 0..20 {
+        r.cmd(&["SET", &format!("k{i}"), "v"]);
+    }
+    r.cmd(&["GET", "k1"]);
+    r.cmd(&["CONFIG", "GET", "maxmemory"]);
+    // One call that surely runs at least 5 ms.
+    slow_eval(&mut r, 5);
+    let stats = latencystats(&mut r);
+    let names: Vec<&str> = stats.iter().map(|(n, _)| n.as_str()).collect();
+    for want in ["set", "get", "eval", "config|get", "config|resetstat"] {
+        assert!(names.contains(&want), "{want} in {names:?}");
+    }
+    for (name, values) in &stats {
+        let ps: Vec<&str> = values.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(ps, ["p50", "p99", "p99.9"], "{name}");
+        assert!(
+            values.windows(2).all(|w| w[0].1 <= w[1].1),
+            "{name}: {values:?}"
+        );
+    }
+    let eval = &stats.iter().find(|(n, _)| n == "eval").unwrap().1;
+    assert!(
+        (5000.0..1_000_000.0).contains(&eval[0].1),
+        "a 5 ms script reads 5-1000 ms: {eval:?}"
+    );
+    // The percentiles are a setting, checked as Redis checks them.
+    assert_eq!(
+        r.cmd(&[
+            "CONFIG",
+            "SET",
+            "latency-tracking-info-percentiles",
+            "0 99.99 100"
+        ]),
+        ok()
+    );
+    for (bad, why) in [
+        (
+            "abc",
+            "Invalid latency-tracking-info-percentiles parameters",
+        ),
+        (
+            "50 101",
+            "latency-tracking-info-percentiles parameters should sit between [0.0,100.0]",
+        ),
+    ] {
+        assert_eq!(
+            r.cmd(&["CONFIG", "SET", "latency-tracking-info-percentiles", bad]),
+            err(&format!(
+                "ERR CONFIG SET failed (possibly related to argument 'latency-tracking-info-percentiles') - {why}"
+            ))
+        );
+    }
+    assert_eq!(
+        r.cmd(&["CONFIG", "GET", "latency-tracking-info-percentiles"]),
+        Frame::Array(vec![
+            bulk("latency-tracking-info-percentiles"),
+            bulk("0 99.99 100")
+        ])
+    );
+    let stats = latencystats(&mut r);
+    let set = &stats.iter().find(|(n, _)| n == "set").unwrap().1;
+    let ps: Vec<&str> = set.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(ps, ["p0", "p99.99", "p100"]);
+    // Tracking off: nothing recorded or shown; LATENCY HISTOGRAM still
+    // reads what was recorded before, as in Redis.
+    let gets = |r: &mut Raw| {
+        let all = array(r.cmd(&["LATENCY", "HISTOGRAM", "get"]));
+        let fields = array(all[1].clone());
+        fields[1].clone()
+    };
+    assert_eq!(gets(&mut r), int(1));
+    assert_eq!(r.cmd(&["CONFIG", "SET", "latency-tracking", "no"]), ok());
+    assert_eq!(
+        r.cmd(&["CONFIG", "SET", "latency-tracking", "maybe"]),
+        err("ERR CONFIG SET failed (possibly related to argument 'latency-tracking') - argument must be 'yes' or 'no'")
+    );
+    for _ in 0..3 {
+        r.cmd(&["GET", "k1"]);
+    }
+    assert!(latencystats(&mut r).is_empty());
+    assert_eq!(gets(&mut r), int(1));
+    assert_eq!(r.cmd(&["CONFIG", "SET", "latency-tracking", "yes"]), ok());
+    r.cmd(&["GET", "k1"]);
+    assert_eq!(gets(&mut r), int(2));
+    // RESETSTAT forgets every command's histogram.
+    assert_eq!(r.cmd(&["CONFIG", "RESETSTAT"]), ok());
+    let after = latencystats(&mut r);
+    assert_eq!(
+        after.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+        ["config|resetstat"]
+    );
+}

@@ -1002,7 +1002,10 @@ mod tests {
         // Series::add is private to cmdstats; build through the public
         // path instead.
         let st = crate::cmdstats::CommandStats::new(1);
-        st.config_set("latency-monitor-threshold", 1);
+        st.config_set(
+            "latency-monitor-threshold",
+            crate::cmdstats::Setting::Int(1),
+        );
         st.latency_sample_if_needed("command", 50);
         if let Some((_, got)) = st.latency_events().into_iter().next() {
             s = got;

@@ -1213,6 +1213,7 @@ const SECTIONS: &[&str] = &[
     "keyspace",
     "commandstats",
     "errorstats",
+    "latencystats",
     "cluster",
 ];
 
@@ -1522,6 +1523,10 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
             );
         }
     }
+    if named("latencystats") {
+        head(&mut out, "Latencystats");
+        out.push_str(&sh.cmdstats.latency_percentiles());
+    }
     if want("cluster") {
         head(&mut out, "Cluster");
         // Basalt does not shard (yet): clients read this to pick a mode.
@@ -1620,6 +1625,8 @@ const PARAMS: &[(&str, Kind, &str)] = &[
     ("slowlog-log-slower-than", Kind::Monitor, ""),
     ("slowlog-max-len", Kind::Monitor, ""),
     ("latency-monitor-threshold", Kind::Monitor, ""),
+    ("latency-tracking", Kind::Monitor, ""),
+    ("latency-tracking-info-percentiles", Kind::Monitor, ""),
     ("maxmemory-samples", Kind::Int, "5"),
     ("activerehashing", Kind::Bool, "yes"),
     ("lazyfree-lazy-eviction", Kind::Bool, "no"),
@@ -1718,6 +1725,7 @@ fn config(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         let mut changes: Vec<(&'static str, Kind, String)> = Vec::new();
         let mut limits = ctx.shared.pubsub.limits();
         let mut security: Vec<crate::auth::Setting> = Vec::new();
+        let mut monitor: Vec<(&'static str, crate::cmdstats::Setting)> = Vec::new();
         for j in (2..args.len()).step_by(2) {
             let name = String::from_utf8_lossy(&args[j]).to_ascii_lowercase();
             let value = String::from_utf8_lossy(&args[j + 1]).into_owned();
@@ -1760,8 +1768,11 @@ fn config(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                         .map_err(|why| set_failed(pname, why))?;
                 }
                 Kind::Monitor => {
-                    crate::cmdstats::CommandStats::config_check(pname, value.as_bytes())
-                        .map_err(|why| set_failed(pname, why))?;
+                    let setting =
+                        crate::cmdstats::CommandStats::config_check(pname, value.as_bytes())
+                            .map_err(|why| set_failed(pname, why))?;
+                    monitor.push((pname, setting));
+                    continue;
                 }
                 Kind::MaxMemory if crate::auth::parse_size(&value).is_none() => {
                     return Err(set_failed(pname, "argument must be a memory value"))
@@ -1779,6 +1790,9 @@ fn config(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         for setting in security {
             crate::auth::config_apply(&ctx.shared.security, setting);
         }
+        for (name, setting) in monitor {
+            ctx.shared.cmdstats.config_set(name, setting);
+        }
         for (name, kind, value) in changes {
             match kind {
                 Kind::Appendfsync => {
@@ -1792,11 +1806,6 @@ fn config(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                     }
                 }
                 Kind::ObufLimit => ctx.shared.pubsub.set_limits(limits),
-                Kind::Monitor => {
-                    if let Ok(v) = value.parse::<i64>() {
-                        ctx.shared.cmdstats.config_set(name, v);
-                    }
-                }
                 Kind::MaxMemory => {
                     if let Some(n) = crate::auth::parse_size(&value) {
                         ctx.shared.maxmemory.set_limit(n);
