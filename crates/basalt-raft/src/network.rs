@@ -176,15 +176,30 @@ async fn serve_admin(raft: &Raft, req: AdminRequest) -> Result<String, String> {
         match r {
             Ok(_) => return Ok(describe(raft)),
             Err(e) => {
-                let text = e.to_string();
                 tries += 1;
-                if tries >= 20 || !text.contains("in progress") {
-                    return Err(text);
+                if tries >= 20 || !another_change_in_progress(&e) {
+                    return Err(e.to_string());
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }
         }
     }
+}
+
+/// Whether a membership change was refused only because another one is
+/// not committed yet (openraft allows one at a time): the leader's own
+/// publishing of client addresses, which a new learner's address starts,
+/// so worth trying again shortly.
+fn another_change_in_progress(
+    e: &openraft::error::RaftError<NodeId, openraft::error::ClientWriteError<NodeId, NodeAddr>>,
+) -> bool {
+    use openraft::error::{ChangeMembershipError, ClientWriteError, RaftError};
+    matches!(
+        e,
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(
+            ChangeMembershipError::InProgress(_)
+        ))
+    )
 }
 
 /// Before adding node `id` at `addr`: it is not a member yet, and a
@@ -588,5 +603,32 @@ impl RaftNetwork<TypeConfig> for Connection {
     /// down costs nothing worth saving.
     fn backoff(&self) -> openraft::network::Backoff {
         openraft::network::Backoff::new(std::iter::repeat(std::time::Duration::from_millis(100)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::error::{ChangeMembershipError, ClientWriteError, InProgress, LearnerNotFound};
+
+    #[test]
+    fn only_a_change_already_in_progress_is_retried() {
+        // What openraft 0.9 answers when the leader's own publishing of
+        // client addresses is uncommitted: its text never said "in
+        // progress", which the first version of the retry looked for.
+        let busy: RaftError<NodeId, ClientWriteError<NodeId, NodeAddr>> =
+            RaftError::APIError(ClientWriteError::ChangeMembershipError(
+                ChangeMembershipError::InProgress(InProgress {
+                    committed: None,
+                    membership_log_id: None,
+                }),
+            ));
+        assert!(another_change_in_progress(&busy));
+        assert!(busy.to_string().contains("already undergoing"));
+        let other: RaftError<NodeId, ClientWriteError<NodeId, NodeAddr>> =
+            RaftError::APIError(ClientWriteError::ChangeMembershipError(
+                ChangeMembershipError::LearnerNotFound(LearnerNotFound { node_id: 4 }),
+            ));
+        assert!(!another_change_in_progress(&other));
     }
 }
