@@ -767,7 +767,10 @@ impl Repl {
             // Answered locally with the same error as anywhere.
             return Route::Local;
         }
-        let mut wire = Vec::new();
+        // Sized once: the array header, and per argument its bytes and at
+        // most 16 of header and CRLF (growing it was 2 % of a leader's CPU
+        // under pipelined SETs).
+        let mut wire = Vec::with_capacity(16 + args.iter().map(|a| a.len() + 16).sum::<usize>());
         match rewrite_evalsha(shared, args) {
             Ok(Some(eval)) => basalt_resp::write_command(&mut wire, eval.iter().map(|a| &a[..])),
             Ok(None) => basalt_resp::write_command(&mut wire, args.iter()),
