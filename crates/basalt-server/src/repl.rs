@@ -237,6 +237,11 @@ impl Pipelined {
                 && *n < MERGED_COMMANDS
                 && commands.len() + more.len() <= MERGED_BYTES
             {
+                if *n == 1 {
+                    // Room for a pipeline's worth of such writes at once,
+                    // not one doubling after another.
+                    commands.reserve((more.len() * 15).min(MERGED_BYTES - commands.len()));
+                }
                 commands.extend_from_slice(more);
                 *n += 1;
                 return;
@@ -397,12 +402,7 @@ async fn combine(shared: Weak<Shared>, mut rx: tokio::sync::mpsc::UnboundedRecei
         let (payload, single) = if jobs.len() == 1 {
             (jobs[0].bytes.clone(), true)
         } else {
-            let entries = jobs
-                .iter()
-                .map(|j| serde_bytes::ByteBuf::from(j.bytes.clone()))
-                .collect();
-            let batch = bincode::serialize(&Proposal::Batch { entries }).expect("plain data");
-            (batch, false)
+            (encode_batch(jobs.iter().map(|j| &j.bytes[..])), false)
         };
         match repl.node.submit(payload).await {
             Ok(reply) => {
@@ -779,7 +779,7 @@ impl Repl {
         Route::Propose(Proposal::Run {
             db: conn.db as u32,
             resp3: conn.protocol == Protocol::Resp3,
-            time_ms: crate::state::now_ms(),
+            time_ms: proposal_time(conn),
             commands: wire,
             exec: None,
         })
@@ -796,10 +796,20 @@ impl Repl {
         Some(Route::Propose(Proposal::Run {
             db: conn.db as u32,
             resp3: conn.protocol == Protocol::Resp3,
-            time_ms: crate::state::now_ms(),
+            time_ms: proposal_time(conn),
             commands,
             exec: Some(watched),
         }))
+    }
+}
+
+/// The time a write from `conn` is proposed at (unix ms): the clock's
+/// reading the connection took after its previous command or at its
+/// batch's start (`Conn::tick`), not one more reading per write.
+fn proposal_time(conn: &Conn) -> u64 {
+    match conn.tick {
+        0 => crate::state::now_ms(),
+        ns => ns / 1_000_000,
     }
 }
 
@@ -919,11 +929,11 @@ impl Applier for ReplApplier {
     }
 
     fn apply(&self, index: u64, payload: &[u8]) -> io::Result<Vec<u8>> {
-        match decode_proposal(payload)? {
-            Proposal::Batch { entries } => {
+        match split_batch(payload)? {
+            Some(entries) => {
                 let mut replies = Vec::with_capacity(entries.len());
                 for e in entries {
-                    let p = decode_proposal(&e)?;
+                    let p = decode_proposal(e)?;
                     if matches!(p, Proposal::Batch { .. }) {
                         return Err(io::Error::new(
                             io::ErrorKind::InvalidData,
@@ -938,7 +948,7 @@ impl Applier for ReplApplier {
                 }
                 bincode::serialize(&replies).map_err(io::Error::other)
             }
-            p => self.apply_one(index, 0, p),
+            None => self.apply_one(index, 0, decode_proposal(payload)?),
         }
     }
 
@@ -1126,6 +1136,64 @@ impl ReplApplier {
     }
 }
 
+/// The bincode tag of [`Proposal::Batch`] (its variant index), taken from
+/// an empty batch's encoding so that it follows the enum's order.
+fn batch_tag() -> [u8; 4] {
+    static TAG: std::sync::OnceLock<[u8; 4]> = std::sync::OnceLock::new();
+    *TAG.get_or_init(|| {
+        let empty = bincode::serialize(&Proposal::Batch {
+            entries: Vec::new(),
+        })
+        .expect("plain data");
+        let mut tag = [0; 4];
+        tag.copy_from_slice(&empty[..4]);
+        tag
+    })
+}
+
+/// The bincode of a [`Proposal::Batch`] of these proposals' bincode, byte
+/// for byte what encoding the owned batch gives (the tag, a u64 count,
+/// each proposal as a u64 length and its bytes), written in one buffer
+/// without first copying each proposal into one of its own.
+fn encode_batch<'a>(parts: impl ExactSizeIterator<Item = &'a [u8]> + Clone) -> Vec<u8> {
+    let size = 12 + parts.clone().map(|p| 8 + p.len()).sum::<usize>();
+    let mut out = Vec::with_capacity(size);
+    out.extend_from_slice(&batch_tag());
+    out.extend_from_slice(&(parts.len() as u64).to_le_bytes());
+    for p in parts {
+        out.extend_from_slice(&(p.len() as u64).to_le_bytes());
+        out.extend_from_slice(p);
+    }
+    out
+}
+
+/// The proposals of a [`Proposal::Batch`]'s bincode, borrowed from it (no
+/// copy of each, as decoding the owned batch made); `None` if `payload`
+/// is not a batch. Trailing bytes are ignored, as `bincode::deserialize`
+/// ignores them.
+fn split_batch(payload: &[u8]) -> io::Result<Option<Vec<&[u8]>>> {
+    let Some((tag, rest)) = payload.split_first_chunk::<4>() else {
+        return Ok(None);
+    };
+    if *tag != batch_tag() {
+        return Ok(None);
+    }
+    let bad = || io::Error::new(io::ErrorKind::InvalidData, "a malformed batch");
+    let (count, mut rest) = rest.split_first_chunk::<8>().ok_or_else(bad)?;
+    let count = u64::from_le_bytes(*count);
+    let mut parts = Vec::with_capacity((count as usize).min(BATCH_PROPOSALS));
+    for _ in 0..count {
+        let (len, tail) = rest.split_first_chunk::<8>().ok_or_else(bad)?;
+        let len = usize::try_from(u64::from_le_bytes(*len)).map_err(|_| bad())?;
+        if tail.len() < len {
+            return Err(bad());
+        }
+        parts.push(&tail[..len]);
+        rest = &tail[len..];
+    }
+    Ok(Some(parts))
+}
+
 fn decode_proposal(bytes: &[u8]) -> io::Result<Proposal> {
     bincode::deserialize(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
@@ -1304,5 +1372,54 @@ pub(crate) async fn switch_master_announcer(shared: Arc<Shared>) {
             r = metrics.changed() => if r.is_err() { return },
             _ = Shared::wait_shutdown(&mut shutdown) => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(commands: &[u8]) -> Vec<u8> {
+        bincode::serialize(&Proposal::Run {
+            db: 3,
+            resp3: true,
+            time_ms: 1_700_000_000_000,
+            commands: commands.to_vec(),
+            exec: None,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn a_batch_is_written_and_split_as_bincode_encodes_the_owned_one() {
+        let parts = [run(b"*1\r\n$4\r\nPING\r\n"), run(b""), run(&[7; 300])];
+        let owned = bincode::serialize(&Proposal::Batch {
+            entries: parts
+                .iter()
+                .map(|p| serde_bytes::ByteBuf::from(p.clone()))
+                .collect(),
+        })
+        .unwrap();
+        let written = encode_batch(parts.iter().map(|p| &p[..]));
+        assert_eq!(written, owned);
+        let split = split_batch(&written).unwrap().unwrap();
+        assert_eq!(split, parts.iter().map(|p| &p[..]).collect::<Vec<_>>());
+        for (i, p) in split.iter().enumerate() {
+            assert!(
+                matches!(decode_proposal(p).unwrap(), Proposal::Run { .. }),
+                "{i}"
+            );
+        }
+        // Not a batch: left to the owned decoding.
+        assert!(split_batch(&parts[0]).unwrap().is_none());
+        assert!(split_batch(b"").unwrap().is_none());
+        // A batch cut short anywhere is refused, never read past its end.
+        for cut in 4..written.len() {
+            assert!(split_batch(&written[..cut]).is_err(), "cut at {cut}");
+        }
+        assert_eq!(
+            split_batch(&encode_batch([].into_iter())).unwrap(),
+            Some(vec![])
+        );
     }
 }
