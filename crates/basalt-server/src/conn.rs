@@ -407,7 +407,13 @@ async fn run(
                     // A node of a replicated group proposes writes to the
                     // Raft log and answers with what applying them returned
                     // (crate::repl); a follower refuses them.
-                    let reads = shared.repl.get().is_some() && repl::needs_barrier(conn, &args);
+                    // The command's definition, looked up once for the
+                    // routing below (only on a node of a group).
+                    let def = match shared.repl.get() {
+                        Some(_) => crate::commands::lookup(&args[0]),
+                        None => None,
+                    };
+                    let reads = shared.repl.get().is_some() && repl::needs_barrier(conn, def);
                     if reads && !pending.is_empty() {
                         // A read after pipelined writes waits for them and
                         // then passes a barrier of its own: on a follower
@@ -438,13 +444,13 @@ async fn run(
                         {
                             repl.route_exec(conn)
                         }
-                        Some(repl) => match repl.route(shared, conn, &args) {
+                        Some(repl) => match repl.route(shared, conn, def, &args) {
                             Route::Local => None,
                             // maxmemory: the node a write is sent to refuses
                             // it before it is proposed (an apply never does).
                             Route::Propose(_)
                                 if shared.maxmemory.over()
-                                    && crate::commands::lookup(&args[0]).is_some_and(|c| {
+                                    && def.is_some_and(|c| {
                                         c.flags & crate::commands::flags::DENYOOM != 0
                                     }) =>
                             {
@@ -465,7 +471,7 @@ async fn run(
                         conn.tick = now_ns();
                     }
                     if let Some(route) = routed {
-                        let cmd = crate::commands::lookup(&args[0]);
+                        let cmd = def;
                         match route {
                             Route::Propose(p) => {
                                 gate.release();

@@ -752,8 +752,14 @@ impl Repl {
     }
 
     /// Decides how a command from `conn` runs (see [`Route`]).
-    pub(crate) fn route(&self, shared: &Shared, conn: &Conn, args: &Args<'_>) -> Route {
-        let Some(cmd) = commands::lookup(&args[0]) else {
+    pub(crate) fn route(
+        &self,
+        shared: &Shared,
+        conn: &Conn,
+        cmd: Option<&'static commands::CommandDef>,
+        args: &Args<'_>,
+    ) -> Route {
+        let Some(cmd) = cmd else {
             return Route::Local;
         };
         if conn.tx.in_multi() {
@@ -813,14 +819,15 @@ fn proposal_time(conn: &Conn) -> u64 {
     }
 }
 
-/// Whether `args` from `conn` must wait for the read barrier: a read
-/// (a read-only command, or EXEC of a queue that does not write, which
-/// runs locally) from a client that did not ask for stale reads.
-pub(crate) fn needs_barrier(conn: &Conn, args: &Args<'_>) -> bool {
+/// Whether command `cmd` (looked up from the request) from `conn` must
+/// wait for the read barrier: a read (a read-only command, or EXEC of a
+/// queue that does not write, which runs locally) from a client that did
+/// not ask for stale reads.
+pub(crate) fn needs_barrier(conn: &Conn, cmd: Option<&commands::CommandDef>) -> bool {
     if conn.info.stale_reads.load(Ordering::Relaxed) {
         return false;
     }
-    match commands::lookup(&args[0]) {
+    match cmd {
         Some(c) if c.name == "exec" => conn.tx.in_multi(),
         Some(c) => c.flags & commands::flags::READONLY != 0 && !conn.tx.in_multi(),
         None => false,
