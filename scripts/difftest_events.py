@@ -544,6 +544,15 @@ def gen_multi_cmd(r):
     return dt.gen_cmd(r, r.sample(list(dt.FAMILIES), 2))
 
 
+BLOCKING = {"BLPOP", "BRPOP", "BLMOVE", "BRPOPLPUSH", "BLMPOP", "BZPOPMIN", "BZPOPMAX", "BZMPOP"}
+
+
+def is_blocking(c):
+    """Whether `c` is a blocking command (not BITCOUNT and the like, which
+    also start with B)."""
+    return c[0].upper() in BLOCKING and len(c) > 1
+
+
 class MultiArea(Area):
     name = "multi"
     exec_arity = False
@@ -569,7 +578,8 @@ class MultiArea(Area):
                 steps.append(("o", r.choice(WATCH_TOUCH) if r.random() < 0.7 else dt.gen_cmd(r, list(dt.FAMILIES))))
             else:
                 c = gen_multi_cmd(r)
-                if c[0].startswith("B") and not in_multi:
+                if is_blocking(c) and not in_multi:
+                    # Would wait outside MULTI: read its key instead.
                     c = ["TYPE", c[1]]
                 steps.append(("c", c))
         if r.random() < 0.7:

@@ -724,28 +724,25 @@ pub fn client_unblock(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     Ok(())
 }
 
-/// Redis's `getTimeoutFromObjectOrReply` for seconds: a float as `strtold`
-/// reads it, turned into whole milliseconds rounding up; `None` for 0
-/// (block forever).
+/// Redis 7.0's `getTimeoutFromObjectOrReply` for seconds: a float as
+/// `strtold` reads it, in whole milliseconds rounding up, computed in
+/// `long double` as Redis does; `None` for 0 (block forever). A value
+/// whose milliseconds do not fit a long long is "negative" (the
+/// conversion gives `LLONG_MIN` on the platforms Redis runs on), and one
+/// that fits but overflows when Redis adds the current time blocks for
+/// good there (its deadline wraps below every clock reading, and 7.0
+/// never times it out): `None` here too, not a `Duration` past what an
+/// `Instant` can hold.
 pub fn parse_timeout(arg: &[u8], now_ms: u64) -> Result<Option<Duration>> {
     let bad = || Error::err("timeout is not a float or out of range");
-    // What `string2ld` accepts (hex floats included), then in an f64, whose
-    // range covers every timeout Redis can keep (past it: infinite).
-    let secs = crate::commands::cnum::LongDouble::parse(arg)
-        .ok_or_else(bad)?
-        .to_f64();
-    let ms = (secs * 1000.0).ceil();
-    // Redis converts to a long long; values that do not fit come out as
-    // LLONG_MIN on the platforms it runs on, hence "negative".
-    if !(ms > -9.223_372_036_854_775e18 && ms < 9.223_372_036_854_775e18) || ms < 0.0 {
-        return Err(Error::err("timeout is negative"));
-    }
-    let ms = ms as i64;
-    if ms == 0 {
+    // What `string2ld` accepts (hex floats included).
+    let secs = crate::commands::cnum::LongDouble::parse(arg).ok_or_else(bad)?;
+    let ms = match secs.ceil_thousandths() {
+        Some(ms) if ms >= 0 => ms,
+        _ => return Err(Error::err("timeout is negative")),
+    };
+    if ms == 0 || ms > i64::MAX - now_ms as i64 {
         return Ok(None);
-    }
-    if ms > i64::MAX - now_ms as i64 {
-        return Err(Error::err("timeout is out of range"));
     }
     Ok(Some(Duration::from_millis(ms as u64)))
 }
@@ -767,7 +764,24 @@ mod tests {
             parse_timeout(b"1.5", now).unwrap(),
             Some(Duration::from_millis(1500))
         );
-        for neg in [&b"-1"[..], b"inf", b"-inf", b"1e400", b"9.3e15"] {
+        // Up to LLONG_MAX ms is taken, exactly (redis-server 7.0.15 side by
+        // side); past what a deadline can hold, it waits for good.
+        for forever in [&b"9223372036854775"[..], b"9223372036854775.807"] {
+            assert_eq!(parse_timeout(forever, now).unwrap(), None, "{forever:?}");
+        }
+        assert_eq!(
+            parse_timeout(b"9223300000000000", now).unwrap(),
+            Some(Duration::from_millis(9_223_300_000_000_000_000))
+        );
+        for neg in [
+            &b"-1"[..],
+            b"inf",
+            b"-inf",
+            b"1e400",
+            b"9.3e15",
+            b"9223372036854775.808",
+            b"9223372036854776",
+        ] {
             assert_eq!(
                 parse_timeout(neg, now).unwrap_err().message(),
                 "ERR timeout is negative"

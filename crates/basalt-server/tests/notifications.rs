@@ -238,6 +238,58 @@ fn string_commands_emit_redis_events() {
 }
 
 #[test]
+fn a_setbit_that_changes_nothing_publishes_nothing_and_leaves_watch_alone() {
+    // redis-server 7.0.15, side by side: a SETBIT whose bit is already as
+    // asked, inside the string, writes nothing (no event, WATCH intact,
+    // the key's version unchanged); one that creates or grows the string
+    // publishes even when it sets a 0. For small and for segmented
+    // (large, cached) values alike.
+    let s = TestServer::start();
+    let mut ev = Events::new(&s, "KEA");
+    let mut c = s.raw();
+    for (key, at) in [("small", 9u64), ("large", 300_000)] {
+        let version = |c: &mut Raw| c.cmd(&["VERSION", key]);
+        let grow = (at + 8).to_string();
+        let at_s = at.to_string();
+        let below = (at - 2).to_string();
+        assert_eq!(c.cmd(&["SETBIT", key, &at_s, "1"]), Frame::Integer(0));
+        let before = version(&mut c);
+        // Already 1, already 0 (inside the value): nothing happens.
+        assert_eq!(c.cmd(&["SETBIT", key, &at_s, "1"]), Frame::Integer(1));
+        assert_eq!(c.cmd(&["SETBIT", key, &below, "0"]), Frame::Integer(0));
+        assert_eq!(version(&mut c), before);
+        // A WATCHed key survives it.
+        assert_eq!(c.cmd(&["WATCH", key]), ok());
+        assert_eq!(c.cmd(&["SETBIT", key, &at_s, "1"]), Frame::Integer(1));
+        assert_eq!(c.cmd(&["MULTI"]), ok());
+        c.cmd(&["PING"]);
+        assert_eq!(
+            c.cmd(&["EXEC"]),
+            Frame::Array(vec![Frame::Simple("PONG".into())])
+        );
+        // Growing the string with a 0 bit, and changing a bit, do publish.
+        assert_eq!(c.cmd(&["SETBIT", key, &grow, "0"]), Frame::Integer(0));
+        assert_eq!(c.cmd(&["SETBIT", key, &at_s, "0"]), Frame::Integer(1));
+        assert_eq!(c.cmd(&["GETBIT", key, &at_s]), Frame::Integer(0));
+        assert_eq!(
+            ev.take(),
+            // Creating, growing, changing ('A' has no `new` events).
+            [
+                format!("setbit {key}"),
+                format!("setbit {key}"),
+                format!("setbit {key}")
+            ]
+        );
+    }
+    // A key of another type still answers WRONGTYPE.
+    c.cmd(&["RPUSH", "list", "a"]);
+    assert!(matches!(
+        c.cmd(&["SETBIT", "list", "1", "0"]),
+        Frame::Error(_)
+    ));
+}
+
+#[test]
 fn generic_commands_emit_redis_events() {
     let s = TestServer::start();
     let mut ev = Events::new(&s, "KEA");

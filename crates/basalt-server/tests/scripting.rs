@@ -504,6 +504,64 @@ fn commands_run_by_scripts_notify_and_wake_blocked_clients() {
     );
 }
 
+#[test]
+fn a_script_may_not_ask_xread_or_xreadgroup_to_block() {
+    // Redis 7.0 refuses the BLOCK option from scripts outright (whatever
+    // the timeout, before reading it), naming the command as the script
+    // wrote it; pcall hands the error back as a table.
+    let s = TestServer::start();
+    let mut r = s.raw();
+    r.cmd(&["XADD", "x", "1-1", "f", "v"]);
+    r.cmd(&["XGROUP", "CREATE", "x", "g", "0"]);
+    for (body, name) in [
+        ("return redis.call('xread', 'BLOCK', '0', 'STREAMS', 'x', '$')", "xread"),
+        ("return redis.call('XREAD', 'BLOCK', 'soon', 'STREAMS', 'x', '0')", "XREAD"),
+        (
+            "return redis.call('XREADGROUP', 'GROUP', 'g', 'c', 'BLOCK', '10', 'STREAMS', 'x', '>')",
+            "XREADGROUP",
+        ),
+    ] {
+        assert_eq!(
+            r.cmd(&["EVAL", body, "0"]),
+            raised(
+                &format!("ERR {name} command is not allowed with BLOCK option from scripts"),
+                body
+            )
+        );
+    }
+    let body = "return redis.pcall('xread', 'BLOCK', '0', 'STREAMS', 'x', '0')";
+    assert_eq!(
+        r.cmd(&["EVAL", body, "0"]),
+        err("ERR xread command is not allowed with BLOCK option from scripts")
+    );
+    // An option before BLOCK is still checked first; without BLOCK the
+    // reads answer; the group's last id did not move.
+    assert_eq!(
+        r.cmd(&[
+            "EVAL",
+            "return redis.pcall('xread', 'COUNT', 'x', 'BLOCK', '0', 'STREAMS', 'x', '0')",
+            "0"
+        ]),
+        err("ERR value is not an integer or out of range")
+    );
+    let read = r.cmd(&[
+        "EVAL",
+        "return redis.call('xread', 'STREAMS', 'x', '0')",
+        "0",
+    ]);
+    assert!(flatten(&read).contains("1-1"), "{read:?}");
+    let pending = r.cmd(&["XPENDING", "x", "g"]);
+    assert_eq!(
+        flatten(&pending),
+        flatten(&arr(vec![
+            int(0),
+            Frame::NullBulk,
+            Frame::NullBulk,
+            Frame::NullArray
+        ]))
+    );
+}
+
 /// INFO's `rdb_changes_since_last_save`.
 fn changes(r: &mut common::Raw) -> i64 {
     let info = r.cmd_text(&["INFO", "persistence"]);

@@ -75,16 +75,54 @@ fn setbit(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         _ => return Err(Error::err("bit is not an integer or out of range")),
     };
     let shift = 7 - (offset & 7);
+    // A bit already as asked, inside the value, is not written: Redis 7.0
+    // then publishes nothing, counts no change and leaves WATCH alone (a
+    // SETBIT that grows or creates the string writes even a 0). Seen
+    // first without the key's lock from this thread's cache of segments,
+    // as a read (a hot bitmap's repeated SETBITs, like PFADDs that raise
+    // nothing); then again under the lock.
+    let already = |db: &basalt_engine::Db, cached_only: bool| -> Result<bool> {
+        let byte = offset >> 3;
+        let mut seen = None;
+        let len = match db.read_ranges_cached(key, &[(byte, 1)], |_, b| seen = b.first().copied()) {
+            Some(len) => len,
+            None if cached_only => return Ok(false),
+            None => match db.read_range(key, byte, 1)? {
+                Some((b, len)) => {
+                    seen = b.first().copied();
+                    len
+                }
+                None => return Ok(false),
+            },
+        };
+        Ok(byte < len && seen.is_some_and(|b| (b >> shift) & 1 == on))
+    };
+    if ctx
+        .slot()
+        .db()
+        .is_some_and(|db| already(db, true).unwrap_or(false))
+    {
+        ctx.int(on as i64);
+        return Ok(());
+    }
     let mut old = 0;
-    // One read and one write of the byte's segment. Written even when the
-    // bit does not change: it may grow the string, and Redis counts every
-    // SETBIT as a modification (WATCH).
-    let (existed, _) = ctx.ranged_write(key, |db| {
-        Ok(db.try_modify_range(key, offset >> 3, 1, |b| {
-            old = (b[0] >> shift) & 1;
-            b[0] = (b[0] & !(1 << shift)) | (on << shift);
-        })?)
+    // One read and one write of the byte's segment.
+    let (existed, changed) = ctx.ranged_write(key, |db| {
+        if already(db, false)? {
+            old = on;
+            return Ok(Some((true, false)));
+        }
+        Ok(db
+            .try_modify_range(key, offset >> 3, 1, |b| {
+                old = (b[0] >> shift) & 1;
+                b[0] = (b[0] & !(1 << shift)) | (on << shift);
+            })?
+            .map(|(existed, _)| (existed, true)))
     })?;
+    if !changed {
+        ctx.int(old as i64);
+        return Ok(());
+    }
     let created = !existed;
     if created {
         ctx.notify(NEW, "new", key);

@@ -178,6 +178,20 @@ impl LongDouble {
         f64::from_bits(d.to_bits() as u64)
     }
 
+    /// `(long long) ceill(self * 1000)` as Redis computes a timeout in
+    /// seconds in milliseconds: the product and the rounding up in this
+    /// precision; `None` where the conversion overflows a long long (C
+    /// leaves that undefined; x86 gives `LLONG_MIN`).
+    pub fn ceil_thousandths(&self) -> Option<i64> {
+        let thousand = X87DoubleExtended::from_u128(1000).value;
+        let ms = self.0.mul_r(thousand, Round::NearestTiesToEven).value;
+        let r = ms.to_i128_r(64, Round::TowardPositive, &mut false);
+        if r.status.contains(Status::INVALID_OP) {
+            return None;
+        }
+        i64::try_from(r.value).ok()
+    }
+
     /// Neither infinite nor NaN.
     pub fn is_finite(&self) -> bool {
         self.0.is_finite()

@@ -1235,6 +1235,14 @@ pub(super) fn read_args<'a>(args: &Args<'a>, xreadgroup: bool) -> Result<ReadArg
     while i < args.len() {
         let more = args.len() - i - 1;
         if is(&args[i], "block") && more > 0 {
+            if crate::script::in_script() {
+                // As Redis 7.0: a script may not ask to block, whatever
+                // the timeout (the name as the script wrote it).
+                return Err(Error::err(format!(
+                    "{} command is not allowed with BLOCK option from scripts",
+                    String::from_utf8_lossy(&args[0])
+                )));
+            }
             let ms = parse_i64(&args[i + 1])
                 .ok_or_else(|| Error::err("timeout is not an integer or out of range"))?;
             if ms < 0 {

@@ -70,6 +70,12 @@ thread_local! {
     static LUA: Cell<Option<*const Lua>> = const { Cell::new(None) };
 }
 
+/// Whether a script is running on this thread (its commands run inside
+/// it): what Redis's `CLIENT_SCRIPT` flag tells a command.
+pub(crate) fn in_script() -> bool {
+    ENV.with(|e| !e.get().is_null())
+}
+
 /// Runs `f` with the running script's [`CallEnv`], or fails outside a run
 /// (a function kept from a script and called later cannot reach one: the
 /// interpreter only runs inside [`Interp::run`]).

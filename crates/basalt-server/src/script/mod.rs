@@ -21,6 +21,7 @@
 mod functions;
 pub mod libs;
 mod lua;
+pub(crate) use lua::in_script;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
