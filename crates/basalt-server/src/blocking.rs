@@ -781,6 +781,7 @@ mod tests {
             b"9.3e15",
             b"9223372036854775.808",
             b"9223372036854776",
+            b"-9223372036854775808.5",
         ] {
             assert_eq!(
                 parse_timeout(neg, now).unwrap_err().message(),
