@@ -260,9 +260,16 @@ fn append_segment(
 }
 
 /// How one attempt at a ranged write ended.
+/// The longest range [`Db::try_modify_range_if_changed`] compares.
+const UNCHANGED_MAX: usize = 8;
+
 enum Step {
     /// Written: whether the key existed, and the value's new length.
     Done((bool, u64)),
+    /// Nothing written: the key exists, the range lies inside its value
+    /// and the closure left its bytes as they were (asked for with
+    /// `skip_unchanged`); the value's length.
+    Unchanged(u64),
     /// Several records to write, no batch open, and the caller may not
     /// open one here (`try_` calls).
     NeedsBatch,
@@ -580,8 +587,8 @@ impl Db {
     pub fn try_write_range(&self, key: &[u8], offset: u64, data: &[u8]) -> Result<Option<u64>> {
         let mut f = |b: &mut [u8]| b.copy_from_slice(data);
         Ok(self
-            .modify_range_impl(key, offset, data.len(), &mut f, false)?
-            .map(|(_, len)| len))
+            .modify_range_impl(key, offset, data.len(), &mut f, false, false)?
+            .map(|(_, len, _)| len))
     }
 
     /// [`Db::modify_range`] with [`Db::try_write_range`]'s rule: `None`
@@ -595,7 +602,26 @@ impl Db {
         len: usize,
         mut f: impl FnMut(&mut [u8]),
     ) -> Result<Option<(bool, u64)>> {
-        self.modify_range_impl(key, offset, len, &mut f, false)
+        Ok(self
+            .modify_range_impl(key, offset, len, &mut f, false, false)?
+            .map(|(existed, total, _)| (existed, total)))
+    }
+
+    /// [`Db::try_modify_range`] that writes nothing when `f` leaves the
+    /// bytes as they were and the range lies inside the existing value
+    /// (a SETBIT of a bit already as asked: Redis then publishes nothing
+    /// and leaves WATCH alone). Returns whether the key existed, the
+    /// value's length and whether anything was written. A write that
+    /// creates or grows the value always writes. Ranges of more than 8
+    /// bytes are always written.
+    pub fn try_modify_range_if_changed(
+        &self,
+        key: &[u8],
+        offset: u64,
+        len: usize,
+        mut f: impl FnMut(&mut [u8]),
+    ) -> Result<Option<(bool, u64, bool)>> {
+        self.modify_range_impl(key, offset, len, &mut f, false, true)
     }
 
     /// Reads bytes `offset .. offset + len` of the value at `key` (zeros
@@ -616,9 +642,10 @@ impl Db {
         len: usize,
         mut f: impl FnMut(&mut [u8]),
     ) -> Result<(bool, u64)> {
-        Ok(self
-            .modify_range_impl(key, offset, len, &mut f, true)?
-            .expect("a write allowed to open its batch always runs"))
+        let (existed, total, _) = self
+            .modify_range_impl(key, offset, len, &mut f, true, false)?
+            .expect("a write allowed to open its batch always runs");
+        Ok((existed, total))
     }
 
     fn modify_range_impl(
@@ -628,13 +655,17 @@ impl Db {
         len: usize,
         f: &mut dyn FnMut(&mut [u8]),
         auto_batch: bool,
-    ) -> Result<Option<(bool, u64)>> {
-        if let Some(done) = self.modify_cached(key, offset, len, f)? {
+        skip_unchanged: bool,
+    ) -> Result<Option<(bool, u64, bool)>> {
+        // Only small ranges are compared (kept on the stack before `f`).
+        let skip_unchanged = skip_unchanged && len <= UNCHANGED_MAX;
+        if let Some(done) = self.modify_cached(key, offset, len, f, skip_unchanged)? {
             return Ok(Some(done));
         }
         for _ in 0..8 {
-            match self.modify_once(key, offset, len, f, auto_batch)? {
-                Step::Done(r) => return Ok(Some(r)),
+            match self.modify_once(key, offset, len, f, auto_batch, skip_unchanged)? {
+                Step::Done((existed, total)) => return Ok(Some((existed, total, true))),
+                Step::Unchanged(total) => return Ok(Some((true, total, false))),
                 Step::NeedsBatch => return Ok(None),
                 Step::Retry => continue,
             }
@@ -664,7 +695,8 @@ impl Db {
         offset: u64,
         len: usize,
         f: &mut dyn FnMut(&mut [u8]),
-    ) -> Result<Option<(bool, u64)>> {
+        skip_unchanged: bool,
+    ) -> Result<Option<(bool, u64, bool)>> {
         let seg = SEGMENT_LEN as u64;
         let i = offset / seg;
         if len == 0 || (offset + len as u64 - 1) / seg != i || self.in_batch() {
@@ -728,7 +760,17 @@ impl Db {
                 unreachable!("checked above");
             };
             let (base, from) = (*base, (offset - i * seg) as usize);
+            let mut before = [0u8; UNCHANGED_MAX];
+            if skip_unchanged {
+                before[..len].copy_from_slice(&entry.bytes[from..from + len]);
+            }
             f(&mut entry.bytes[from..from + len]);
+            if skip_unchanged && entry.bytes[from..from + len] == before[..len] {
+                // Nothing to write (never the last segment here, so the
+                // value keeps its length): the entry goes back as it was.
+                c.insert(at, entry);
+                return Some(Ok((w, total, false)));
+            }
             let dirty = entry.dirty | Patch::words(from, len);
             let mut v = Vec::with_capacity(PATCH_HEADER_LEN + PATCH_MAX);
             let covered = Patch::encode_diff(
@@ -761,14 +803,18 @@ impl Db {
                 insert_bounded(&mut c, (file.handle.uid, loc.offset), entry);
             }
             drop(idx);
-            Some(Ok((w, total)))
+            Some(Ok((w, total, true)))
         });
         match r {
             None => Ok(None),
             Some(Err(e)) => Err(e),
-            Some(Ok((w, total))) => {
+            Some(Ok((w, total, false))) => {
+                drop(w);
+                Ok(Some((true, total, false)))
+            }
+            Some(Ok((w, total, true))) => {
                 inner.finish_write(shard, w)?;
-                Ok(Some((true, total)))
+                Ok(Some((true, total, true)))
             }
         }
     }
@@ -780,6 +826,7 @@ impl Db {
         len: usize,
         f: &mut dyn FnMut(&mut [u8]),
         auto_batch: bool,
+        skip_unchanged: bool,
     ) -> Result<Step> {
         let end = offset + len as u64;
         if len == 0 {
@@ -793,10 +840,19 @@ impl Db {
                     Some(v) => (v.value, v.expires_at, true),
                     None => (Vec::new(), None, false),
                 };
+                let inside = existed && v.len() >= end as usize;
                 if v.len() < end as usize {
                     v.resize(end as usize, 0);
                 }
-                f(&mut v[offset as usize..end as usize]);
+                let range = offset as usize..end as usize;
+                let mut before = [0u8; UNCHANGED_MAX];
+                if skip_unchanged && inside {
+                    before[..len].copy_from_slice(&v[range.clone()]);
+                }
+                f(&mut v[range.clone()]);
+                if skip_unchanged && inside && v[range] == before[..len] {
+                    return Ok(Step::Unchanged(v.len() as u64));
+                }
                 if v.len() <= SEGMENT_ABOVE {
                     self.put_with_expiry(key, &v, at)?;
                     return Ok(Step::Done((existed, v.len() as u64)));
@@ -880,7 +936,15 @@ impl Db {
                         window[w].copy_from_slice(&bytes[s]);
                     }
                 }
+                let mut before = [0u8; UNCHANGED_MAX];
+                let inside = skip_unchanged && end <= total;
+                if inside {
+                    before[..len].copy_from_slice(&window);
+                }
                 f(&mut window);
+                if inside && window[..] == before[..len] {
+                    return Ok(Step::Unchanged(total));
+                }
                 for (i, bytes) in &mut out {
                     if let Some((s, w)) = parts(*i, bytes.len()) {
                         bytes[s].copy_from_slice(&window[w]);

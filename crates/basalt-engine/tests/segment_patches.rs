@@ -661,3 +661,64 @@ fn many_small_writes_to_a_few_segments_are_on_disk_as_written_seen_from_another_
     let db = Db::open(dir.path(), opts(&clock, 1 << 20)).unwrap();
     assert!(db.get(b"bm").unwrap().unwrap() == model, "reopened");
 }
+
+#[test]
+fn a_ranged_write_that_changes_nothing_inside_the_value_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_000));
+    let db = Db::open(dir.path(), opts(&clock, 64 << 20)).unwrap();
+    db.write_range(b"bm", 0, &bitmap()).unwrap();
+    db.put(b"small", b"abc").unwrap();
+    let same = |db: &Db, key: &[u8], at: u64| {
+        let (version, bytes) = (db.version(key), data_bytes(db));
+        let r = db
+            .try_modify_range_if_changed(key, at, 1, |b| b[0] = b[0].wrapping_add(0))
+            .unwrap()
+            .unwrap();
+        assert_eq!((db.version(key), data_bytes(db)), (version, bytes), "{at}");
+        r
+    };
+    // A plain value, a segment read from its record, then the same segment
+    // from this thread's cache (after a write through it), and the last
+    // segment: nothing written, the length reported.
+    let total = bitmap().len() as u64;
+    assert_eq!(same(&db, b"small", 1), (true, 3, false));
+    assert_eq!(
+        same(&db, b"bm", 5 * SEGMENT_LEN as u64),
+        (true, total, false)
+    );
+    db.write_range(b"bm", 7 * SEGMENT_LEN as u64, &[9]).unwrap();
+    assert_eq!(
+        same(&db, b"bm", 7 * SEGMENT_LEN as u64 + 1),
+        (true, total, false)
+    );
+    assert_eq!(same(&db, b"bm", total - 1), (true, total, false));
+    // A change is written, once.
+    let v = db.version(b"bm");
+    let r = db
+        .try_modify_range_if_changed(b"bm", 7 * SEGMENT_LEN as u64 + 1, 1, |b| b[0] ^= 1)
+        .unwrap()
+        .unwrap();
+    assert_eq!(r, (true, total, true));
+    assert!(db.version(b"bm") > v);
+    // Growing or creating writes even a zero.
+    let r = db
+        .try_modify_range_if_changed(b"small", 10, 1, |_| {})
+        .unwrap()
+        .unwrap();
+    assert_eq!(r, (true, 11, true));
+    assert_eq!(db.get(b"small").unwrap().unwrap(), b"abc\0\0\0\0\0\0\0\0");
+    let r = db
+        .try_modify_range_if_changed(b"new", 0, 1, |_| {})
+        .unwrap()
+        .unwrap();
+    assert_eq!(r, (false, 1, true));
+    assert_eq!(db.get(b"new").unwrap().unwrap(), b"\0");
+    // After reopening, every value is as written.
+    let mut want = bitmap();
+    want[7 * SEGMENT_LEN] = 9;
+    want[7 * SEGMENT_LEN + 1] ^= 1;
+    drop(db);
+    let db = Db::open(dir.path(), opts(&clock, 64 << 20)).unwrap();
+    assert_eq!(db.get(b"bm").unwrap().unwrap(), want);
+}

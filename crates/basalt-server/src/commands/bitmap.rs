@@ -80,44 +80,27 @@ fn setbit(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     // SETBIT that grows or creates the string writes even a 0). Seen
     // first without the key's lock from this thread's cache of segments,
     // as a read (a hot bitmap's repeated SETBITs, like PFADDs that raise
-    // nothing); then again under the lock.
-    let already = |db: &basalt_engine::Db, cached_only: bool| -> Result<bool> {
-        let byte = offset >> 3;
+    // nothing); under the lock the engine's write compares the byte
+    // before and after and writes nothing when it is the same.
+    let byte = offset >> 3;
+    let unchanged = ctx.slot().db().is_some_and(|db| {
         let mut seen = None;
-        let len = match db.read_ranges_cached(key, &[(byte, 1)], |_, b| seen = b.first().copied()) {
-            Some(len) => len,
-            None if cached_only => return Ok(false),
-            None => match db.read_range(key, byte, 1)? {
-                Some((b, len)) => {
-                    seen = b.first().copied();
-                    len
-                }
-                None => return Ok(false),
-            },
-        };
-        Ok(byte < len && seen.is_some_and(|b| (b >> shift) & 1 == on))
-    };
-    if ctx
-        .slot()
-        .db()
-        .is_some_and(|db| already(db, true).unwrap_or(false))
-    {
+        db.read_ranges_cached(key, &[(byte, 1)], |_, b| seen = b.first().copied())
+            .is_some_and(|len| byte < len && seen.is_some_and(|b| (b >> shift) & 1 == on))
+    });
+    if unchanged {
         ctx.int(on as i64);
         return Ok(());
     }
     let mut old = 0;
     // One read and one write of the byte's segment.
     let (existed, changed) = ctx.ranged_write(key, |db| {
-        if already(db, false)? {
-            old = on;
-            return Ok(Some((true, false)));
-        }
         Ok(db
-            .try_modify_range(key, offset >> 3, 1, |b| {
+            .try_modify_range_if_changed(key, byte, 1, |b| {
                 old = (b[0] >> shift) & 1;
                 b[0] = (b[0] & !(1 << shift)) | (on << shift);
             })?
-            .map(|(existed, _)| (existed, true)))
+            .map(|(existed, _, changed)| (existed, changed)))
     })?;
     if !changed {
         ctx.int(old as i64);
