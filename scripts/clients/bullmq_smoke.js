@@ -17,7 +17,7 @@
 // Every wait is bounded in time. Exit status 0 when all pass.
 //
 // Usage: node scripts/clients/bullmq_smoke.js [--binary PATH]
-// Needs bullmq and ioredis (`npm install bullmq@5 ioredis@5`; NODE_PATH
+// Needs bullmq and ioredis (`npm install bullmq@6 ioredis@5`; NODE_PATH
 // may point at their node_modules).
 
 "use strict";
@@ -28,24 +28,7 @@ const os = require("os");
 const path = require("path");
 const { Queue, Worker, QueueEvents, FlowProducer } = require("bullmq");
 
-const args = process.argv.slice(2);
-const binary = args.includes("--binary") ? args[args.indexOf("--binary") + 1] : "target/debug/basalt";
-
-function freePort() {
-  return new Promise((resolve) => {
-    const s = net.createServer();
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-function assert(cond, msg) {
-  if (!cond) throw new Error(`assertion failed: ${msg}`);
-}
+const { binary, freePort, sleep, assert } = require("./common");
 
 async function until(what, f, seconds = 20) {
   const deadline = Date.now() + seconds * 1000;

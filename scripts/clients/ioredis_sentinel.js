@@ -23,25 +23,11 @@
 "use strict";
 const { spawn } = require("child_process");
 const fs = require("fs");
-const net = require("net");
 const os = require("os");
 const path = require("path");
 const Redis = require("ioredis");
 
-const args = process.argv.slice(2);
-const binary = args.includes("--binary") ? args[args.indexOf("--binary") + 1] : "target/debug/basalt";
-
-function freePort() {
-  return new Promise((resolve) => {
-    const s = net.createServer();
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-  });
-}
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const { binary, freePort, sleep, assert } = require("./common");
 
 async function retry(what, f, seconds = 15) {
   const deadline = Date.now() + seconds * 1000;
@@ -53,10 +39,6 @@ async function retry(what, f, seconds = 15) {
       await sleep(100);
     }
   }
-}
-
-function assert(cond, msg) {
-  if (!cond) throw new Error(`assertion failed: ${msg}`);
 }
 
 async function main() {

@@ -102,15 +102,12 @@ fn setbit(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             })?
             .map(|(existed, _, changed)| (existed, changed)))
     })?;
-    if !changed {
-        ctx.int(old as i64);
-        return Ok(());
+    if changed {
+        if !existed {
+            ctx.notify(NEW, "new", key);
+        }
+        ctx.notify(STRING, "setbit", key);
     }
-    let created = !existed;
-    if created {
-        ctx.notify(NEW, "new", key);
-    }
-    ctx.notify(STRING, "setbit", key);
     ctx.int(old as i64);
     Ok(())
 }
