@@ -6,6 +6,10 @@
 #   bash scripts/device/run.sh group1   the same, SET only, one client thread
 #   bash scripts/device/run.sh inflight the group alone, SET P=16, --raft-in-flight 4, 16, 64
 #   bash scripts/device/run.sh inflight4 the same with 4 client threads (4 and 64), and a single node
+#   bash scripts/device/run.sh apply    the group alone, SET P=16, 4 client threads, --raft-apply-threads
+#                                        1, 4 and 8 alternating (twice), and a single node for the ratio
+#   bash scripts/device/run.sh sweep    cold GETs at 1x, 2x, 4x and 8x a 512 MiB cgroup, the default
+#                                        binary, one round (issue 23's plot)
 #   bash scripts/device/run.sh warm     single node SET/GET P=16 vs redis, one client thread
 #   bash scripts/device/run.sh cold     cold GETs at 4.1x a 512 MiB cgroup, rings vs reader threads
 #   bash scripts/device/run.sh coldqd   cold GETs at P=1, rings vs 32 and 64 reader threads, with the
@@ -61,6 +65,15 @@ for stage in "$@"; do
         timeout 60 python3 scripts/bench_group.py --basalt $B --requests 100000 \
         --requests-pipelined 2000000 --rounds 3 --pipelines 16 --tests set --client-threads 4 \
         --single-only ;;
+    apply) for r in 1 2; do for n in ${APPLY:-1 4 8}; do timeout 45 python3 scripts/bench_group.py \
+        --basalt $B --requests 100000 --requests-pipelined 2000000 --rounds 2 --pipelines 16 \
+        --tests set --client-threads 4 --group-only --group-flags "--raft-apply-threads $n"; done; done
+        timeout 45 python3 scripts/bench_group.py --basalt $B --requests 100000 \
+        --requests-pipelined 2000000 --rounds 3 --pipelines 16 --tests set --client-threads 4 \
+        --single-only ;;
+    sweep) timeout 240 python3 scripts/bench_cold.py --binary auto=$B --limit-mb 512 \
+        --ratios 1,2,4,8 --requests 200000 --rounds 1 --pipelines 1,16 --fio-seconds 3 \
+        --dir "$ROOT/.devtmp" --json "$O/sweep.json" ;;
     warm) timeout 80 python3 scripts/bench_group.py --basalt $B --requests 100000 \
         --requests-pipelined 2000000 --rounds 3 --pipelines 16 --tests set,get --single-only ;;
     cold) timeout 240 python3 scripts/bench_cold.py --binary ring=/opt/dev/wrap/basalt-ring \

@@ -36,7 +36,7 @@ use std::cell::{Cell, RefCell};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::db::Inner;
 use crate::format::{CommitKey, Kind, RecordRef};
@@ -57,6 +57,21 @@ use crate::{Db, Result};
 pub struct BatchGroup {
     lock: Mutex<()>,
     log: Option<Arc<dyn CommitLog>>,
+    /// Threads that joined the open batch ([`Db::join_batch`]).
+    helpers: Mutex<Helpers>,
+    /// Signalled when the last joined thread leaves.
+    helpers_left: Condvar,
+}
+
+/// The threads that joined a group's open batch.
+#[derive(Default)]
+struct Helpers {
+    /// Whether a batch is open (between its outermost begin and its end).
+    open: bool,
+    /// Joined threads that have not left yet.
+    active: usize,
+    /// What the threads that left wrote.
+    touched: Vec<Touched>,
 }
 
 /// Where a [`BatchGroup`] records the batches that wrote to several of its
@@ -105,8 +120,8 @@ impl BatchGroup {
     /// `log` (see [`BatchGroup`]).
     pub fn with_log(log: Arc<dyn CommitLog>) -> Arc<BatchGroup> {
         Arc::new(BatchGroup {
-            lock: Mutex::new(()),
             log: Some(log),
+            ..BatchGroup::default()
         })
     }
 
@@ -148,6 +163,7 @@ impl BatchGroup {
         }
         assert_eq!(active, 0, "a batch of another group is open on this thread");
         let guard = self.lock.lock();
+        self.helpers.lock().open = true;
         ACTIVE.with(|a| a.set(self.addr()));
         DEPTH.with(|d| d.set(1));
         Batch {
@@ -200,7 +216,19 @@ impl Batch<'_> {
         }
         // Commit records are not members: the thread leaves the batch first.
         ACTIVE.with(|a| a.set(0));
-        let touched = TOUCHED.with(|t| std::mem::take(&mut *t.borrow_mut()));
+        let mut touched = TOUCHED.with(|t| std::mem::take(&mut *t.borrow_mut()));
+        // Threads that joined finish their writes first; theirs are members.
+        let joined = {
+            let mut h = self.group.helpers.lock();
+            while h.active > 0 {
+                self.group.helpers_left.wait(&mut h);
+            }
+            h.open = false;
+            std::mem::take(&mut h.touched)
+        };
+        for j in joined {
+            merge_touched(&mut touched, j);
+        }
         // Several databases and a log: conditional commits, then the token
         // (the batch's last member: sequence numbers are unique).
         let token = match &self.group.log {
@@ -270,7 +298,7 @@ fn commit_one(t: &Touched, token: Option<u64>) -> Result<()> {
     .encode();
     {
         let mut w = shard.writer.lock();
-        let seq = inner.seq.fetch_add(1, Ordering::SeqCst);
+        let seq = inner.next_seq();
         let loc = inner
             .append(
                 shard,
@@ -316,6 +344,57 @@ pub(crate) fn in_batch(inner: &Inner) -> bool {
 /// the batch's first member on as uncommitted.
 pub(crate) fn before_member(inner: &Inner, seq: u64) {
     inner.open_first.fetch_min(seq, Ordering::SeqCst);
+}
+
+impl std::fmt::Debug for Helpers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Helpers")
+            .field("open", &self.open)
+            .field("active", &self.active)
+            .field("databases", &self.touched.len())
+            .finish()
+    }
+}
+
+/// Adds what one thread wrote to a database (`t`) to `all`.
+fn merge_touched(all: &mut Vec<Touched>, t: Touched) {
+    match all.iter_mut().find(|e| e.addr == t.addr) {
+        Some(e) => {
+            e.first = e.first.min(t.first);
+            e.last = e.last.max(t.last);
+            e.count += t.count;
+            for (d, x) in e.dirty.iter_mut().zip(&t.dirty) {
+                *d |= x;
+            }
+        }
+        None => all.push(t),
+    }
+}
+
+/// A thread's membership in a batch that another thread opened
+/// ([`Db::join_batch`]); leaves it when dropped.
+#[must_use = "the thread is in the batch only while the guard lives"]
+#[derive(Debug)]
+pub struct Joined<'a> {
+    group: &'a BatchGroup,
+    /// Not `Send`: the membership belongs to the thread that joined.
+    _thread: std::marker::PhantomData<*const ()>,
+}
+
+impl Drop for Joined<'_> {
+    fn drop(&mut self) {
+        ACTIVE.with(|a| a.set(0));
+        DEPTH.with(|d| d.set(0));
+        let mine = TOUCHED.with(|t| std::mem::take(&mut *t.borrow_mut()));
+        let mut h = self.group.helpers.lock();
+        for t in mine {
+            merge_touched(&mut h.touched, t);
+        }
+        h.active -= 1;
+        if h.active == 0 {
+            self.group.helpers_left.notify_all();
+        }
+    }
 }
 
 /// Records a member appended to shard `shard` of `inner`.
@@ -495,6 +574,36 @@ impl Db {
     /// ```
     pub fn batch(&self) -> Batch<'_> {
         self.inner.group.begin()
+    }
+
+    /// Makes the calling thread's writes to the databases of this one's
+    /// group members of the batch another thread has open, until the guard
+    /// drops: for spreading one batch's independent writes over threads.
+    /// The batch's end waits for every joined thread to leave, and commits
+    /// their writes with its own. `None` if no batch of the group is open
+    /// (the writes are then plain ones), or if this thread has a batch of
+    /// its own open (it is a member already, or of another group).
+    ///
+    /// The caller keeps each key's writes on one thread, as the batch
+    /// itself does not order threads' writes.
+    pub fn join_batch(&self) -> Option<Joined<'_>> {
+        let group = &*self.inner.group;
+        if ACTIVE.with(Cell::get) != 0 {
+            return None;
+        }
+        {
+            let mut h = group.helpers.lock();
+            if !h.open {
+                return None;
+            }
+            h.active += 1;
+        }
+        ACTIVE.with(|a| a.set(group.addr()));
+        DEPTH.with(|d| d.set(1));
+        Some(Joined {
+            group,
+            _thread: std::marker::PhantomData,
+        })
     }
 
     /// Applies `batch` in order as one crash-atomic unit. Each write checks

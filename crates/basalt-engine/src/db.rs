@@ -732,8 +732,14 @@ impl Inner {
         err
     }
 
+    /// The next sequence number: from this thread's [`crate::SequenceLane`]
+    /// if one is open, else from the shared counter.
+    #[inline]
     pub(crate) fn next_seq(&self) -> u64 {
-        self.seq.fetch_add(1, Ordering::SeqCst)
+        match crate::lane::take() {
+            Some(seq) => seq,
+            None => self.seq.fetch_add(1, Ordering::SeqCst),
+        }
     }
 
     /// Appends one record to the active file; the caller holds the writer

@@ -65,12 +65,13 @@ mod field;
 mod fields;
 pub mod format;
 mod keydir;
+mod lane;
 mod options;
 mod recovery;
 mod segmented;
 pub mod vfs;
 
-pub use batch::{Batch, BatchGroup, BatchOp, CommitLog, WriteBatch};
+pub use batch::{Batch, BatchGroup, BatchOp, CommitLog, Joined, WriteBatch};
 pub use check::{
     check, repair, CheckOptions, CheckReport, Damage, DamageKind, Dropped, FileReport, Progress,
     RepairReport, Severity,
@@ -85,5 +86,6 @@ pub use db::{Db, FileStats, KeyKind, KeyMeta, Stats, Versioned};
 pub use error::{Error, Result};
 pub use format::{crc32c, crc32c_append};
 pub use keydir::prefetch_read;
+pub use lane::SequenceLane;
 pub use options::{Clock, ExpiryListener, ManualClock, Options, SyncPolicy, SystemClock};
 pub use segmented::{SEGMENTED_TAG, SEGMENT_ABOVE, SEGMENT_LEN};

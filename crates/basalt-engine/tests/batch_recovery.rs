@@ -634,3 +634,58 @@ fn a_segmented_value_deleted_and_made_a_map_reopens_as_the_map() {
         vec![(b"f2".to_vec(), b"new".to_vec())]
     );
 }
+
+/// A batch's writes spread over threads: a thread that joins the batch
+/// another opened writes members of it (a copy taken before the commit
+/// opens without them, one taken after with them), a thread that did not
+/// join writes plain records (in both copies), and the commit waits for
+/// the joined threads to leave.
+#[test]
+fn writes_of_threads_that_joined_a_batch_commit_with_it_or_vanish_with_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let live = tmp.path().join("live");
+    let db = Db::open(&live, opts()).unwrap();
+    base(&db);
+    assert!(db.join_batch().is_none(), "no batch open");
+    let batch = db.batch();
+    db.put(b"owner", b"1").unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let joined = db.join_batch().expect("the batch is open");
+            for i in 0..20 {
+                batch_step(&db, i);
+            }
+            // A nested batch inside the joined one is part of it too.
+            let mut w = WriteBatch::new();
+            w.put(b"helper-batch", b"x");
+            db.write(&w).unwrap();
+            drop(joined);
+        });
+        s.spawn(|| {
+            db.put(b"outsider", b"plain").unwrap();
+        });
+    });
+    let before = tmp.path().join("before");
+    snapshot(&live, &before);
+    batch.commit().unwrap();
+    let after = tmp.path().join("after");
+    snapshot(&live, &after);
+    let committed = contents(&db);
+    drop(db);
+
+    let cut = contents(&reopen(&before));
+    assert_eq!(cut.get(&b"outsider"[..]), Some(&b"plain".to_vec()));
+    assert_eq!(cut.get(&b"owner"[..]), None);
+    assert_eq!(cut.get(&b"helper-batch"[..]), None);
+    let base_only = {
+        let d = tempfile::tempdir().unwrap();
+        let db = Db::open(d.path(), opts()).unwrap();
+        base(&db);
+        db.put(b"outsider", b"plain").unwrap();
+        contents(&db)
+    };
+    assert_eq!(cut, base_only, "none of the batch before its commit");
+    let whole = contents(&reopen(&after));
+    assert_eq!(whole, committed, "all of it after");
+    assert_eq!(whole.get(&b"helper-batch"[..]), Some(&b"x".to_vec()));
+}

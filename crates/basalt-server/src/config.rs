@@ -252,6 +252,10 @@ pub struct ServerArgs {
     /// (proposed and not yet applied) [default: 4]
     #[arg(long, env = "BASALT_RAFT_IN_FLIGHT")]
     pub raft_in_flight: Option<usize>,
+    /// Threads that apply a combined entry's independent writes at once
+    /// (1 to 64; 0 or `auto`: a quarter of the CPUs, 1 to 8) [default: auto]
+    #[arg(long, env = "BASALT_RAFT_APPLY_THREADS", value_parser = parse_apply_threads)]
+    pub raft_apply_threads: Option<usize>,
 }
 
 /// The contents of a `--config` TOML file.
@@ -311,6 +315,8 @@ struct FileConfig {
     raft_snapshot_every: Option<u64>,
     #[serde(rename = "raft-in-flight")]
     raft_in_flight: Option<usize>,
+    #[serde(rename = "raft-apply-threads")]
+    raft_apply_threads: Option<usize>,
 }
 
 /// The merged configuration the server runs with.
@@ -407,6 +413,11 @@ pub struct Config {
     /// queue and go together in the next entry (`repl::combine`). Default:
     /// 4, between 1 and 256.
     pub raft_in_flight: usize,
+    /// `raft-apply-threads`: threads that apply the independent writes of
+    /// one combined entry at once (`repl::lanes`); 1 applies every entry
+    /// on one thread. Default (`auto`, 0): a quarter of the CPUs, between 1
+    /// and 8.
+    pub raft_apply_threads: usize,
 }
 
 impl Default for Config {
@@ -445,6 +456,7 @@ impl Default for Config {
             master_name: "mymaster".into(),
             raft_snapshot_every: 100_000,
             raft_in_flight: 4,
+            raft_apply_threads: auto_apply_threads(),
         }
     }
 }
@@ -713,6 +725,11 @@ impl Config {
                 Some(_) => anyhow::bail!("raft-in-flight must be between 1 and 256"),
                 None => d.raft_in_flight,
             },
+            raft_apply_threads: match args.raft_apply_threads.or(file.raft_apply_threads) {
+                Some(0) | None => d.raft_apply_threads,
+                Some(n @ 1..=64) => n,
+                Some(_) => anyhow::bail!("raft-apply-threads must be between 1 and 64 (0: auto)"),
+            },
             slowlog_log_slower_than,
             slowlog_max_len,
             latency_monitor_threshold,
@@ -749,6 +766,24 @@ impl Config {
             config_file: args.config,
         })
     }
+}
+
+/// `--raft-apply-threads`: a count, or `auto` (0).
+fn parse_apply_threads(s: &str) -> Result<usize, String> {
+    if s.eq_ignore_ascii_case("auto") {
+        return Ok(0);
+    }
+    s.parse()
+        .map_err(|_| format!("expected a number of threads or auto, got {s:?}"))
+}
+
+/// `raft-apply-threads auto`: a quarter of the CPUs, between 1 and 8 (an
+/// entry's commands take a small share of a node's work; the connection
+/// threads, the Raft runtime and the other nodes of a group on one machine
+/// need the rest).
+fn auto_apply_threads() -> usize {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cpus / 4).clamp(1, 8)
 }
 
 /// Parses `--peers`: `id@host:port` items, comma separated.
@@ -1001,6 +1036,39 @@ mod tests {
         ] {
             let cli = Cli::try_parse_from(bad).unwrap();
             assert!(Config::from_args(cli.server).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn raft_apply_threads_is_auto_by_default_and_comes_from_file_or_flag() {
+        let from = |argv: &[&str]| {
+            let cli = Cli::try_parse_from(argv).map_err(|e| anyhow::anyhow!("{e}"))?;
+            Config::from_args(cli.server).map(|c| c.raft_apply_threads)
+        };
+        let auto = auto_apply_threads();
+        assert!((1..=8).contains(&auto));
+        assert_eq!(from(&["basalt"]).unwrap(), auto);
+        assert_eq!(
+            from(&["basalt", "--raft-apply-threads", "auto"]).unwrap(),
+            auto
+        );
+        assert_eq!(
+            from(&["basalt", "--raft-apply-threads", "0"]).unwrap(),
+            auto
+        );
+        assert_eq!(from(&["basalt", "--raft-apply-threads", "6"]).unwrap(), 6);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("basalt.toml");
+        std::fs::write(&path, "raft-apply-threads = 3\n").unwrap();
+        assert_eq!(
+            from(&["basalt", "--config", path.to_str().unwrap()]).unwrap(),
+            3
+        );
+        for bad in ["65", "many", "-1"] {
+            let e = from(&["basalt", &format!("--raft-apply-threads={bad}")])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("raft-apply-threads"), "{bad}: {e}");
         }
     }
 

@@ -562,6 +562,12 @@ impl Keyspace {
         self.seq.fetch_max(floor, Ordering::SeqCst);
     }
 
+    /// The shared sequence counter: the number the next write outside a
+    /// `basalt_engine::SequenceLane` takes.
+    pub fn seq(&self) -> u64 {
+        self.seq.load(Ordering::SeqCst)
+    }
+
     fn options(
         sync: SyncPolicy,
         file_size: u64,

@@ -39,6 +39,7 @@ pub(crate) mod hdr;
 pub mod http;
 pub mod hyperloglog;
 pub mod keyspace;
+mod lanes;
 pub mod maxmemory;
 pub mod monitor;
 pub mod notify;

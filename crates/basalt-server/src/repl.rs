@@ -66,10 +66,10 @@ thread_local! {
 }
 
 /// Sets the entry's generator for as long as it lives.
-struct EntrySeed;
+pub(crate) struct EntrySeed;
 
 impl EntrySeed {
-    fn set(index: u64) -> EntrySeed {
+    pub(crate) fn set(index: u64) -> EntrySeed {
         ENTRY_RNG.with(|c| c.set(Some(index ^ 0x5851_F42D_4C95_7F2D)));
         EntrySeed
     }
@@ -348,6 +348,8 @@ pub struct Repl {
     applying: Arc<AtomicU64>,
     /// Proposals waiting to join an entry on the leader ([`combine`]).
     combiner: tokio::sync::mpsc::UnboundedSender<Job>,
+    /// What the apply threads did.
+    pub lanes: Arc<LaneStats>,
 }
 
 /// A proposal waiting for the leader's group commit ([`combine`]): its
@@ -580,10 +582,13 @@ impl Repl {
         let client = shared.clients.detached(shared.addr, shared.addr, -1);
         client.authenticated.store(true, Ordering::Relaxed);
         let applying = Arc::new(AtomicU64::new(0));
+        let lanes = Arc::new(LaneStats::default());
         let applier = ReplApplier {
             shared: Arc::downgrade(shared),
             client,
             applying: applying.clone(),
+            lanes: lanes.clone(),
+            pool: std::sync::OnceLock::new(),
         };
         let node = RaftNode::start_with_db(cfg, db, applier).await?;
         let (combiner, jobs) = tokio::sync::mpsc::unbounded_channel();
@@ -593,6 +598,7 @@ impl Repl {
             peers,
             applying,
             combiner,
+            lanes,
         })
     }
 
@@ -896,6 +902,20 @@ pub struct ReplApplier {
     client: Arc<ClientInfo>,
     /// The index of the entry applying now (see [`Repl::block_here`]).
     applying: Arc<AtomicU64>,
+    /// What the apply threads did (INFO replication).
+    lanes: Arc<LaneStats>,
+    /// The apply threads beside the apply task's (started on first use).
+    pool: std::sync::OnceLock<crate::lanes::Pool>,
+}
+
+/// Counts of the entries' stretches applied on several threads
+/// (`crate::lanes`), for INFO replication.
+#[derive(Debug, Default)]
+pub struct LaneStats {
+    /// Stretches of proposals applied on the lanes.
+    pub stretches: AtomicU64,
+    /// Proposals among them.
+    pub proposals: AtomicU64,
 }
 
 impl std::fmt::Debug for ReplApplier {
@@ -938,7 +958,7 @@ impl Applier for ReplApplier {
     fn apply(&self, index: u64, payload: &[u8]) -> io::Result<Vec<u8>> {
         match split_batch(payload)? {
             Some(entries) => {
-                let mut replies = Vec::with_capacity(entries.len());
+                let mut proposals = Vec::with_capacity(entries.len());
                 for e in entries {
                     let p = decode_proposal(e)?;
                     if matches!(p, Proposal::Batch { .. }) {
@@ -947,12 +967,13 @@ impl Applier for ReplApplier {
                             "a batch inside a batch",
                         ));
                     }
-                    replies.push(serde_bytes::ByteBuf::from(self.apply_one(
-                        index,
-                        replies.len() as u64,
-                        p,
-                    )?));
+                    proposals.push(p);
                 }
+                let replies: Vec<serde_bytes::ByteBuf> = self
+                    .apply_batch(index, proposals)?
+                    .into_iter()
+                    .map(serde_bytes::ByteBuf::from)
+                    .collect();
                 bincode::serialize(&replies).map_err(io::Error::other)
             }
             None => self.apply_one(index, 0, decode_proposal(payload)?),
@@ -976,18 +997,144 @@ impl Applier for ReplApplier {
     }
 }
 
+/// The first sequence number proposal `sub` of entry `index` owns.
+fn seq_floor(index: u64, sub: u64) -> u64 {
+    (index << SEQ_SHIFT) + (sub << SUB_SHIFT)
+}
+
+/// Commands in a stretch between barriers below which it is applied on
+/// one thread anyway (handing shards to threads costs more than a few
+/// writes).
+const LANES_MIN_COMMANDS: usize = 64;
+
 impl ReplApplier {
+    /// Applies the proposals of a combined entry in order and returns their
+    /// replies. Stretches of proposals that `crate::lanes` places go
+    /// command by command, each with the sequence numbers its place says,
+    /// on several threads where `raft-apply-threads` allows; the others
+    /// (barriers) one at a time, as an entry of one.
+    fn apply_batch(&self, index: u64, proposals: Vec<Proposal>) -> io::Result<Vec<Vec<u8>>> {
+        let shared = self.shared.upgrade().ok_or_else(gone)?;
+        let n = proposals.len();
+        // Every node places alike, whatever its thread count: the places
+        // decide the sequence numbers.
+        let plans: Vec<Option<Vec<crate::lanes::Unit>>> = proposals
+            .iter()
+            .map(|p| match p {
+                Proposal::Run {
+                    commands,
+                    exec: None,
+                    ..
+                } => crate::lanes::place(commands, 1 << SUB_SHIFT),
+                _ => None,
+            })
+            .collect();
+        let mut replies: Vec<Vec<u8>> = Vec::with_capacity(n);
+        let mut stretch: Vec<crate::lanes::Placed> = Vec::new();
+        for (sub, (p, plan)) in proposals.into_iter().zip(plans).enumerate() {
+            match (p, plan) {
+                (
+                    Proposal::Run {
+                        db,
+                        resp3,
+                        time_ms,
+                        commands,
+                        ..
+                    },
+                    Some(units),
+                ) => {
+                    // Numbers from the floor, all shifted up together if an
+                    // earlier write of the entry ran past the stretch's
+                    // first floor (`shift` 0 otherwise).
+                    let floor = seq_floor(index, sub as u64);
+                    let first = floor - (stretch.len() as u64) * (1 << SUB_SHIFT);
+                    let shift = if stretch.is_empty() {
+                        shared.keyspace.seq().saturating_sub(floor)
+                    } else {
+                        stretch[0].start - first
+                    };
+                    stretch.push(crate::lanes::Placed {
+                        db: db as usize,
+                        protocol: if resp3 {
+                            Protocol::Resp3
+                        } else {
+                            Protocol::Resp2
+                        },
+                        time_ms,
+                        commands,
+                        start: floor + shift,
+                        seed: index ^ ((sub as u64) << 48),
+                        units,
+                    });
+                }
+                (p, _) => {
+                    self.apply_stretch(&shared, index, std::mem::take(&mut stretch), &mut replies);
+                    replies.push(self.apply_one(index, sub as u64, p)?);
+                }
+            }
+        }
+        self.apply_stretch(&shared, index, stretch, &mut replies);
+        Ok(replies)
+    }
+
+    /// Applies a stretch of placed proposals (between barriers) and appends
+    /// their replies: on this thread, or spread over the apply threads when
+    /// there are any, the stretch is long enough to pay for handing it out,
+    /// and nobody observes the order between keys (pub/sub subscribers,
+    /// MONITOR; see `crate::lanes`). The same numbers either way; the
+    /// shared counter is raised past them at the end.
+    fn apply_stretch(
+        &self,
+        shared: &Arc<Shared>,
+        index: u64,
+        placed: Vec<crate::lanes::Placed>,
+        replies: &mut Vec<Vec<u8>>,
+    ) {
+        if placed.is_empty() {
+            return;
+        }
+        self.applying.store(index, Ordering::SeqCst);
+        let proposals = placed.len() as u64;
+        let stretch = crate::lanes::Stretch::new(shared.clone(), self.client.clone(), placed);
+        let observed =
+            shared.pubsub.total.load(Ordering::Relaxed) > 0 || shared.pubsub.monitors.active();
+        let threads = shared.config.raft_apply_threads;
+        let (out, high) = if threads < 2 || stretch.commands() < LANES_MIN_COMMANDS || observed {
+            stretch.run_here()
+        } else {
+            let pool = self
+                .pool
+                .get_or_init(|| crate::lanes::Pool::new(threads - 1));
+            self.lanes.stretches.fetch_add(1, Ordering::Relaxed);
+            self.lanes.proposals.fetch_add(proposals, Ordering::Relaxed);
+            stretch.run_spread(pool)
+        };
+        shared.keyspace.raise_seq(high);
+        replies.extend(out);
+    }
+
     /// Applies proposal `sub` of entry `index` (0 for an entry of one;
     /// see [`Applier::apply`]).
     fn apply_one(&self, index: u64, sub: u64, p: Proposal) -> io::Result<Vec<u8>> {
         let shared = self.shared.upgrade().ok_or_else(gone)?;
-        self.applying.store(index, Ordering::SeqCst);
         // A batch's proposals each get a floor of their own (4,096
         // sequence numbers apart; one that writes more runs on from the
-        // counter, the same on every node) and a seed of their own.
-        shared
-            .keyspace
-            .raise_seq((index << SEQ_SHIFT) + (sub << SUB_SHIFT));
+        // counter, the same on every node).
+        shared.keyspace.raise_seq(seq_floor(index, sub));
+        self.run_proposal(&shared, index, sub, p)
+    }
+
+    /// Runs proposal `sub` of entry `index`, its sequence numbers already
+    /// arranged ([`Self::apply_one`], or a lane's).
+    fn run_proposal(
+        &self,
+        shared: &Arc<Shared>,
+        index: u64,
+        sub: u64,
+        p: Proposal,
+    ) -> io::Result<Vec<u8>> {
+        self.applying.store(index, Ordering::SeqCst);
+        // Each proposal draws its random choices from a seed of its own.
         let _seed = EntrySeed::set(index ^ (sub << 48));
         let replay = crate::blocking::Replay::start(matches!(p, Proposal::Retry { .. }));
         let run = match p {
@@ -1018,7 +1165,7 @@ impl ReplApplier {
                 let mut out = Vec::new();
                 match exec {
                     None => {
-                        run_commands(&shared, &mut conn, &mut out, &commands, false);
+                        run_commands(shared, &mut conn, &mut out, &commands, false);
                         if let Some((keys, timeout)) = replay.take_blocked() {
                             out = WouldBlock {
                                 index,
@@ -1037,7 +1184,7 @@ impl ReplApplier {
                         if changed {
                             Encoder::new(&mut out, protocol).null_array();
                         } else {
-                            run_commands(&shared, &mut conn, &mut out, &commands, true);
+                            run_commands(shared, &mut conn, &mut out, &commands, true);
                         }
                     }
                 }
@@ -1057,12 +1204,12 @@ impl ReplApplier {
             }
             Err(Proposal::Key { time_ms, write }) => {
                 let _pinned = crate::clock::pin(time_ms);
-                bincode::serialize(&write.apply(&shared)).map_err(io::Error::other)?
+                bincode::serialize(&write.apply(shared)).map_err(io::Error::other)?
             }
             Err(Proposal::Queue { time_ms, write }) => {
                 let _pinned = crate::clock::pin(time_ms);
                 write
-                    .apply(&shared, self.client.clone(), time_ms)
+                    .apply(shared, self.client.clone(), time_ms)
                     .map_err(io::Error::other)?
             }
             Err(Proposal::Batch { .. }) => {
@@ -1223,17 +1370,23 @@ fn call(shared: &Shared, conn: &mut Conn, args: &[&[u8]]) -> io::Result<Frame> {
 
 impl ReplApplier {
     fn stand_in(&self, db: usize, time_ms: u64) -> Conn {
-        Conn {
-            db,
-            protocol: Protocol::Resp2,
-            info: self.client.clone(),
-            tx: Default::default(),
-            batch_clock: time_ms,
-            tick: crate::state::now_ns(),
-            script: Vec::new(),
-            may_defer: false,
-            deferred: Vec::new(),
-        }
+        stand_in(&self.client, db, time_ms)
+    }
+}
+
+/// The connection replicated commands run with: `client`'s, on database
+/// `db`, at `time_ms`.
+pub(crate) fn stand_in(client: &Arc<ClientInfo>, db: usize, time_ms: u64) -> Conn {
+    Conn {
+        db,
+        protocol: Protocol::Resp2,
+        info: client.clone(),
+        tx: Default::default(),
+        batch_clock: time_ms,
+        tick: crate::state::now_ns(),
+        script: Vec::new(),
+        may_defer: false,
+        deferred: Vec::new(),
     }
 }
 
@@ -1285,7 +1438,7 @@ fn run_commands(shared: &Shared, conn: &mut Conn, out: &mut Vec<u8>, commands: &
 /// the index's two misses per key were 29 % of the process's CPU. A hint:
 /// a command that is not a write, or has no key there, only costs a look.
 /// Returns where the commands looked at end.
-fn prefetch_keys(shared: &Shared, db: usize, commands: &[u8], pos: usize) -> usize {
+pub(crate) fn prefetch_keys(shared: &Shared, db: usize, commands: &[u8], pos: usize) -> usize {
     let mut parser = RequestParser::new(Limits::default());
     let mut keys: Vec<&[u8]> = Vec::with_capacity(PREFETCH_AHEAD);
     let mut at = pos;

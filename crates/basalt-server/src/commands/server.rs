@@ -1197,6 +1197,18 @@ fn replication_info(out: &mut String, sh: &crate::Shared) {
     kv("basalt_raft_snapshot_index", v.snapshot.to_string());
     kv("basalt_raft_purged_index", v.purged.to_string());
     kv(
+        "basalt_raft_apply_threads",
+        sh.config.raft_apply_threads.to_string(),
+    );
+    kv(
+        "basalt_raft_lane_stretches",
+        repl.lanes.stretches.load(Ordering::Relaxed).to_string(),
+    );
+    kv(
+        "basalt_raft_lane_proposals",
+        repl.lanes.proposals.load(Ordering::Relaxed).to_string(),
+    );
+    kv(
         "basalt_raft_leader_id",
         v.leader.map_or("none".into(), |l| l.to_string()),
     );
