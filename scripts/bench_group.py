@@ -54,6 +54,7 @@ class Setup:
         self.name = name
         self.procs = []
         self.port = None
+        self.ports = []
 
     def stop(self):
         for p in self.procs:
@@ -76,6 +77,7 @@ def start_basalt_single(binary, root):
 def start_basalt_group(binary, root, flags=()):
     s = Setup("basalt raft x3")
     ports = [free_port() for _ in range(3)]
+    s.ports = ports
     rafts = [free_port() for _ in range(3)]
     peers = ",".join(f"{i + 1}@127.0.0.1:{rafts[i]}" for i in range(3))
     for i in range(3):
@@ -139,6 +141,19 @@ def bench(port, test, requests, pipeline, threads=0):
     return float(rows[-1].split(",")[1].strip('"'))
 
 
+def print_raft_info(s):
+    """The leader's and the other nodes' `basalt_raft_*` means (INFO
+    replication), one line each."""
+    ports = [s.port] + [p for p in s.ports if p != s.port]
+    for role, port in zip(["leader"] + ["follower"] * (len(ports) - 1), ports):
+        r = subprocess.run(["redis-cli", "-p", str(port), "INFO", "replication"],
+                           capture_output=True, text=True)
+        fields = [l.strip() for l in r.stdout.splitlines()
+                  if l.startswith("basalt_raft_") and any(
+                      k in l for k in ("entries", "per_entry", "mean_us", "lane_", "apply_threads"))]
+        print(f"  {role} {port}: {' '.join(f.replace('basalt_raft_', '') for f in fields)}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--basalt", required=True)
@@ -154,6 +169,9 @@ def main():
                     help="only the Basalt group (e.g. to compare --group-flags settings)")
     ap.add_argument("--group-flags", default="",
                     help="extra flags for every group node, e.g. '--raft-in-flight 16'")
+    ap.add_argument("--raft-info", action="store_true",
+                    help="after each group run, print the leader's and a follower's "
+                         "basalt_raft_* INFO fields (where a write's time went)")
     a = ap.parse_args()
     for tool in ("redis-server", "redis-benchmark", "redis-cli"):
         if not shutil.which(tool):
@@ -183,6 +201,8 @@ def main():
                             ops = bench(s.port, test, n, p, a.client_threads)
                             results.setdefault((name, test, p), []).append(ops)
                             print(f"round {rnd + 1} {name:18} {test} P={p}: {ops:.0f} ops/s", flush=True)
+                            if a.raft_info and name == "basalt raft x3":
+                                print_raft_info(s)
                 finally:
                     s.stop()
     finally:

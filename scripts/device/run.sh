@@ -8,6 +8,10 @@
 #   bash scripts/device/run.sh inflight4 the same with 4 client threads (4 and 64), and a single node
 #   bash scripts/device/run.sh apply    the group alone, SET P=16, 4 client threads, --raft-apply-threads
 #                                        1, 4 and 8 alternating (twice), and a single node for the ratio
+#   bash scripts/device/run.sh rounds   the group, SET P=16, 4 client threads, 4 and 1 apply threads, with
+#                                        each node's basalt_raft_* means (where a write's time goes)
+#   bash scripts/device/run.sh mix      cold GETs with 10 % SETs at 4.1x a 512 MiB cgroup, one round
+#   bash scripts/device/run.sh small    cold GETs of 1 KiB values at 4x a 512 MiB cgroup, one round
 #   bash scripts/device/run.sh sweep    cold GETs at 1x, 2x, 4x and 8x a 512 MiB cgroup, the default
 #                                        binary, one round (issue 23's plot)
 #   bash scripts/device/run.sh warm     single node SET/GET P=16 vs redis, one client thread
@@ -71,6 +75,15 @@ for stage in "$@"; do
         timeout 45 python3 scripts/bench_group.py --basalt $B --requests 100000 \
         --requests-pipelined 2000000 --rounds 3 --pipelines 16 --tests set --client-threads 4 \
         --single-only ;;
+    rounds) for n in 4 1; do timeout 45 python3 scripts/bench_group.py --basalt $B --requests 100000 \
+        --requests-pipelined 2000000 --rounds 2 --pipelines 16 --tests set --client-threads 4 \
+        --group-only --raft-info --group-flags "--raft-apply-threads $n"; done ;;
+    mix) timeout 150 python3 scripts/bench_cold.py --binary auto=$B --limit-mb 512 --ratios 4 \
+        --requests 200000 --rounds 1 --pipelines 1,16 --fio-seconds 3 --mix \
+        --dir "$ROOT/.devtmp" ;;
+    small) timeout 200 python3 scripts/bench_cold.py --binary auto=$B --limit-mb 512 --ratios 4 \
+        --value 1024 --requests 300000 --rounds 1 --pipelines 1,16 --fio-seconds 3 \
+        --dir "$ROOT/.devtmp" ;;
     sweep) timeout 240 python3 scripts/bench_cold.py --binary auto=$B --limit-mb 512 \
         --ratios 1,2,4,8 --requests 200000 --rounds 1 --pipelines 1,16 --fio-seconds 3 \
         --dir "$ROOT/.devtmp" --json "$O/sweep.json" ;;

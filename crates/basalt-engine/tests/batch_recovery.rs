@@ -689,3 +689,40 @@ fn writes_of_threads_that_joined_a_batch_commit_with_it_or_vanish_with_it() {
     assert_eq!(whole, committed, "all of it after");
     assert_eq!(whole.get(&b"helper-batch"[..]), Some(&b"x".to_vec()));
 }
+
+/// A batch's commit waits for a thread that joined it to leave: what that
+/// thread writes after the commit began is still a member, committed with
+/// the rest.
+#[test]
+fn a_batchs_commit_waits_for_the_threads_that_joined_it_to_leave() {
+    let tmp = tempfile::tempdir().unwrap();
+    let live = tmp.path().join("live");
+    let db = Db::open(&live, opts()).unwrap();
+    base(&db);
+    let batch = db.batch();
+    db.put(b"owner", b"1").unwrap();
+    let (joined_tx, joined_rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let joined = db.join_batch().expect("the batch is open");
+            joined_tx.send(()).unwrap();
+            // The owner is committing (or about to) meanwhile.
+            std::thread::sleep(std::time::Duration::from_millis(150));
+            db.put(b"late", b"member").unwrap();
+            drop(joined);
+        });
+        joined_rx.recv().unwrap();
+        let started = std::time::Instant::now();
+        batch.commit().unwrap();
+        assert!(
+            started.elapsed() >= std::time::Duration::from_millis(100),
+            "the commit did not wait for the joined thread"
+        );
+    });
+    let after = tmp.path().join("after");
+    snapshot(&live, &after);
+    drop(db);
+    let whole = contents(&reopen(&after));
+    assert_eq!(whole.get(&b"late"[..]), Some(&b"member".to_vec()));
+    assert_eq!(whole.get(&b"owner"[..]), Some(&b"1".to_vec()));
+}

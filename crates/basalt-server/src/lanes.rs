@@ -310,7 +310,9 @@ impl Stretch {
                 h.1 -= 1;
             }
         }
-        let mine = this.work();
+        // The helpers finish before this thread goes on, also when its own
+        // share panics: none may write once the apply has unwound.
+        let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| this.work()));
         let mut results = {
             let mut h = this.helpers.lock();
             while h.1 > 0 {
@@ -318,6 +320,7 @@ impl Stretch {
             }
             std::mem::take(&mut h.0)
         };
+        let mine = mine.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         let mut outs: Vec<Vec<u8>> = vec![Vec::new(); this.commands()];
         let mut high = mine.1;
         for (at, out) in mine.0 {

@@ -348,8 +348,8 @@ pub struct Repl {
     applying: Arc<AtomicU64>,
     /// Proposals waiting to join an entry on the leader ([`combine`]).
     combiner: tokio::sync::mpsc::UnboundedSender<Job>,
-    /// What the apply threads did.
-    pub lanes: Arc<LaneStats>,
+    /// Where writes' time goes and what the apply threads did (INFO).
+    pub stats: Arc<ReplStats>,
 }
 
 /// A proposal waiting for the leader's group commit ([`combine`]): its
@@ -357,6 +357,8 @@ pub struct Repl {
 #[derive(Debug)]
 struct Job {
     bytes: Vec<u8>,
+    /// When it was queued.
+    queued: std::time::Instant,
     reply: tokio::sync::oneshot::Sender<Result<Vec<u8>, String>>,
 }
 
@@ -401,6 +403,17 @@ async fn combine(shared: Weak<Shared>, mut rx: tokio::sync::mpsc::UnboundedRecei
         let Some(repl) = shared.repl.get() else {
             return;
         };
+        let stats = repl.stats.clone();
+        let submitted = std::time::Instant::now();
+        stats.submitted.fetch_add(1, Ordering::Relaxed);
+        stats
+            .submitted_proposals
+            .fetch_add(jobs.len() as u64, Ordering::Relaxed);
+        let waited: u128 = jobs
+            .iter()
+            .map(|j| submitted.duration_since(j.queued).as_micros())
+            .sum();
+        stats.queue_us.fetch_add(waited as u64, Ordering::Relaxed);
         let (payload, single) = if jobs.len() == 1 {
             (jobs[0].bytes.clone(), true)
         } else {
@@ -410,6 +423,9 @@ async fn combine(shared: Weak<Shared>, mut rx: tokio::sync::mpsc::UnboundedRecei
             Ok(reply) => {
                 tokio::spawn(async move {
                     let r = reply.await;
+                    stats
+                        .round_us
+                        .fetch_add(submitted.elapsed().as_micros() as u64, Ordering::Relaxed);
                     drop(slot);
                     answer_jobs(jobs, r, single);
                 });
@@ -582,12 +598,12 @@ impl Repl {
         let client = shared.clients.detached(shared.addr, shared.addr, -1);
         client.authenticated.store(true, Ordering::Relaxed);
         let applying = Arc::new(AtomicU64::new(0));
-        let lanes = Arc::new(LaneStats::default());
+        let stats = Arc::new(ReplStats::default());
         let applier = ReplApplier {
             shared: Arc::downgrade(shared),
             client,
             applying: applying.clone(),
-            lanes: lanes.clone(),
+            stats: stats.clone(),
             pool: std::sync::OnceLock::new(),
         };
         let node = RaftNode::start_with_db(cfg, db, applier).await?;
@@ -598,7 +614,7 @@ impl Repl {
             peers,
             applying,
             combiner,
-            lanes,
+            stats,
         })
     }
 
@@ -714,7 +730,11 @@ impl Repl {
     pub(crate) async fn propose_queued(&self, p: &Proposal) -> Result<Vec<u8>, String> {
         let bytes = bincode::serialize(p).map_err(|e| format!("ERR replication: {e}"))?;
         let (reply, rx) = tokio::sync::oneshot::channel();
-        if let Err(e) = self.combiner.send(Job { bytes, reply }) {
+        if let Err(e) = self.combiner.send(Job {
+            bytes,
+            queued: std::time::Instant::now(),
+            reply,
+        }) {
             return self.write_bytes(e.0.bytes).await;
         }
         rx.await
@@ -902,20 +922,43 @@ pub struct ReplApplier {
     client: Arc<ClientInfo>,
     /// The index of the entry applying now (see [`Repl::block_here`]).
     applying: Arc<AtomicU64>,
-    /// What the apply threads did (INFO replication).
-    lanes: Arc<LaneStats>,
+    /// Where writes' time goes and what the apply threads did (INFO).
+    stats: Arc<ReplStats>,
     /// The apply threads beside the apply task's (started on first use).
     pool: std::sync::OnceLock<crate::lanes::Pool>,
 }
 
 /// Counts of the entries' stretches applied on several threads
-/// (`crate::lanes`), for INFO replication.
+/// (`crate::lanes`) and of where a write's time goes, for INFO
+/// replication.
 #[derive(Debug, Default)]
-pub struct LaneStats {
+pub struct ReplStats {
     /// Stretches of proposals applied on the lanes.
     pub stretches: AtomicU64,
     /// Proposals among them.
     pub proposals: AtomicU64,
+    /// Entries the leader's group commit submitted, and the proposals in
+    /// them.
+    pub submitted: AtomicU64,
+    /// Proposals in the submitted entries.
+    pub submitted_proposals: AtomicU64,
+    /// Microseconds proposals waited in the group commit's queue, summed.
+    pub queue_us: AtomicU64,
+    /// Microseconds from an entry's submission to its reply (replicated,
+    /// committed and applied here), summed over entries.
+    pub round_us: AtomicU64,
+    /// Entries applied here.
+    pub applied: AtomicU64,
+    /// Microseconds spent applying them, summed.
+    pub apply_us: AtomicU64,
+}
+
+impl ReplStats {
+    /// `total / n`, 0 when `n` is 0.
+    pub fn mean(total: &AtomicU64, n: &AtomicU64) -> u64 {
+        let n = n.load(Ordering::Relaxed);
+        total.load(Ordering::Relaxed).checked_div(n).unwrap_or(0)
+    }
 }
 
 impl std::fmt::Debug for ReplApplier {
@@ -956,28 +999,13 @@ impl Applier for ReplApplier {
     }
 
     fn apply(&self, index: u64, payload: &[u8]) -> io::Result<Vec<u8>> {
-        match split_batch(payload)? {
-            Some(entries) => {
-                let mut proposals = Vec::with_capacity(entries.len());
-                for e in entries {
-                    let p = decode_proposal(e)?;
-                    if matches!(p, Proposal::Batch { .. }) {
-                        return Err(io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            "a batch inside a batch",
-                        ));
-                    }
-                    proposals.push(p);
-                }
-                let replies: Vec<serde_bytes::ByteBuf> = self
-                    .apply_batch(index, proposals)?
-                    .into_iter()
-                    .map(serde_bytes::ByteBuf::from)
-                    .collect();
-                bincode::serialize(&replies).map_err(io::Error::other)
-            }
-            None => self.apply_one(index, 0, decode_proposal(payload)?),
-        }
+        let started = std::time::Instant::now();
+        let r = self.apply_entry(index, payload);
+        self.stats.applied.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .apply_us
+            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        r
     }
 
     fn checkpoint(
@@ -1008,6 +1036,32 @@ fn seq_floor(index: u64, sub: u64) -> u64 {
 const LANES_MIN_COMMANDS: usize = 64;
 
 impl ReplApplier {
+    /// Applies entry `index` (see [`Applier::apply`]).
+    fn apply_entry(&self, index: u64, payload: &[u8]) -> io::Result<Vec<u8>> {
+        match split_batch(payload)? {
+            Some(entries) => {
+                let mut proposals = Vec::with_capacity(entries.len());
+                for e in entries {
+                    let p = decode_proposal(e)?;
+                    if matches!(p, Proposal::Batch { .. }) {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            "a batch inside a batch",
+                        ));
+                    }
+                    proposals.push(p);
+                }
+                let replies: Vec<serde_bytes::ByteBuf> = self
+                    .apply_batch(index, proposals)?
+                    .into_iter()
+                    .map(serde_bytes::ByteBuf::from)
+                    .collect();
+                bincode::serialize(&replies).map_err(io::Error::other)
+            }
+            None => self.apply_one(index, 0, decode_proposal(payload)?),
+        }
+    }
+
     /// Applies the proposals of a combined entry in order and returns their
     /// replies. Stretches of proposals that `crate::lanes` places go
     /// command by command, each with the sequence numbers its place says,
@@ -1043,15 +1097,18 @@ impl ReplApplier {
                     },
                     Some(units),
                 ) => {
-                    // Numbers from the floor, all shifted up together if an
-                    // earlier write of the entry ran past the stretch's
-                    // first floor (`shift` 0 otherwise).
+                    // Numbers from the proposal's floor, or past what an
+                    // earlier write of the entry may have reached: the
+                    // counter before a stretch (a barrier may have run past
+                    // its 4,096), the previous proposal's most within one.
+                    // The one-thread path absorbed such a run-on at the
+                    // next proposal's floor; so does this.
                     let floor = seq_floor(index, sub as u64);
-                    let first = floor - (stretch.len() as u64) * (1 << SUB_SHIFT);
-                    let shift = if stretch.is_empty() {
-                        shared.keyspace.seq().saturating_sub(floor)
-                    } else {
-                        stretch[0].start - first
+                    let reached = match stretch.last() {
+                        None => shared.keyspace.seq(),
+                        Some(prev) => {
+                            prev.start + prev.units.last().map_or(0, |u| u.offset + u.records)
+                        }
                     };
                     stretch.push(crate::lanes::Placed {
                         db: db as usize,
@@ -1062,7 +1119,7 @@ impl ReplApplier {
                         },
                         time_ms,
                         commands,
-                        start: floor + shift,
+                        start: floor.max(reached),
                         seed: index ^ ((sub as u64) << 48),
                         units,
                     });
@@ -1105,8 +1162,8 @@ impl ReplApplier {
             let pool = self
                 .pool
                 .get_or_init(|| crate::lanes::Pool::new(threads - 1));
-            self.lanes.stretches.fetch_add(1, Ordering::Relaxed);
-            self.lanes.proposals.fetch_add(proposals, Ordering::Relaxed);
+            self.stats.stretches.fetch_add(1, Ordering::Relaxed);
+            self.stats.proposals.fetch_add(proposals, Ordering::Relaxed);
             stretch.run_spread(pool)
         };
         shared.keyspace.raise_seq(high);

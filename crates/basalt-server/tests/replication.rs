@@ -45,6 +45,8 @@ struct Group {
     peers: String,
     /// Environment every node starts with (settings as `BASALT_*`).
     env: Vec<(&'static str, &'static str)>,
+    /// More environment for the node of each index.
+    node_env: Vec<Vec<(&'static str, &'static str)>>,
     /// One group at a time in this test binary: nine debug processes of
     /// three groups on two cores delay heartbeats past the election
     /// timeout, and the timing assertions would measure the machine.
@@ -60,6 +62,15 @@ impl Group {
 
     /// A group whose nodes start with `env` set.
     fn start_with(env: &[(&'static str, &'static str)]) -> Group {
+        Group::start_each(env, &[])
+    }
+
+    /// A group whose nodes start with `env` set, and node `i` with
+    /// `node_env[i]` too.
+    fn start_each(
+        env: &[(&'static str, &'static str)],
+        node_env: &[&[(&'static str, &'static str)]],
+    ) -> Group {
         let mut serial = Some(
             SERIAL
                 .lock()
@@ -89,6 +100,7 @@ impl Group {
                 nodes,
                 peers,
                 env: env.to_vec(),
+                node_env: node_env.iter().map(|e| e.to_vec()).collect(),
                 _serial: serial.take(),
             };
             match (0..3).try_for_each(|i| g.try_spawn(i)) {
@@ -145,6 +157,7 @@ impl Group {
             .env("BASALT_DIR", self.dir.path().join(format!("n{}", n.id)))
             .env("NO_COLOR", "1")
             .envs(self.env.iter().copied())
+            .envs(self.node_env.get(i).into_iter().flatten().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -1721,15 +1734,26 @@ fn concurrent_clients_writes_share_entries_and_keep_each_clients_order() {
     });
 }
 
-/// With four apply threads, 12 clients pipeline string writes (SET,
-/// GETSET, DEL and now and then an MSET of their own keys; INCR of counters
-/// they all share) while the leader combines them into entries whose
-/// commands apply on several threads at once. Each client's replies are
+/// With four apply threads on two nodes and one on the third, 12 clients
+/// pipeline string writes (SET, GETSET, DEL and now and then an MSET of
+/// their own keys; INCR of counters they all share) while the leader
+/// combines them into entries whose commands apply on several threads at
+/// once where a node has them. Each client's replies are
 /// what its own writes in its order give, the shared counters count every
 /// INCR, and every node ends with the same values and the same versions.
 #[test]
 fn writes_applied_on_several_threads_give_every_node_the_same_values_and_versions() {
-    let g = Group::start_with(&[("BASALT_RAFT_APPLY_THREADS", "4")]);
+    // Nodes with 4, 4 and 1 apply threads: versions may not depend on how
+    // a node spreads an entry.
+    let threads = ["4", "4", "1"];
+    let g = Group::start_each(
+        &[],
+        &[
+            &[("BASALT_RAFT_APPLY_THREADS", threads[0])],
+            &[("BASALT_RAFT_APPLY_THREADS", threads[1])],
+            &[("BASALT_RAFT_APPLY_THREADS", threads[2])],
+        ],
+    );
     let l = g.leader();
     let clients: Vec<_> = (0..12)
         .map(|t| {
@@ -1834,11 +1858,35 @@ fn writes_applied_on_several_threads_give_every_node_the_same_values_and_version
     g.eventually("the leader's values and versions", |c| {
         versions(c) == on_leader
     });
-    for i in 0..3 {
+    for (i, node_threads) in threads.iter().enumerate() {
         let stretches = info_field(&mut g.conn(i), "basalt_raft_lane_stretches");
-        assert!(stretches > 0, "node {i} applied nothing on several threads");
+        if *node_threads == "1" {
+            assert_eq!(stretches, 0, "node {i} has one apply thread");
+        } else {
+            assert!(stretches > 0, "node {i} applied nothing on several threads");
+        }
         eprintln!("node {i}: {stretches} stretches on the apply threads");
+        // Every node applied the entries and timed it.
+        assert!(info_field(&mut g.conn(i), "basalt_raft_entries_applied") > 0);
     }
+    // The leader's group commit: entries of several proposals each, each
+    // round timed.
+    let mut lc = g.conn(l);
+    let entries = info_field(&mut lc, "basalt_raft_entries_submitted");
+    assert!(entries > 0);
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut lc)
+        .unwrap();
+    let per_entry: f64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("basalt_raft_proposals_per_entry:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(per_entry > 1.0, "{info}");
+    assert!(info_field(&mut lc, "basalt_raft_round_mean_us") > 0);
 }
 
 /// With four apply threads, a follower killed with SIGKILL while it

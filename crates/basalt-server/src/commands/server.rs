@@ -1202,11 +1202,42 @@ fn replication_info(out: &mut String, sh: &crate::Shared) {
     );
     kv(
         "basalt_raft_lane_stretches",
-        repl.lanes.stretches.load(Ordering::Relaxed).to_string(),
+        repl.stats.stretches.load(Ordering::Relaxed).to_string(),
     );
     kv(
         "basalt_raft_lane_proposals",
-        repl.lanes.proposals.load(Ordering::Relaxed).to_string(),
+        repl.stats.proposals.load(Ordering::Relaxed).to_string(),
+    );
+    // Where a write's time goes, means since start (`repl::ReplStats`).
+    let l = &repl.stats;
+    let mean = crate::repl::ReplStats::mean;
+    kv(
+        "basalt_raft_entries_submitted",
+        l.submitted.load(Ordering::Relaxed).to_string(),
+    );
+    kv(
+        "basalt_raft_proposals_per_entry",
+        format!(
+            "{:.2}",
+            l.submitted_proposals.load(Ordering::Relaxed) as f64
+                / l.submitted.load(Ordering::Relaxed).max(1) as f64
+        ),
+    );
+    kv(
+        "basalt_raft_queue_mean_us",
+        mean(&l.queue_us, &l.submitted_proposals).to_string(),
+    );
+    kv(
+        "basalt_raft_round_mean_us",
+        mean(&l.round_us, &l.submitted).to_string(),
+    );
+    kv(
+        "basalt_raft_entries_applied",
+        l.applied.load(Ordering::Relaxed).to_string(),
+    );
+    kv(
+        "basalt_raft_apply_mean_us",
+        mean(&l.apply_us, &l.applied).to_string(),
     );
     kv(
         "basalt_raft_leader_id",
