@@ -12,6 +12,8 @@
 #                                        each node's basalt_raft_* means (where a write's time goes)
 #   bash scripts/device/run.sh mix      cold GETs with 10 % SETs at 4.1x a 512 MiB cgroup, one round
 #   bash scripts/device/run.sh small    cold GETs of 1 KiB values at 4x a 512 MiB cgroup, one round
+#   bash scripts/device/run.sh smallq   1 KiB cold GETs as in small: the default (32 reader threads), the
+#                                        rings, 64 reader threads
 #   bash scripts/device/run.sh sweep    cold GETs at 1x, 2x, 4x and 8x a 512 MiB cgroup, the default
 #                                        binary, one round (issue 23's plot)
 #   bash scripts/device/run.sh warm     single node SET/GET P=16 vs redis, one client thread
@@ -84,6 +86,11 @@ for stage in "$@"; do
     small) timeout 200 python3 scripts/bench_cold.py --binary auto=$B --limit-mb 512 --ratios 4 \
         --value 1024 --requests 300000 --rounds 1 --pipelines 1,16 --fio-seconds 3 \
         --dir "$ROOT/.devtmp" ;;
+    smallq) printf '#!/bin/sh\nexec /opt/dev/bin/basalt --io-uring no --cold-readers 64 "$@"\n' \
+          > /opt/dev/wrap/basalt-threads64 && chmod +x /opt/dev/wrap/basalt-threads64
+        timeout 200 python3 scripts/bench_cold.py --binary auto=$B --binary ring=/opt/dev/wrap/basalt-ring \
+        --binary threads64=/opt/dev/wrap/basalt-threads64 --limit-mb 512 --ratios 4 --value 1024 \
+        --requests 300000 --rounds 1 --pipelines 1,16 --fio-seconds 3 --dir "$ROOT/.devtmp" ;;
     sweep) timeout 240 python3 scripts/bench_cold.py --binary auto=$B --limit-mb 512 \
         --ratios 1,2,4,8 --requests 200000 --rounds 1 --pipelines 1,16 --fio-seconds 3 \
         --dir "$ROOT/.devtmp" --json "$O/sweep.json" ;;
