@@ -12,8 +12,8 @@
 //! - **Placing** ([`place`]): a proposal joins the lanes when it is a plain
 //!   run of commands (not a transaction, not a blocked client's retry, not
 //!   an HTTP or expiry write) whose every command is one of
-//!   [`records_bound`]'s (string writes and deletions, whose records are
-//!   bounded by their arguments) with all its keys in one of [`SHARDS`]
+//!   [`records_bound`]'s (string writes, deletions, hash field and set
+//!   member writes: commands whose records are bounded by their arguments) with all its keys in one of [`SHARDS`]
 //!   fixed shards (CRC32C of the key). Anything else is a barrier: it runs
 //!   alone, after everything before it and before everything after it, as
 //!   an entry of one does.
@@ -49,26 +49,31 @@ pub(crate) const SHARDS: usize = 64;
 
 /// The most records a command of the lanes' set writes, from its name and
 /// argument count (with the name); `None` for any other command (it makes
-/// its proposal a barrier). Each key written costs at most a tombstone of
-/// an expired value (`purge_if_expired`) and the write itself; deleting a
-/// key of any type is one tombstone (`Db::delete`).
+/// its proposal a barrier). Each key, field or member written costs at
+/// most a tombstone of an expired value (`purge_if_expired`) and the write
+/// itself: deleting a key of any type is one tombstone (`Db::delete`), a
+/// field write or deletion one record (`Db::put_field_tagged`,
+/// `Db::delete_field`, the last field's a tombstone instead). A command
+/// that fails (arity, wrong type) writes nothing.
 fn records_bound(name: &[u8], argc: usize) -> Option<u64> {
-    let keys = match name.len() {
-        3..=11 => {
-            let mut lower = [0u8; 11];
-            lower[..name.len()].copy_from_slice(name);
-            lower.make_ascii_lowercase();
-            match &lower[..name.len()] {
-                b"set" | b"setex" | b"psetex" | b"setnx" | b"getset" | b"getdel" | b"getex"
-                | b"incr" | b"decr" | b"incrby" | b"decrby" | b"incrbyfloat" => 1,
-                b"del" | b"unlink" => argc.saturating_sub(1) as u64,
-                b"mset" | b"msetnx" => (argc.saturating_sub(1) / 2) as u64,
-                _ => return None,
-            }
-        }
+    let n = |k: usize| 2 * k as u64;
+    if !(3..=12).contains(&name.len()) {
+        return None;
+    }
+    let mut lower = [0u8; 12];
+    lower[..name.len()].copy_from_slice(name);
+    lower.make_ascii_lowercase();
+    Some(match &lower[..name.len()] {
+        b"set" | b"setex" | b"psetex" | b"setnx" | b"getset" | b"getdel" | b"getex" | b"incr"
+        | b"decr" | b"incrby" | b"decrby" | b"incrbyfloat" => n(1),
+        b"del" | b"unlink" => n(argc.saturating_sub(1)),
+        b"mset" | b"msetnx" => n(argc.saturating_sub(1) / 2),
+        // One key; fields or members after it.
+        b"hset" | b"hmset" => n(argc.saturating_sub(2) / 2),
+        b"hsetnx" | b"hincrby" | b"hincrbyfloat" => n(1),
+        b"hdel" | b"sadd" | b"srem" => n(argc.saturating_sub(2)),
         _ => return None,
-    };
-    Some(2 * keys)
+    })
 }
 
 /// The keys of a command of the lanes' set, by its name: the first
@@ -410,7 +415,7 @@ mod tests {
     }
 
     #[test]
-    fn string_writes_with_their_keys_in_one_shard_each_are_units_and_anything_else_a_barrier() {
+    fn writes_with_their_keys_in_one_shard_each_are_units_and_anything_else_a_barrier() {
         let (a, b) = keys_in_two_shards();
         let (sa, sb) = (shard_of_key(a.as_bytes()), shard_of_key(b.as_bytes()));
         // Commands of one proposal may go to different shards; each takes
@@ -437,7 +442,8 @@ mod tests {
         assert_eq!((two[0].shard, two.len()), (sa, 1));
         // Commands outside the set, keyless ones, and a key-less DEL.
         for other in [
-            &["HSET", a.as_str(), "f", "v"][..],
+            &["LPUSH", a.as_str(), "v"][..],
+            &["ZADD", a.as_str(), "1", "m"],
             &["PUBLISH", "ch", "m"],
             &["SELECT", "1"],
             &["FLUSHALL"],
@@ -450,6 +456,20 @@ mod tests {
                 "{other:?}"
             );
         }
+        // Hash and set writes: one key, fields or members after it.
+        let h = place(
+            &resp(&[
+                &["HSET", &a, "f", &b, "g", "v"],
+                &["HINCRBYFLOAT", &a, "f", "1.5"],
+                &["SADD", &b, &a, "m"],
+                &["HDEL", &a, "f", "g", "h"],
+            ]),
+            4096,
+        )
+        .unwrap();
+        let placed: Vec<(u8, u64, u64)> =
+            h.iter().map(|u| (u.shard, u.offset, u.records)).collect();
+        assert_eq!(placed, [(sa, 0, 4), (sa, 4, 2), (sb, 6, 4), (sa, 10, 6)]);
         // More records than the proposal's sequence numbers.
         let many: Vec<[&str; 3]> = (0..10).map(|_| ["SET", a.as_str(), "v"]).collect();
         let many: Vec<&[&str]> = many.iter().map(|c| &c[..]).collect();

@@ -1760,6 +1760,8 @@ fn writes_applied_on_several_threads_give_every_node_the_same_values_and_version
             let mut c = g.conn(l);
             std::thread::spawn(move || {
                 let mut model: std::collections::HashMap<String, String> = Default::default();
+                let mut fields: std::collections::HashMap<String, i64> = Default::default();
+                let mut members: std::collections::HashSet<String> = Default::default();
                 let mut last_incr = [0i64; 4];
                 for round in 0..30 {
                     let mut pipe = redis::pipe();
@@ -1792,6 +1794,21 @@ fn writes_applied_on_several_threads_give_every_node_the_same_values_and_version
                             }
                         }
                     }
+                    // A hash and a set of the client's own.
+                    let f = format!("f{}", round % 3);
+                    let n = fields.entry(f.clone()).or_insert(0);
+                    *n += 1;
+                    pipe.cmd("HINCRBY").arg(format!("h:{t}")).arg(&f).arg(1);
+                    expect.push(Some(Value::Int(*n)));
+                    let m = format!("m{}", round % 7);
+                    pipe.cmd("SADD").arg(format!("s:{t}")).arg(&m);
+                    expect.push(Some(Value::Int(members.insert(m) as i64)));
+                    if round % 4 == 3 {
+                        pipe.cmd("HDEL").arg(format!("h:{t}")).arg("f0").arg("nope");
+                        expect.push(Some(Value::Int(fields.remove("f0").is_some() as i64)));
+                        pipe.cmd("SREM").arg(format!("s:{t}")).arg("m0");
+                        expect.push(Some(Value::Int(members.remove("m0") as i64)));
+                    }
                     if round % 5 == 0 {
                         pipe.cmd("MSET")
                             .arg(format!("own:{t}:0"))
@@ -1822,18 +1839,28 @@ fn writes_applied_on_several_threads_give_every_node_the_same_values_and_version
                         }
                     }
                 }
-                model
+                let mut hash: Vec<(String, String)> = fields
+                    .into_iter()
+                    .map(|(f, n)| (f, n.to_string()))
+                    .collect();
+                hash.sort();
+                let mut set: Vec<String> = members.into_iter().collect();
+                set.sort();
+                (model, hash, set)
             })
         })
         .collect();
     let mut want: std::collections::BTreeMap<String, Option<String>> = Default::default();
+    let mut collections = Vec::new();
     for (t, c) in clients.into_iter().enumerate() {
         for x in 0..6 {
             want.insert(format!("own:{t}:{x}"), None);
         }
-        for (k, v) in c.join().unwrap() {
+        let (model, hash, set) = c.join().unwrap();
+        for (k, v) in model {
             want.insert(k, Some(v));
         }
+        collections.push((t, hash, set));
     }
     for k in 0..4 {
         want.insert(format!("shared:{k}"), Some("360".into()));
@@ -1848,6 +1875,35 @@ fn writes_applied_on_several_threads_give_every_node_the_same_values_and_version
             })
             .collect()
     };
+    // The hashes and sets: contents as each client's model says, versions
+    // the leader's, on every node.
+    // (hash version, its fields, set version, its members) per client.
+    type Collections = Vec<(i64, Vec<(String, String)>, i64, Vec<String>)>;
+    let maps = |c: &mut Connection| -> Collections {
+        let _: () = redis::cmd("READONLY").query(c).unwrap();
+        collections
+            .iter()
+            .map(|(t, _, _)| {
+                let (h, s) = (format!("h:{t}"), format!("s:{t}"));
+                let mut hash: Vec<(String, String)> =
+                    redis::cmd("HGETALL").arg(&h).query(c).unwrap();
+                hash.sort();
+                let mut set: Vec<String> = redis::cmd("SMEMBERS").arg(&s).query(c).unwrap();
+                set.sort();
+                let hv: i64 = redis::cmd("VERSION").arg(&h).query(c).unwrap();
+                let sv: i64 = redis::cmd("VERSION").arg(&s).query(c).unwrap();
+                (hv, hash, sv, set)
+            })
+            .collect()
+    };
+    let maps_on_leader = maps(&mut g.conn(l));
+    for ((_, hash, set), (_, got_hash, _, got_set)) in collections.iter().zip(&maps_on_leader) {
+        assert_eq!(got_hash, hash);
+        assert_eq!(got_set, set);
+    }
+    g.eventually("the leader's hashes and sets, with its versions", |c| {
+        maps(c) == maps_on_leader
+    });
     let on_leader = versions(&mut g.conn(l));
     let values: Vec<(String, Option<String>)> = on_leader
         .iter()
