@@ -1966,10 +1966,14 @@ fn a_follower_killed_while_applying_on_several_threads_counts_every_incr_once() 
                     for i in 0..32 {
                         pipe.cmd("INCR").arg(format!("c:{t}:{}", i % 4));
                     }
-                    let _: Vec<i64> = pipe.query(&mut c).unwrap();
+                    // A slow machine may see an election: the pipeline (one
+                    // entry) then may or may not have been applied.
+                    if pipe.query::<Vec<i64>>(&mut c).is_err() {
+                        return (rounds, true);
+                    }
                     rounds += 1;
                 }
-                rounds
+                (rounds, false)
             })
         })
         .collect();
@@ -1981,7 +1985,7 @@ fn a_follower_killed_while_applying_on_several_threads_counts_every_incr_once() 
     }
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::Relaxed);
-    let rounds: Vec<i64> = clients.into_iter().map(|c| c.join().unwrap()).collect();
+    let rounds: Vec<(i64, bool)> = clients.into_iter().map(|c| c.join().unwrap()).collect();
     let counters = |c: &mut Connection| -> Vec<Option<i64>> {
         let _: () = redis::cmd("READONLY").query(c).unwrap();
         (0..16)
@@ -1989,17 +1993,25 @@ fn a_follower_killed_while_applying_on_several_threads_counts_every_incr_once() 
             .map(|k| redis::cmd("GET").arg(k).query(c).unwrap())
             .collect()
     };
-    let want: Vec<Option<i64>> = rounds
-        .iter()
-        .flat_map(|&r| std::iter::repeat_n(Some(8 * r), 4))
-        .collect();
-    assert_eq!(
-        counters(&mut g.conn(l)),
-        want,
-        "the leader counts each acknowledged INCR"
+    // The leader (now) counts each acknowledged pipeline once, and the
+    // one a client saw fail at most once.
+    let on_leader = counters(&mut g.conn(g.leader()));
+    for (t, &(r, uncertain)) in rounds.iter().enumerate() {
+        for k in 0..4 {
+            let got = on_leader[t * 4 + k].unwrap_or(0);
+            let ok = got == 8 * r || (uncertain && got == 8 * (r + 1));
+            assert!(
+                ok,
+                "client {t} counter {k}: {got} after {r} acknowledged pipelines"
+            );
+        }
+    }
+    assert!(
+        rounds.iter().map(|r| r.0).sum::<i64>() > 50,
+        "too few writes: {rounds:?}"
     );
-    g.eventually("the follower's counters equal the leader's", |c| {
-        counters(c) == want
+    g.eventually("every node's counters equal the leader's", |c| {
+        counters(c) == on_leader
     });
     let stretches = info_field(&mut g.conn(follower), "basalt_raft_lane_stretches")
         + info_field(&mut g.conn(l), "basalt_raft_lane_stretches");
