@@ -326,7 +326,26 @@ async fn in_place_off_runtime<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, StorageError> + Send + 'static,
 ) -> Result<T, StorageError> {
     match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
+            // A panic becomes a storage error, as `spawn_blocking`'s join
+            // error did: openraft then stops the node at once, where an
+            // unwinding state-machine task would end unnoticed until the
+            // next apply.
+            tokio::task::block_in_place(|| {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+            })
+            .unwrap_or_else(|panic| {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic".into());
+                Err(sm_err(
+                    verb,
+                    io::Error::other(format!("applying panicked: {what}")),
+                ))
+            })
+        }
         _ => off_runtime(verb, f).await,
     }
 }
@@ -730,5 +749,42 @@ impl<A: Applier> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<A> {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         let sm = self.sm.clone();
         off_runtime(ErrorVerb::Read, move || sm.build_now()).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// On a multi-threaded runtime the apply runs in place; a panic in it
+    /// comes back as a storage error (openraft then stops the node), as it
+    /// does through the blocking pool on any other runtime.
+    #[test]
+    fn a_panicking_apply_is_a_storage_error_on_either_runtime() {
+        let multi = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap();
+        let single = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        for rt in [&multi, &single] {
+            let ok = rt.block_on(in_place_off_runtime(ErrorVerb::Write, || Ok(7)));
+            assert_eq!(ok.unwrap(), 7);
+            let err = rt
+                .block_on(in_place_off_runtime::<u8>(ErrorVerb::Write, || {
+                    panic!("boom in apply")
+                }))
+                .unwrap_err();
+            let text = err.to_string();
+            assert!(!text.is_empty());
+        }
+        // The message names the panic on the in-place path.
+        let err = multi
+            .block_on(in_place_off_runtime::<u8>(ErrorVerb::Write, || {
+                panic!("boom in apply")
+            }))
+            .unwrap_err();
+        assert!(format!("{err:?}").contains("boom in apply"), "{err:?}");
     }
 }

@@ -405,15 +405,10 @@ async fn combine(shared: Weak<Shared>, mut rx: tokio::sync::mpsc::UnboundedRecei
         };
         let stats = repl.stats.clone();
         let submitted = std::time::Instant::now();
-        stats.submitted.fetch_add(1, Ordering::Relaxed);
-        stats
-            .submitted_proposals
-            .fetch_add(jobs.len() as u64, Ordering::Relaxed);
         let waited: u128 = jobs
             .iter()
             .map(|j| submitted.duration_since(j.queued).as_micros())
             .sum();
-        stats.queue_us.fetch_add(waited as u64, Ordering::Relaxed);
         let (payload, single) = if jobs.len() == 1 {
             (jobs[0].bytes.clone(), true)
         } else {
@@ -421,6 +416,13 @@ async fn combine(shared: Weak<Shared>, mut rx: tokio::sync::mpsc::UnboundedRecei
         };
         match repl.node.submit(payload).await {
             Ok(reply) => {
+                // Counted once submitted, so the means are over entries
+                // that went to the log.
+                stats.submitted.fetch_add(1, Ordering::Relaxed);
+                stats
+                    .submitted_proposals
+                    .fetch_add(jobs.len() as u64, Ordering::Relaxed);
+                stats.queue_us.fetch_add(waited as u64, Ordering::Relaxed);
                 tokio::spawn(async move {
                     let r = reply.await;
                     stats
