@@ -47,46 +47,28 @@ use crate::state::{ClientInfo, Shared};
 /// Shards of the fixed partition (the same on every node).
 pub(crate) const SHARDS: usize = 64;
 
-/// The most records a command of the lanes' set writes, from its name and
-/// argument count (with the name); `None` for any other command (it makes
+/// The most records a command of the lanes' set writes, from its name (as
+/// the command table spells it) and argument count (with the name); `None`
+/// for any other command (it makes
 /// its proposal a barrier). Each key, field or member written costs at
 /// most a tombstone of an expired value (`purge_if_expired`) and the write
 /// itself: deleting a key of any type is one tombstone (`Db::delete`), a
 /// field write or deletion one record (`Db::put_field_tagged`,
 /// `Db::delete_field`, the last field's a tombstone instead). A command
 /// that fails (arity, wrong type) writes nothing.
-fn records_bound(name: &[u8], argc: usize) -> Option<u64> {
+fn records_bound(name: &str, argc: usize) -> Option<u64> {
     let n = |k: usize| 2 * k as u64;
-    if !(3..=12).contains(&name.len()) {
-        return None;
-    }
-    let mut lower = [0u8; 12];
-    lower[..name.len()].copy_from_slice(name);
-    lower.make_ascii_lowercase();
-    Some(match &lower[..name.len()] {
-        b"set" | b"setex" | b"psetex" | b"setnx" | b"getset" | b"getdel" | b"getex" | b"incr"
-        | b"decr" | b"incrby" | b"decrby" | b"incrbyfloat" => n(1),
-        b"del" | b"unlink" => n(argc.saturating_sub(1)),
-        b"mset" | b"msetnx" => n(argc.saturating_sub(1) / 2),
+    Some(match name {
+        "set" | "setex" | "psetex" | "setnx" | "getset" | "getdel" | "getex" | "incr" | "decr"
+        | "incrby" | "decrby" | "incrbyfloat" => n(1),
+        "del" | "unlink" => n(argc.saturating_sub(1)),
+        "mset" | "msetnx" => n(argc.saturating_sub(1) / 2),
         // One key; fields or members after it.
-        b"hset" | b"hmset" => n(argc.saturating_sub(2) / 2),
-        b"hsetnx" | b"hincrby" | b"hincrbyfloat" => n(1),
-        b"hdel" | b"sadd" | b"srem" => n(argc.saturating_sub(2)),
+        "hset" | "hmset" => n(argc.saturating_sub(2) / 2),
+        "hsetnx" | "hincrby" | "hincrbyfloat" => n(1),
+        "hdel" | "sadd" | "srem" => n(argc.saturating_sub(2)),
         _ => return None,
     })
-}
-
-/// The keys of a command of the lanes' set, by its name: the first
-/// argument, or every argument (DEL, UNLINK), or every other one (MSET).
-fn keys_of<'a>(name: &[u8], args: &basalt_resp::Args<'a>) -> impl Iterator<Item = &'a [u8]> {
-    let step = if name.eq_ignore_ascii_case(b"mset") || name.eq_ignore_ascii_case(b"msetnx") {
-        2
-    } else if name.eq_ignore_ascii_case(b"del") || name.eq_ignore_ascii_case(b"unlink") {
-        1
-    } else {
-        usize::MAX
-    };
-    args.iter().skip(1).step_by(step)
 }
 
 /// A key's shard: its CRC32C, which every node computes alike.
@@ -121,11 +103,11 @@ pub(crate) fn place(commands: &[u8], budget: u64) -> Option<Vec<Unit>> {
         let Ok(Parsed::Command { args, consumed }) = parser.parse(&commands[pos..]) else {
             return None;
         };
-        let name = args.get(0)?;
-        let records = records_bound(name, args.len())?;
+        let def = commands::lookup(args.get(0)?)?;
+        let records = records_bound(def.name, args.len())?;
         let mut shard = None;
-        for key in keys_of(name, &args) {
-            let s = shard_of_key(key);
+        for i in def.key_positions(args.len()) {
+            let s = shard_of_key(&args[i]);
             if *shard.get_or_insert(s) != s {
                 return None;
             }

@@ -1032,6 +1032,20 @@ fn seq_floor(index: u64, sub: u64) -> u64 {
     (index << SEQ_SHIFT) + (sub << SUB_SHIFT)
 }
 
+/// The seed of proposal `sub` of entry `index`'s random choices.
+fn proposal_seed(index: u64, sub: u64) -> u64 {
+    index ^ (sub << 48)
+}
+
+/// The protocol a proposal's replies are encoded in.
+fn protocol_of(resp3: bool) -> Protocol {
+    if resp3 {
+        Protocol::Resp3
+    } else {
+        Protocol::Resp2
+    }
+}
+
 /// Commands in a stretch between barriers below which it is applied on
 /// one thread anyway (handing shards to threads costs more than a few
 /// writes).
@@ -1114,15 +1128,11 @@ impl ReplApplier {
                     };
                     stretch.push(crate::lanes::Placed {
                         db: db as usize,
-                        protocol: if resp3 {
-                            Protocol::Resp3
-                        } else {
-                            Protocol::Resp2
-                        },
+                        protocol: protocol_of(resp3),
                         time_ms,
                         commands,
                         start: floor.max(reached),
-                        seed: index ^ ((sub as u64) << 48),
+                        seed: proposal_seed(index, sub as u64),
                         units,
                     });
                 }
@@ -1175,26 +1185,13 @@ impl ReplApplier {
     /// Applies proposal `sub` of entry `index` (0 for an entry of one;
     /// see [`Applier::apply`]).
     fn apply_one(&self, index: u64, sub: u64, p: Proposal) -> io::Result<Vec<u8>> {
-        let shared = self.shared.upgrade().ok_or_else(gone)?;
+        let shared = &self.shared.upgrade().ok_or_else(gone)?;
+        self.applying.store(index, Ordering::SeqCst);
         // A batch's proposals each get a floor of their own (4,096
         // sequence numbers apart; one that writes more runs on from the
-        // counter, the same on every node).
+        // counter, the same on every node) and a seed of their own.
         shared.keyspace.raise_seq(seq_floor(index, sub));
-        self.run_proposal(&shared, index, sub, p)
-    }
-
-    /// Runs proposal `sub` of entry `index`, its sequence numbers already
-    /// arranged ([`Self::apply_one`], or a lane's).
-    fn run_proposal(
-        &self,
-        shared: &Arc<Shared>,
-        index: u64,
-        sub: u64,
-        p: Proposal,
-    ) -> io::Result<Vec<u8>> {
-        self.applying.store(index, Ordering::SeqCst);
-        // Each proposal draws its random choices from a seed of its own.
-        let _seed = EntrySeed::set(index ^ (sub << 48));
+        let _seed = EntrySeed::set(proposal_seed(index, sub));
         let replay = crate::blocking::Replay::start(matches!(p, Proposal::Retry { .. }));
         let run = match p {
             Proposal::Run {
@@ -1214,11 +1211,7 @@ impl ReplApplier {
         };
         let reply = match run {
             Ok((db, resp3, time_ms, commands, exec)) => {
-                let protocol = if resp3 {
-                    Protocol::Resp3
-                } else {
-                    Protocol::Resp2
-                };
+                let protocol = protocol_of(resp3);
                 let mut conn = self.stand_in(db as usize, time_ms);
                 conn.protocol = protocol;
                 let mut out = Vec::new();

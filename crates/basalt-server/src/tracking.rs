@@ -392,18 +392,5 @@ fn key_positions(cmd: &CommandDef, args: &Args<'_>) -> Vec<usize> {
             _ => Vec::new(),
         };
     }
-    if cmd.first_key <= 0 {
-        return Vec::new();
-    }
-    let first = cmd.first_key as usize;
-    let last = if cmd.last_key < 0 {
-        argc as i64 + cmd.last_key as i64
-    } else {
-        cmd.last_key as i64
-    };
-    if last < first as i64 {
-        return Vec::new();
-    }
-    let last = (last as usize).min(argc - 1);
-    (first..=last).step_by(cmd.step.max(1) as usize).collect()
+    cmd.key_positions(argc).collect()
 }

@@ -217,6 +217,26 @@ impl CommandDef {
         self.flags & flags::BLOCKING != 0 || self.name == "wait"
     }
 
+    /// The argument positions of the command's keys in a call of `argc`
+    /// arguments (with the name), by the table's first, last and step;
+    /// none for a command without keys. Commands with movable keys
+    /// (`flags::MOVABLE_KEYS`) need their own rules on top.
+    pub fn key_positions(&self, argc: usize) -> std::iter::StepBy<std::ops::RangeInclusive<usize>> {
+        let last = if self.last_key < 0 {
+            argc as i64 + self.last_key as i64
+        } else {
+            self.last_key as i64
+        }
+        .min(argc as i64 - 1);
+        let range = if self.first_key > 0 && last >= self.first_key as i64 {
+            self.first_key as usize..=last as usize
+        } else {
+            // Empty.
+            std::ops::RangeInclusive::new(1, 0)
+        };
+        range.step_by(self.step.max(1) as usize)
+    }
+
     /// Whether `argc` arguments (with the name) fit the arity.
     pub fn arity_ok(&self, argc: usize) -> bool {
         let argc = argc as i64;

@@ -530,15 +530,7 @@ fn get_keys(ctx: &mut Ctx<'_>, args: Args<'_>, with_flags: bool) -> Result {
             if c.first_key == 0 {
                 return Err(Error::err("The command has no key arguments"));
             }
-            let first = c.first_key as usize;
-            let last = if c.last_key < 0 {
-                (argc as i64 + c.last_key as i64) as usize
-            } else {
-                c.last_key as usize
-            };
-            (first..=last.min(argc - 1))
-                .step_by(c.step.max(1) as usize)
-                .collect()
+            c.key_positions(argc).collect()
         };
         let mut e = ctx.enc();
         e.array(keys.len());
