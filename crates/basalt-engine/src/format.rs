@@ -511,86 +511,93 @@ impl<'a> Patch<'a> {
     }
 
     /// Appends the runs where `new` differs from `base` (same length) to
-    /// `out`, after the header for `base_offset` and `base_len`. Runs closer
-    /// than a run header are joined (one run of a few equal bytes costs less
-    /// than two headers).
-    ///
-    /// `candidates` says which of the first 64 eight-byte words may differ
-    /// (bit `w` for bytes `8w .. 8w + 8`; `u64::MAX` when unknown): the
-    /// others are skipped unread, so a caller that tracks what it changed
-    /// (a cached segment written again and again) diffs only those words.
-    /// A clear bit for a word that differs is a caller's bug: that word's
-    /// change would be missing from the patch. Words past the 64th are
-    /// always compared. Returns the words the runs cover (within the first
-    /// 64), a valid `candidates` for the next diff of the same base.
+    /// `out`, after the header for `base_offset` and `base_len`: the bytes
+    /// that differ are found ([`Patch::mark`] over the whole value), then
+    /// encoded ([`Patch::encode_masked`]).
     pub fn encode_diff(
         base_offset: u32,
         base_len: u32,
         base: &[u8],
         new: &[u8],
-        candidates: u64,
         out: &mut Vec<u8>,
-    ) -> u64 {
+    ) {
         debug_assert_eq!(base.len(), new.len());
-        debug_assert!(new.len() <= u16::MAX as usize);
-        out.extend_from_slice(&base_offset.to_le_bytes());
-        out.extend_from_slice(&base_len.to_le_bytes());
-        let differs = |i: usize| base[i] != new[i];
-        // Equal stretches are skipped eight bytes at a time (a segment is
-        // mostly equal to its base; a byte loop was a fifth of a SETBIT's
-        // CPU), and words known equal without reading them.
+        let mut mask = vec![0u64; Patch::mask_words(new.len())];
+        Patch::mark(base, new, 0, new.len(), &mut mask);
+        Patch::encode_masked(base_offset, base_len, new, &mask, out);
+    }
+
+    /// Words of a byte mask ([`Patch::mark`]) for a value of `len` bytes.
+    pub const fn mask_words(len: usize) -> usize {
+        len.div_ceil(64)
+    }
+
+    /// Sets bit `b` of `mask` (bit `b % 64` of word `b / 64`) for each
+    /// byte `b` of `from .. from + len` where `new` differs from `base`
+    /// (same length), and clears it where they are equal: the rest of the
+    /// mask is left as it is, so a caller that changes a few bytes of a
+    /// value keeps its mask of differences current by marking just those.
+    /// Equal stretches are compared eight bytes at a time.
+    pub fn mark(base: &[u8], new: &[u8], from: usize, len: usize, mask: &mut [u64]) {
+        debug_assert_eq!(base.len(), new.len());
         let word = |s: &[u8], i: usize| u64::from_ne_bytes(s[i..i + 8].try_into().unwrap());
-        let mut covered = 0;
-        let mut i = 0;
-        while i < new.len() {
-            if i < 64 * 8 {
-                let rest = candidates >> (i / 8);
-                if rest & 1 == 0 {
-                    // The rest of this word and every word up to the next
-                    // candidate (or the 64th): `i` is unaligned after a run
-                    // that ended inside a word.
-                    let skip = (rest.trailing_zeros() as usize).min(64 - i / 8);
-                    i = (i / 8 + skip) * 8;
-                    continue;
-                }
-            }
-            if i + 8 <= new.len() && word(base, i) == word(new, i) {
+        let (mut i, end) = (from, from + len);
+        while i < end {
+            let (w, bit) = (i / 64, i % 64);
+            if i % 8 == 0 && i + 8 <= end && word(base, i) == word(new, i) {
+                mask[w] &= !(0xff << bit);
                 i += 8;
                 continue;
             }
-            if !differs(i) {
-                i += 1;
-                continue;
+            if base[i] != new[i] {
+                mask[w] |= 1 << bit;
+            } else {
+                mask[w] &= !(1 << bit);
             }
-            let start = i;
-            let mut end = i + 1;
-            // Extend while the next difference is near enough to join.
-            let mut j = end;
-            while j < new.len() && j < end + PATCH_RUN_HEADER_LEN {
-                if differs(j) {
-                    end = j + 1;
-                }
-                j += 1;
-            }
+            i += 1;
+        }
+    }
+
+    /// Appends to `out` the header for `base_offset` and `base_len`, then
+    /// the runs of `new` over the bytes `mask` marks ([`Patch::mark`]):
+    /// marked bytes closer than a run header are joined into one run (a
+    /// few equal bytes cost less than a second header). Reads only the
+    /// marked bytes of `new` (and those between them in a joined run), so
+    /// its cost is the runs', not the value's.
+    pub fn encode_masked(
+        base_offset: u32,
+        base_len: u32,
+        new: &[u8],
+        mask: &[u64],
+        out: &mut Vec<u8>,
+    ) {
+        debug_assert!(new.len() <= u16::MAX as usize);
+        debug_assert!(mask.len() >= Patch::mask_words(new.len()));
+        out.extend_from_slice(&base_offset.to_le_bytes());
+        out.extend_from_slice(&base_len.to_le_bytes());
+        let mut emit = |start: usize, end: usize| {
             out.extend_from_slice(&(start as u16).to_le_bytes());
             out.extend_from_slice(&((end - start) as u16).to_le_bytes());
             out.extend_from_slice(&new[start..end]);
-            covered |= Patch::words(start, end - start);
-            i = end;
+        };
+        let mut run: Option<(usize, usize)> = None;
+        for (w, &bits) in mask.iter().enumerate() {
+            let mut x = bits;
+            while x != 0 {
+                let b = w * 64 + x.trailing_zeros() as usize;
+                x &= x - 1;
+                run = match run {
+                    Some((start, end)) if b < end + PATCH_RUN_HEADER_LEN => Some((start, b + 1)),
+                    Some((start, end)) => {
+                        emit(start, end);
+                        Some((b, b + 1))
+                    }
+                    None => Some((b, b + 1)),
+                };
+            }
         }
-        covered
-    }
-
-    /// The bits of a [`Patch::encode_diff`] word mask for the bytes
-    /// `from .. from + len` (`len` > 0): words `from / 8 ..= (from + len -
-    /// 1) / 8`, those below the 64th.
-    pub fn words(from: usize, len: usize) -> u64 {
-        let (a, b) = (from / 8, (from + len - 1) / 8 + 1);
-        let ones = |n: usize| if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
-        if a >= 64 {
-            0
-        } else {
-            ones(b) & !ones(a)
+        if let Some((start, end)) = run {
+            emit(start, end);
         }
     }
 
@@ -944,27 +951,38 @@ mod patch_tests {
             base in proptest::collection::vec(any::<u8>(), 1..600),
             edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..40),
             edits_window in (any::<usize>(), any::<usize>()),
-            extra in any::<u64>(),
         ) {
             let mut new = base.clone();
-            for (at, b) in edits {
+            for &(at, b) in &edits {
                 let i = at % new.len();
                 new[i] = b;
             }
             let mut v = Vec::new();
-            let covered = Patch::encode_diff(7, 600, &base, &new, u64::MAX, &mut v);
-            // Told only which words may differ (those, and any others), the
-            // diff is the same, and what it says it covered is such a hint.
-            let differing = (0..new.len().min(512))
-                .filter(|&i| base[i] != new[i])
-                .fold(0u64, |m, i| m | 1 << (i / 8));
-            prop_assert_eq!(covered & differing, differing);
-            for hint in [differing, differing | extra, covered] {
-                let mut hinted = Vec::new();
-                let again = Patch::encode_diff(7, 600, &base, &new, hint, &mut hinted);
-                prop_assert_eq!(&hinted, &v);
-                prop_assert_eq!(again, covered);
+            Patch::encode_diff(7, 600, &base, &new, &mut v);
+            // A mask kept current by marking only the edited bytes (from
+            // any earlier mask of the same base) encodes the same runs.
+            let mut mask = vec![0u64; Patch::mask_words(new.len())];
+            let mut mid = base.clone();
+            for (k, &(at, b)) in edits.iter().enumerate().take(edits.len() / 2) {
+                let i = at % mid.len();
+                mid[i] = b ^ k as u8;
+                Patch::mark(&base, &mid, i, 1, &mut mask);
             }
+            for i in 0..new.len() {
+                if mid[i] != new[i] {
+                    mid[i] = new[i];
+                    Patch::mark(&base, &mid, i, 1, &mut mask);
+                }
+            }
+            // Marks of bytes that are equal again are cleared too.
+            for (k, &(at, _)) in edits.iter().enumerate() {
+                let i = at % new.len();
+                let n = (k % 9).min(new.len() - i);
+                Patch::mark(&base, &new, i, n, &mut mask);
+            }
+            let mut masked = Vec::new();
+            Patch::encode_masked(7, 600, &new, &mask, &mut masked);
+            prop_assert_eq!(&masked, &v);
             let p = Patch::decode(&v).unwrap();
             prop_assert_eq!((p.base_offset, p.base_len), (7, 600));
             let changed = base.iter().zip(&new).filter(|(a, b)| a != b).count();

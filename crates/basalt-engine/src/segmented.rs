@@ -95,12 +95,16 @@ struct Patched {
     /// the read that filled the entry did not ask (a write's read then
     /// misses), `Some(None)` when the base may not be named.
     base: Option<Option<(Loc, Box<[u8]>)>>,
-    /// The eight-byte words of `bytes` that may differ from the base's
-    /// (bit `w` for bytes `8w .. 8w + 8`): what [`Patch::encode_diff`]
-    /// compares. All of them for an entry filled by a read or a general
-    /// write; [`Db::modify_cached`] narrows it to what its patches cover.
-    dirty: u64,
+    /// The bytes of `bytes` that differ from the base's ([`Patch::mark`]),
+    /// once a write from the cache has compared them; `None` for an entry
+    /// filled by a read or a general write. Each later write marks only the
+    /// bytes it changed, so its patch ([`Patch::encode_masked`]) costs its
+    /// runs, not a comparison of the segment with its base.
+    diff: Option<DiffMask>,
 }
+
+/// A segment's byte mask of differences from its base.
+type DiffMask = [u64; Patch::mask_words(SEGMENT_LEN)];
 
 /// Entries of one thread's cache of applied segments: with their bases,
 /// about 1 KiB each, so at most about 4 MiB per thread, which holds every
@@ -137,7 +141,7 @@ fn cache_uid(uid: u64, loc: Loc, bytes: Box<[u8]>, base: Option<Option<(Loc, Box
             Patched {
                 bytes,
                 base,
-                dirty: u64::MAX,
+                diff: None,
             },
         )
     });
@@ -771,16 +775,21 @@ impl Db {
                 c.insert(at, entry);
                 return Some(Ok((w, total, false)));
             }
-            let dirty = entry.dirty | Patch::words(from, len);
+            // The bytes that differ from the base: all of them compared the
+            // first time, then only those `f` was given.
+            let diff = match &mut entry.diff {
+                Some(diff) => {
+                    Patch::mark(base_bytes, &entry.bytes, from, len, diff);
+                    diff
+                }
+                None => {
+                    let mut diff = [0; Patch::mask_words(SEGMENT_LEN)];
+                    Patch::mark(base_bytes, &entry.bytes, 0, SEGMENT_LEN, &mut diff);
+                    entry.diff.insert(diff)
+                }
+            };
             let mut v = Vec::with_capacity(PATCH_HEADER_LEN + PATCH_MAX);
-            let covered = Patch::encode_diff(
-                base.offset,
-                base.len,
-                base_bytes,
-                &entry.bytes,
-                dirty,
-                &mut v,
-            );
+            Patch::encode_masked(base.offset, base.len, &entry.bytes, diff, &mut v);
             let record = segment_record_len(key, v.len()) as u64;
             let patch = v.len() - PATCH_HEADER_LEN <= PATCH_MAX && inner.fits_active(&w, record);
             let value: &[u8] = if patch { &v } else { &entry.bytes };
@@ -794,11 +803,9 @@ impl Db {
             index_segment(&mut idx, key, i, loc);
             if let Some(file) = idx.files.get(&loc.file) {
                 // A whole record, outside any batch, is the next patch's base.
-                if patch {
-                    entry.dirty = covered;
-                } else {
+                if !patch {
                     entry.base = Some(Some((loc, entry.bytes.clone())));
-                    entry.dirty = 0;
+                    entry.diff = Some([0; Patch::mask_words(SEGMENT_LEN)]);
                 }
                 insert_bounded(&mut c, (file.handle.uid, loc.offset), entry);
             }
@@ -1190,14 +1197,7 @@ impl Db {
             return None;
         }
         let mut v = Vec::with_capacity(PATCH_HEADER_LEN + 32);
-        Patch::encode_diff(
-            p.base.offset,
-            p.base.len,
-            &p.base_bytes,
-            bytes,
-            u64::MAX,
-            &mut v,
-        );
+        Patch::encode_diff(p.base.offset, p.base.len, &p.base_bytes, bytes, &mut v);
         let record = segment_record_len(key, v.len()) as u64;
         // Not where the append would seal the file: the base stays in it.
         let fits = self.inner.fits_active(w, record);
