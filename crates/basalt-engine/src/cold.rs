@@ -487,6 +487,8 @@ impl ColdRead {
     /// would (past the page cache unless the record is admitted or in the
     /// active file). `None` when the file hands out no descriptor: read it
     /// with `read_with`. The caller reads `len` bytes at `offset` of `fd`
+    /// (a direct read's aligned to the file's
+    /// [`crate::vfs::VFile::direct_align`])
     /// into a buffer aligned to [`crate::vfs::DIRECT_ALIGN`] (a
     /// [`DirectBuf`]), keeps this `ColdRead` alive until the read is done
     /// (it keeps the descriptor open), and passes the bytes from `skip` on
@@ -500,15 +502,16 @@ impl ColdRead {
             .get_or_insert_with(|| choose_direct(&self.file, self.loc));
         if direct {
             if let Some(fd) = vfile.raw_fd(true) {
-                let align = crate::vfs::DIRECT_ALIGN as u64;
-                let start = offset / align * align;
+                let align = vfile.direct_align();
+                let start = offset / align as u64 * align as u64;
                 let skip = (offset - start) as usize;
                 READS_DIRECT.fetch_add(1, Ordering::Relaxed);
                 return Some(ReadPlan {
                     direct: true,
                     fd,
                     offset: start,
-                    len: (skip + len).next_multiple_of(crate::vfs::DIRECT_ALIGN),
+                    len: (skip + len).next_multiple_of(align),
+                    align,
                     skip,
                     record_len: len,
                 });
@@ -521,6 +524,7 @@ impl ColdRead {
             fd,
             offset,
             len,
+            align: 1,
             skip: 0,
             record_len: len,
         })
@@ -619,10 +623,14 @@ pub struct ReadPlan {
     pub direct: bool,
     /// The descriptor to read from (`O_DIRECT` or not).
     pub fd: std::os::fd::RawFd,
-    /// Where to read (aligned when the descriptor is direct).
+    /// Where to read (a multiple of `align`).
     pub offset: u64,
-    /// How many bytes to read (aligned when the descriptor is direct).
+    /// How many bytes to read (a multiple of `align`).
     pub len: usize,
+    /// The alignment of `offset` and `len`: the file's
+    /// [`crate::vfs::VFile::direct_align`] when the descriptor is direct,
+    /// else 1.
+    pub align: usize,
     /// Where in the bytes read the record starts.
     pub skip: usize,
     record_len: usize,

@@ -90,10 +90,20 @@ pub trait VFile: Send + Sync + fmt::Debug {
         let _ = (buf, offset, len);
         Ok(None)
     }
-    /// Stops [`VFile::read_direct`] and [`VFile::raw_fd`]`(true)` for this
-    /// file: a direct read submitted elsewhere was refused with `EINVAL`.
-    /// The default does nothing.
+    /// A direct read of this file was refused with `EINVAL` (an alignment
+    /// the device does not take): later direct reads use [`DIRECT_ALIGN`]
+    /// if [`VFile::direct_align`] was smaller, else [`VFile::read_direct`]
+    /// and [`VFile::raw_fd`]`(true)` stop for this file. The default does
+    /// nothing.
     fn refuse_direct(&self) {}
+    /// The alignment of the offsets and lengths of direct reads of this
+    /// file: a power of two that divides [`DIRECT_ALIGN`] (buffers are
+    /// always aligned to that). Known once [`VFile::raw_fd`]`(true)` or
+    /// [`VFile::read_direct`] has opened the direct descriptor; the default
+    /// is [`DIRECT_ALIGN`].
+    fn direct_align(&self) -> usize {
+        DIRECT_ALIGN
+    }
     /// The descriptor to read this file with, for a caller that submits
     /// its reads itself (io_uring): the `O_DIRECT` one with `direct` (reads
     /// must then be aligned as [`VFile::read_direct`]'s are), else the
@@ -324,9 +334,13 @@ impl FileMap {
     }
 }
 
-/// The alignment direct I/O needs of buffers, offsets and lengths: the
-/// largest logical block size in common use, so one value serves every
-/// device (a 512-byte-sector disk accepts 4 KiB-aligned requests too).
+/// The alignment of direct-read buffers, and of direct reads' offsets and
+/// lengths where the file system does not say what it needs: the largest
+/// logical block size in common use (a 512-byte-sector disk accepts 4
+/// KiB-aligned requests too). Where it does say (`statx`'s
+/// `STATX_DIOALIGN`, [`VFile::direct_align`]), reads align to that: a
+/// 512-byte-sector disk then reads a 1 KiB record as 1.5-2 KiB, not 4 or
+/// 8, and an 8000-byte one as 8-8.5 KiB, not 8 or 12.
 pub const DIRECT_ALIGN: usize = 4096;
 
 /// One aligned block of a [`DirectBuf`].
@@ -399,8 +413,40 @@ struct StdFile {
     /// the first direct read; `None` inside once the file system refused it.
     direct: std::sync::OnceLock<Option<File>>,
     /// Set when a direct read failed with `EINVAL` (an alignment the device
-    /// does not take): every later read goes through the page cache.
+    /// does not take) at [`DIRECT_ALIGN`]: every later read goes through the
+    /// page cache.
     direct_refused: std::sync::atomic::AtomicBool,
+    /// The alignment of direct reads: what `statx` reported when the direct
+    /// descriptor was opened, [`DIRECT_ALIGN`] until then, and from a
+    /// refusal of a smaller one on.
+    direct_align: std::sync::atomic::AtomicUsize,
+}
+
+/// The alignment of direct I/O offsets and lengths that `file`'s file
+/// system reports (`statx`, `STATX_DIOALIGN`, Linux 6.1+), if it reports
+/// one usable with [`DIRECT_ALIGN`]-aligned buffers.
+fn reported_direct_align(file: &File) -> Option<usize> {
+    // SAFETY: a zeroed `statx` is a valid value of the plain struct.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid descriptor, an empty NUL-terminated path with
+    // AT_EMPTY_PATH (the descriptor's own file), and a struct to fill.
+    let r = unsafe {
+        libc::statx(
+            file.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_DIOALIGN,
+            &mut st,
+        )
+    };
+    if r != 0 || st.stx_mask & libc::STATX_DIOALIGN == 0 {
+        return None;
+    }
+    let (offset, mem) = (
+        st.stx_dio_offset_align as usize,
+        st.stx_dio_mem_align as usize,
+    );
+    (offset.is_power_of_two() && offset <= DIRECT_ALIGN && mem <= DIRECT_ALIGN).then_some(offset)
 }
 
 impl StdFile {
@@ -417,7 +463,13 @@ impl StdFile {
                     .custom_flags(libc::O_DIRECT)
                     .open(&path)
                 {
-                    Ok(f) => Some(f),
+                    Ok(f) => {
+                        if let Some(align) = reported_direct_align(&self.file) {
+                            self.direct_align
+                                .store(align, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        Some(f)
+                    }
                     Err(e) => {
                         tracing::debug!(error = %e, "no direct reads for a data file");
                         None
@@ -430,8 +482,16 @@ impl StdFile {
 
 impl VFile for StdFile {
     fn refuse_direct(&self) {
-        self.direct_refused
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        use std::sync::atomic::Ordering::Relaxed;
+        // The reported alignment first gives way to the safe one.
+        if self.direct_align.swap(DIRECT_ALIGN, Relaxed) < DIRECT_ALIGN {
+            tracing::debug!("a direct read refused its alignment; reading 4 KiB-aligned");
+            return;
+        }
+        self.direct_refused.store(true, Relaxed);
+    }
+    fn direct_align(&self) -> usize {
+        self.direct_align.load(std::sync::atomic::Ordering::Relaxed)
     }
     fn raw_fd(&self, direct: bool) -> Option<std::os::fd::RawFd> {
         if !direct {
@@ -460,11 +520,11 @@ impl VFile for StdFile {
         let Some(direct) = self.direct() else {
             return Ok(None);
         };
-        let align = DIRECT_ALIGN as u64;
-        let start = offset / align * align;
+        let align = self.direct_align();
+        let start = offset / align as u64 * align as u64;
         let skip = (offset - start) as usize;
         let want = skip + len;
-        let span = want.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
+        let span = want.next_multiple_of(align);
         let bytes = buf.bytes_mut(span);
         let mut got = 0;
         // The aligned span may run past the end of the file: a short read
@@ -478,7 +538,7 @@ impl VFile for StdFile {
                     ))
                 }
                 // A direct read ends on a block boundary unless it hit the end.
-                Ok(n) if n % DIRECT_ALIGN != 0 && got + n < want => {
+                Ok(n) if n % align != 0 && got + n < want => {
                     return Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
                         "the record lies past the end of the file",
@@ -486,11 +546,11 @@ impl VFile for StdFile {
                 }
                 Ok(n) => got += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                // The device wants another alignment than ours: read
-                // through the page cache instead.
+                // The device wants another alignment than ours: this read
+                // through the page cache, later ones at the safe alignment
+                // (or, refused at that, through the page cache too).
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) && got == 0 => {
-                    self.direct_refused
-                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                    self.refuse_direct();
                     return Ok(None);
                 }
                 Err(e) => return Err(e),
@@ -632,6 +692,7 @@ impl StdFile {
             file: f,
             direct: std::sync::OnceLock::new(),
             direct_refused: std::sync::atomic::AtomicBool::new(false),
+            direct_align: std::sync::atomic::AtomicUsize::new(DIRECT_ALIGN),
         }
     }
 }

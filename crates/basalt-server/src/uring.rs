@@ -388,8 +388,9 @@ impl Ring {
             let mut read = read;
             if res == -libc::EINVAL && plan.direct {
                 // The device wants another alignment for direct reads:
-                // none for this file from now on, and this one retried
-                // through the page cache.
+                // this one is retried through the page cache, and this
+                // file's later ones are 4 KiB-aligned if they were less,
+                // else not direct at all.
                 read.refuse_direct();
             }
             let got = usize::try_from(res).ok();
