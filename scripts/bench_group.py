@@ -13,6 +13,10 @@ Usage: python3 scripts/bench_group.py --basalt target/release/basalt
          [--requests 100000] [--requests-pipelined N] [--rounds 3]
          [--pipelines 1,16] [--tests set,get] [--client-threads N] [--single-only]
 
+--cpu prints, after each run, the CPU time (user + system, /proc) each
+server process spent per request, the leader or primary first: where a
+replicated write's cost lies when the cores are shared.
+
 --requests-pipelined sets the request count for P > 1 (default: --requests),
 so that fast pipelined runs last as long as the P=1 ones. --client-threads
 gives redis-benchmark that many threads (its --threads): on a many-core
@@ -55,6 +59,13 @@ class Setup:
         self.procs = []
         self.port = None
         self.ports = []
+
+    def primary_first(self):
+        """The processes, the one on `self.port` (leader / primary) first."""
+        if not self.ports:
+            return list(self.procs)
+        i = self.ports.index(self.port)
+        return [self.procs[i]] + [p for j, p in enumerate(self.procs) if j != i]
 
     def stop(self):
         for p in self.procs:
@@ -111,20 +122,26 @@ def start_redis(root, replicas):
         d = os.path.join(root, f"redis-{replicas}-{i}")
         os.makedirs(d)
         args = ["redis-server", "--port", str(port), "--dir", d, "--save", "", "--appendonly", "yes",
-                "--appendfsync", "everysec"]
+                "--appendfsync", "everysec", "--repl-diskless-sync-delay", "0"]
         if i > 0:
             args += ["--replicaof", "127.0.0.1", str(ports[0])]
         s.procs.append(subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         wait_ping(port)
     s.port = ports[0]
+    s.ports = ports
     if replicas:
         deadline = time.time() + 30
         while time.time() < deadline:
             r = subprocess.run(["redis-cli", "-p", str(ports[0]), "INFO", "replication"],
                                capture_output=True, text=True)
-            if f"connected_slaves:{replicas}" in r.stdout:
+            # Online, not just connected: a replica waits for the primary's
+            # (diskless) snapshot before the write stream reaches it, and
+            # one still waiting replicates nothing of the run.
+            if r.stdout.count("state=online") == replicas:
                 break
             time.sleep(0.1)
+        else:
+            sys.exit(f"redis replicas of port {ports[0]} never came online")
     return s
 
 
@@ -139,6 +156,13 @@ def bench(port, test, requests, pipeline, threads=0):
         sys.exit(f"redis-benchmark -t {test} -P {pipeline} on port {port} printed no result:\n"
                  f"{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
     return float(rows[-1].split(",")[1].strip('"'))
+
+
+def cpu_seconds(pid):
+    """User + system CPU seconds of a process so far (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def print_raft_info(s):
@@ -169,6 +193,9 @@ def main():
                     help="only the Basalt group (e.g. to compare --group-flags settings)")
     ap.add_argument("--group-flags", default="",
                     help="extra flags for every group node, e.g. '--raft-in-flight 16'")
+    ap.add_argument("--cpu", action="store_true",
+                    help="after each run, each server process's CPU microseconds per request, "
+                         "the leader / primary first")
     ap.add_argument("--raft-info", action="store_true",
                     help="after each group run, print the leader's and a follower's "
                          "basalt_raft_* INFO fields (where a write's time went)")
@@ -189,6 +216,7 @@ def main():
     if a.group_only:
         starters = starters[3:]
     results = {}
+    cpu = {}
     try:
         for rnd in range(a.rounds):
             order = starters if rnd % 2 == 0 else list(reversed(starters))
@@ -198,9 +226,16 @@ def main():
                     for test in a.tests.split(","):
                         for p in [int(x) for x in a.pipelines.split(",")]:
                             n = a.requests_pipelined if p > 1 and a.requests_pipelined else a.requests
+                            procs = s.primary_first()
+                            before = [cpu_seconds(x.pid) for x in procs]
                             ops = bench(s.port, test, n, p, a.client_threads)
                             results.setdefault((name, test, p), []).append(ops)
-                            print(f"round {rnd + 1} {name:18} {test} P={p}: {ops:.0f} ops/s", flush=True)
+                            line = f"round {rnd + 1} {name:18} {test} P={p}: {ops:.0f} ops/s"
+                            if a.cpu:
+                                us = [(cpu_seconds(x.pid) - b) * 1e6 / n for x, b in zip(procs, before)]
+                                cpu.setdefault((name, test, p), []).append(us)
+                                line += " | cpu us/op " + " ".join(f"{u:.2f}" for u in us)
+                            print(line, flush=True)
                             if a.raft_info and name == "basalt raft x3":
                                 print_raft_info(s)
                 finally:
@@ -208,6 +243,13 @@ def main():
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print()
+    if a.cpu:
+        print("CPU us per request, medians over the rounds (leader / primary first):")
+        for (name, test, p), runs in cpu.items():
+            per = [statistics.median(r[i] for r in runs) for i in range(len(runs[0]))]
+            print(f"  {name:18} {test} P={p}: {' + '.join(f'{u:.2f}' for u in per)} "
+                  f"= {sum(per):.2f}")
+        print()
     if a.group_only:
         print(f"| test | P | basalt raft x3 {a.group_flags} |")
         print("|---|---:|---:|")
