@@ -85,6 +85,18 @@ pub trait Applier: Send + Sync + 'static {
     /// the interrupted run left it.
     fn install(&self, dir: &Path, index: u64) -> io::Result<()>;
 
+    /// Whether applying the payload of a committed entry takes a short
+    /// time bounded by its size (no command whose work grows with a key's
+    /// size, none that runs a caller's code), so that the state machine may
+    /// apply it on the thread that runs openraft's tasks when the node runs
+    /// on a current-thread runtime: a long apply there would hold up
+    /// heartbeats and RPCs, and the followers would start an election.
+    /// Default: false (every apply leaves that thread).
+    fn bounded(&self, payload: &[u8]) -> bool {
+        let _ = payload;
+        false
+    }
+
     /// Called before the state machine opens its write batch for a group of
     /// entries (or a snapshot install); what it returns is held until the
     /// batch has committed. For locks the applier needs that rank above the
@@ -316,25 +328,35 @@ impl<A: Applier> StateMachine<A> {
     }
 }
 
-/// Runs `f` on this thread, handing the runtime worker's other tasks to
-/// another thread meanwhile (`block_in_place`), on a multi-threaded
-/// runtime; elsewhere as [`off_runtime`]. For the state machine's apply,
-/// once per batch of committed entries: a trip through the blocking pool
-/// costs two thread wake-ups, each part of every write's latency.
+/// Runs `f` on this thread: on a multi-threaded runtime handing the
+/// worker's other tasks to another thread meanwhile (`block_in_place`); on
+/// a current-thread runtime, where nothing else runs meanwhile, only if
+/// `short` (openraft's heartbeats and RPCs wait for it); elsewhere as
+/// [`off_runtime`]. For the state machine's apply, once per batch of
+/// committed entries: a trip through the blocking pool costs two thread
+/// wake-ups, each part of every write's latency.
 async fn in_place_off_runtime<T: Send + 'static>(
     verb: ErrorVerb,
+    short: bool,
     f: impl FnOnce() -> Result<T, StorageError> + Send + 'static,
 ) -> Result<T, StorageError> {
-    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
-            // A panic becomes a storage error, as `spawn_blocking`'s join
-            // error did: openraft then stops the node at once, where an
-            // unwinding state-machine task would end unnoticed until the
-            // next apply.
-            tokio::task::block_in_place(|| {
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
-            })
-            .unwrap_or_else(|panic| {
+    let flavor = tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor());
+    let caught = match flavor {
+        // A panic becomes a storage error, as `spawn_blocking`'s join
+        // error did: openraft then stops the node at once, where an
+        // unwinding state-machine task would end unnoticed until the
+        // next apply.
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(|| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        }),
+        Ok(tokio::runtime::RuntimeFlavor::CurrentThread) if short => {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        }
+        _ => return off_runtime(verb, f).await,
+    };
+    {
+        {
+            caught.unwrap_or_else(|panic| {
                 let what = panic
                     .downcast_ref::<&str>()
                     .map(|s| s.to_string())
@@ -346,7 +368,6 @@ async fn in_place_off_runtime<T: Send + 'static>(
                 ))
             })
         }
-        _ => off_runtime(verb, f).await,
     }
 }
 
@@ -657,8 +678,12 @@ impl<A: Applier> RaftStateMachine<TypeConfig> for StateMachine<A> {
         I::IntoIter: Send,
     {
         let entries: Vec<Entry> = entries.into_iter().collect();
+        let short = entries.iter().all(|e| match &e.payload {
+            EntryPayload::Normal(req) => self.shared.applier.bounded(&req.0),
+            EntryPayload::Blank | EntryPayload::Membership(_) => true,
+        });
         let sm = self.clone();
-        in_place_off_runtime(ErrorVerb::Write, move || sm.apply_now(entries)).await
+        in_place_off_runtime(ErrorVerb::Write, short, move || sm.apply_now(entries)).await
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
@@ -756,9 +781,10 @@ impl<A: Applier> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<A> {
 mod tests {
     use super::*;
 
-    /// On a multi-threaded runtime the apply runs in place; a panic in it
-    /// comes back as a storage error (openraft then stops the node), as it
-    /// does through the blocking pool on any other runtime.
+    /// The apply runs in place on a multi-threaded runtime, and on a
+    /// current-thread one when short; a panic in it comes back as a
+    /// storage error (openraft then stops the node) on every path,
+    /// through the blocking pool included.
     #[test]
     fn a_panicking_apply_is_a_storage_error_on_either_runtime() {
         let multi = tokio::runtime::Builder::new_multi_thread()
@@ -768,23 +794,33 @@ mod tests {
         let single = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        for rt in [&multi, &single] {
-            let ok = rt.block_on(in_place_off_runtime(ErrorVerb::Write, || Ok(7)));
-            assert_eq!(ok.unwrap(), 7);
+        for (rt, short) in [(&multi, true), (&single, true), (&single, false)] {
+            let here = std::thread::current().id();
+            let ran_on = rt
+                .block_on(in_place_off_runtime(ErrorVerb::Write, short, || {
+                    Ok(std::thread::current().id())
+                }))
+                .unwrap();
+            // In place on a current-thread runtime only when short.
+            if std::ptr::eq(rt, &single) {
+                assert_eq!(ran_on == here, short, "short: {short}");
+            }
             let err = rt
-                .block_on(in_place_off_runtime::<u8>(ErrorVerb::Write, || {
+                .block_on(in_place_off_runtime::<u8>(ErrorVerb::Write, short, || {
                     panic!("boom in apply")
                 }))
                 .unwrap_err();
             let text = err.to_string();
             assert!(!text.is_empty());
         }
-        // The message names the panic on the in-place path.
-        let err = multi
-            .block_on(in_place_off_runtime::<u8>(ErrorVerb::Write, || {
-                panic!("boom in apply")
-            }))
-            .unwrap_err();
-        assert!(format!("{err:?}").contains("boom in apply"), "{err:?}");
+        // The message names the panic on the in-place paths.
+        for rt in [&multi, &single] {
+            let err = rt
+                .block_on(in_place_off_runtime::<u8>(ErrorVerb::Write, true, || {
+                    panic!("boom in apply")
+                }))
+                .unwrap_err();
+            assert!(format!("{err:?}").contains("boom in apply"), "{err:?}");
+        }
     }
 }

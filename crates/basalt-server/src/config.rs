@@ -256,6 +256,11 @@ pub struct ServerArgs {
     /// (1 to 64; 0 or `auto`: a quarter of the CPUs, 1 to 8) [default: auto]
     #[arg(long, env = "BASALT_RAFT_APPLY_THREADS", value_parser = parse_apply_threads)]
     pub raft_apply_threads: Option<usize>,
+    /// Threads that run the node's Raft tasks (openraft, its RPC, the
+    /// proposal combiner): 1 runs them all on one thread, more on a
+    /// multi-threaded runtime of that many (1 to 64) [default: 1]
+    #[arg(long, env = "BASALT_RAFT_THREADS")]
+    pub raft_threads: Option<usize>,
 }
 
 /// The contents of a `--config` TOML file.
@@ -317,6 +322,8 @@ struct FileConfig {
     raft_in_flight: Option<usize>,
     #[serde(rename = "raft-apply-threads")]
     raft_apply_threads: Option<usize>,
+    #[serde(rename = "raft-threads")]
+    raft_threads: Option<usize>,
 }
 
 /// The merged configuration the server runs with.
@@ -418,6 +425,14 @@ pub struct Config {
     /// on one thread. Default (`auto`, 0): a quarter of the CPUs, between 1
     /// and 8.
     pub raft_apply_threads: usize,
+    /// `raft-threads`: threads that run the node's Raft tasks (openraft's
+    /// core, replication and state-machine tasks, the Raft RPC server and
+    /// client, the proposal combiner). 1 (the default): one thread with a
+    /// current-thread runtime, where those tasks hand work to each other
+    /// without waking another thread, and short entries apply in place
+    /// (`repl::start_on_raft_thread`); more: a multi-threaded runtime of
+    /// that many workers.
+    pub raft_threads: usize,
 }
 
 impl Default for Config {
@@ -457,6 +472,7 @@ impl Default for Config {
             raft_snapshot_every: 100_000,
             raft_in_flight: 4,
             raft_apply_threads: auto_apply_threads(),
+            raft_threads: 1,
         }
     }
 }
@@ -729,6 +745,11 @@ impl Config {
                 Some(0) | None => d.raft_apply_threads,
                 Some(n @ 1..=64) => n,
                 Some(_) => anyhow::bail!("raft-apply-threads must be between 1 and 64 (0: auto)"),
+            },
+            raft_threads: match args.raft_threads.or(file.raft_threads) {
+                None => d.raft_threads,
+                Some(n @ 1..=64) => n,
+                Some(_) => anyhow::bail!("raft-threads must be between 1 and 64"),
             },
             slowlog_log_slower_than,
             slowlog_max_len,
@@ -1036,6 +1057,27 @@ mod tests {
         ] {
             let cli = Cli::try_parse_from(bad).unwrap();
             assert!(Config::from_args(cli.server).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn raft_threads_is_one_by_default_and_comes_from_file_or_flag() {
+        let from = |argv: &[&str]| {
+            let cli = Cli::try_parse_from(argv).unwrap();
+            Config::from_args(cli.server).map(|c| c.raft_threads)
+        };
+        assert_eq!(from(&["basalt"]).unwrap(), 1);
+        assert_eq!(from(&["basalt", "--raft-threads", "4"]).unwrap(), 4);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("basalt.toml");
+        std::fs::write(&path, "raft-threads = 3\n").unwrap();
+        let path = path.to_str().unwrap();
+        assert_eq!(from(&["basalt", "--config", path]).unwrap(), 3);
+        for bad in ["0", "65"] {
+            let e = from(&["basalt", &format!("--raft-threads={bad}")])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("raft-threads"), "{bad}: {e}");
         }
     }
 

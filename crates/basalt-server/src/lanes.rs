@@ -71,6 +71,29 @@ fn records_bound(name: &str, argc: usize) -> Option<u64> {
     })
 }
 
+/// Whether every command of `commands` (a proposal's, RESP back to back)
+/// does work bounded by its own size: the string writes and the hash and
+/// set member writes [`records_bound`] knows, less DEL and UNLINK (whose
+/// work grows with the size of the keys they drop). What a node may
+/// apply on the thread that runs its Raft tasks (`Applier::bounded`).
+pub(crate) fn bounded(commands: &[u8]) -> bool {
+    let mut parser = RequestParser::new(Limits::default());
+    let mut pos = 0;
+    while pos < commands.len() {
+        let Ok(Parsed::Command { args, consumed }) = parser.parse(&commands[pos..]) else {
+            return false;
+        };
+        let Some(def) = args.get(0).and_then(commands::lookup) else {
+            return false;
+        };
+        if matches!(def.name, "del" | "unlink") || records_bound(def.name, args.len()).is_none() {
+            return false;
+        }
+        pos += consumed;
+    }
+    true
+}
+
 /// A key's shard: its CRC32C, which every node computes alike.
 fn shard_of_key(key: &[u8]) -> u8 {
     (basalt_engine::crc32c(key) as usize % SHARDS) as u8

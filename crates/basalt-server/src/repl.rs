@@ -553,6 +553,56 @@ pub(crate) enum Route {
     Refuse(String),
 }
 
+/// Starts the Raft node on a runtime of its own and returns it with that
+/// runtime's handle (the proposal combiner runs there too). With
+/// `threads` 1 (`raft-threads`, the default) the runtime is a
+/// current-thread one on a thread of its own ("basalt-raft"): openraft's
+/// core, its replication and state-machine tasks, the RPC server and
+/// client and the combiner then wake each other on one thread, where on
+/// the server's shared multi-threaded runtime every hand-off between them
+/// was a cross-thread wake-up (about eight per entry on a leader,
+/// measured), and short entries apply in place on it
+/// (`Applier::bounded`). More threads make it a multi-threaded runtime of
+/// that many workers.
+async fn start_on_raft_thread(
+    cfg: NodeConfig,
+    db: Arc<basalt_engine::Db>,
+    applier: ReplApplier,
+    threads: usize,
+) -> io::Result<(RaftNode<ReplApplier>, tokio::runtime::Handle)> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("basalt-raft".into())
+        .spawn(move || {
+            let mut builder = if threads <= 1 {
+                tokio::runtime::Builder::new_current_thread()
+            } else {
+                let mut b = tokio::runtime::Builder::new_multi_thread();
+                b.worker_threads(threads).thread_name("basalt-raft-rt");
+                b
+            };
+            let rt = match builder.enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            };
+            rt.block_on(async move {
+                let started = RaftNode::start_with_db(cfg, db, applier)
+                    .await
+                    .map(|node| (node, tokio::runtime::Handle::current()));
+                if tx.send(started).is_ok() {
+                    // The node's tasks run on this thread for the
+                    // process's life.
+                    std::future::pending::<()>().await;
+                }
+            });
+        })?;
+    rx.await
+        .map_err(|_| io::Error::other("the Raft thread ended while starting"))?
+}
+
 /// The reply to a write when no leader can take it (an election is under
 /// way, or this node is cut off from the majority).
 pub const NO_LEADER: &str = "CLUSTERDOWN The group has no leader that can take writes now";
@@ -608,9 +658,9 @@ impl Repl {
             stats: stats.clone(),
             pool: std::sync::OnceLock::new(),
         };
-        let node = RaftNode::start_with_db(cfg, db, applier).await?;
+        let (node, raft_rt) = start_on_raft_thread(cfg, db, applier, c.raft_threads).await?;
         let (combiner, jobs) = tokio::sync::mpsc::unbounded_channel();
-        tokio::spawn(combine(Arc::downgrade(shared), jobs));
+        raft_rt.spawn(combine(Arc::downgrade(shared), jobs));
         Ok(Repl {
             node,
             peers,
@@ -997,6 +1047,22 @@ impl Applier for ReplApplier {
         match self.shared.upgrade() {
             Some(s) => Box::new(GateHold::new(s)),
             None => Box::new(()),
+        }
+    }
+
+    fn bounded(&self, payload: &[u8]) -> bool {
+        let one = |p: &[u8]| match decode_proposal(p) {
+            Ok(Proposal::Run {
+                commands,
+                exec: None,
+                ..
+            }) => crate::lanes::bounded(&commands),
+            _ => false,
+        };
+        match split_batch(payload) {
+            Ok(Some(parts)) => parts.iter().all(|p| one(p)),
+            Ok(None) => one(payload),
+            Err(_) => false,
         }
     }
 
@@ -1563,7 +1629,11 @@ pub(crate) async fn switch_master_announcer(shared: Arc<Shared>) {
     let Some(repl) = shared.repl.get() else {
         return;
     };
-    let mut metrics = repl.node.raft().metrics();
+    // The server metrics change with the leader, the vote and the
+    // membership only; the full metrics change with every entry, and
+    // waking here for each one (a metrics clone and a view built, on
+    // every node) was a cross-thread wake-up per entry.
+    let mut metrics = repl.node.raft().server_metrics();
     let mut shutdown = shared.shutdown_rx();
     let mut last = String::new();
     loop {

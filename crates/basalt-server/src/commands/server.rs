@@ -1188,6 +1188,7 @@ fn replication_info(out: &mut String, sh: &crate::Shared) {
     kv("basalt_raft_last_log_index", v.last_log.to_string());
     kv("basalt_raft_snapshot_index", v.snapshot.to_string());
     kv("basalt_raft_purged_index", v.purged.to_string());
+    kv("basalt_raft_threads", sh.config.raft_threads.to_string());
     kv(
         "basalt_raft_apply_threads",
         sh.config.raft_apply_threads.to_string(),
