@@ -10,6 +10,8 @@
 #                                        1, 4 and 8 alternating (twice), and a single node for the ratio
 #   bash scripts/device/run.sh rounds   the group, SET P=16, 4 client threads, 4 and 1 apply threads, with
 #                                        each node's basalt_raft_* means (where a write's time goes)
+#   bash scripts/device/run.sh rthreads the group alone, SET P=1 and 16, 4 client threads, --raft-threads
+#                                        1 and 4 alternating (twice), with CPU per request per node
 #   bash scripts/device/run.sh mix      cold GETs with 10 % SETs at 4.1x a 512 MiB cgroup, one round
 #   bash scripts/device/run.sh small    cold GETs of 1 KiB values at 4x a 512 MiB cgroup, one round
 #   bash scripts/device/run.sh smallq   1 KiB cold GETs as in small: the default (32 reader threads), the
@@ -80,6 +82,10 @@ for stage in "$@"; do
     rounds) for n in 4 1; do timeout 45 python3 scripts/bench_group.py --basalt $B --requests 100000 \
         --requests-pipelined 2000000 --rounds 2 --pipelines 16 --tests set --client-threads 4 \
         --group-only --raft-info --group-flags "--raft-apply-threads $n"; done ;;
+    rthreads) for r in 1 2; do for n in 1 4; do timeout 60 python3 scripts/bench_group.py \
+        --basalt $B --requests 100000 --requests-pipelined 2000000 --rounds 1 --pipelines 1,16 \
+        --tests set --client-threads 4 --group-only --cpu --raft-info \
+        --group-flags "--raft-threads $n"; done; done ;;
     mix) timeout 150 python3 scripts/bench_cold.py --binary auto=$B --limit-mb 512 --ratios 4 \
         --requests 200000 --rounds 1 --pipelines 1,16 --fio-seconds 3 --mix \
         --dir "$ROOT/.devtmp" ;;
