@@ -71,25 +71,71 @@ fn records_bound(name: &str, argc: usize) -> Option<u64> {
     })
 }
 
-/// Whether every command of `commands` (a proposal's, RESP back to back)
-/// does work bounded by its own size: the string writes and the hash and
-/// set member writes [`records_bound`] knows, less DEL and UNLINK (whose
-/// work grows with the size of the keys they drop). What a node may
-/// apply on the thread that runs its Raft tasks (`Applier::bounded`).
+/// Whether every command of `commands` (a proposal's, RESP arrays back to
+/// back) does work bounded by its own size: the string writes and the hash
+/// and set member writes [`records_bound`] knows, less DEL and UNLINK
+/// (whose work grows with the size of the keys they drop). What a node
+/// may apply on the thread that runs its Raft tasks (`Applier::bounded`).
+/// Only the command names are looked at, by a walk over the bulk strings'
+/// lengths (the apply parses each command again anyway); anything that is
+/// not plain RESP arrays of bulk strings is not bounded.
 pub(crate) fn bounded(commands: &[u8]) -> bool {
-    let mut parser = RequestParser::new(Limits::default());
+    // A name [`records_bound`] knows (lower case, as the command table
+    // spells it), other than DEL and UNLINK.
+    fn known(name: &[u8], argc: usize) -> bool {
+        let mut lower = [0u8; 16];
+        let Some(lower) = lower.get_mut(..name.len()) else {
+            return false;
+        };
+        for (l, c) in lower.iter_mut().zip(name) {
+            *l = c.to_ascii_lowercase();
+        }
+        match std::str::from_utf8(lower) {
+            Ok("del" | "unlink") | Err(_) => false,
+            Ok(name) => records_bound(name, argc).is_some(),
+        }
+    }
+    // The number after `*` or `$` at `at`, and where its line ends.
+    fn number(b: &[u8], at: usize, sigil: u8) -> Option<(usize, usize)> {
+        if b.get(at) != Some(&sigil) {
+            return None;
+        }
+        let mut n: usize = 0;
+        let mut i = at + 1;
+        while let Some(&c) = b.get(i) {
+            match c {
+                b'0'..=b'9' => n = n.checked_mul(10)?.checked_add((c - b'0') as usize)?,
+                b'\r' if b.get(i + 1) == Some(&b'\n') && i > at + 1 => return Some((n, i + 2)),
+                _ => return None,
+            }
+            i += 1;
+        }
+        None
+    }
     let mut pos = 0;
     while pos < commands.len() {
-        let Ok(Parsed::Command { args, consumed }) = parser.parse(&commands[pos..]) else {
+        let Some((argc, mut at)) = number(commands, pos, b'*') else {
             return false;
         };
-        let Some(def) = args.get(0).and_then(commands::lookup) else {
-            return false;
-        };
-        if matches!(def.name, "del" | "unlink") || records_bound(def.name, args.len()).is_none() {
+        if argc == 0 {
             return false;
         }
-        pos += consumed;
+        for i in 0..argc {
+            let Some((len, start)) = number(commands, at, b'$') else {
+                return false;
+            };
+            let Some(end) = start.checked_add(len) else {
+                return false;
+            };
+            if commands.get(end..end + 2) != Some(b"\r\n") {
+                return false;
+            }
+            if i == 0 && !known(&commands[start..end], argc) {
+                return false;
+            }
+            at = end + 2;
+        }
+        pos = at;
     }
     true
 }
@@ -417,6 +463,45 @@ mod tests {
             .find(|b| shard_of_key(b.as_bytes()) != shard_of_key(a.as_bytes()))
             .unwrap();
         (a, b)
+    }
+
+    #[test]
+    fn only_plain_string_hash_and_set_writes_are_bounded() {
+        assert!(bounded(&resp(&[
+            &["SET", "a", "1"],
+            &["incr", "b"],
+            &["HSet", "h", "f", "v", "g", "w"],
+            &["sadd", "s", "m"],
+            &["MSET", "x", "1", "y", "2"],
+        ])));
+        assert!(bounded(b""));
+        for unbounded in [
+            resp(&[&["SET", "a", "1"], &["DEL", "a"]]),
+            resp(&[&["unlink", "a"]]),
+            resp(&[&["EVAL", "return 1", "0"]]),
+            resp(&[&["SUNIONSTORE", "d", "a", "b"]]),
+            resp(&[&["FLUSHALL"]]),
+            resp(&[&["SETRANGE", "a", "0", "x"]]),
+        ] {
+            assert!(
+                !bounded(&unbounded),
+                "{:?}",
+                String::from_utf8_lossy(&unbounded)
+            );
+        }
+        // Anything but whole RESP arrays of bulk strings is not.
+        let set = resp(&[&["SET", "a", "1"]]);
+        for bad in [
+            &set[..set.len() - 1],
+            &set[..3],
+            b"SET a 1\r\n",
+            b"*0\r\n",
+            b"*1\r\n$3\r\nSETX\r\n",
+            b"*1\r\n$\r\nSET\r\n",
+            b"*1\r\n$99999999999999999999999\r\nSET\r\n",
+        ] {
+            assert!(!bounded(bad), "{:?}", String::from_utf8_lossy(bad));
+        }
     }
 
     #[test]
