@@ -1636,12 +1636,22 @@ pub(crate) async fn switch_master_announcer(shared: Arc<Shared>) {
     let mut metrics = repl.node.raft().server_metrics();
     let mut shutdown = shared.shutdown_rx();
     let mut last = String::new();
+    let me = repl.node.id();
     loop {
-        let current = repl
-            .view()
-            .leader_member()
-            .map(|m| m.client.clone())
-            .unwrap_or_default();
+        // Read off the server metrics themselves: openraft sends them
+        // before the full metrics, so a view built from those right after
+        // a change could still name the old leader, and the change would
+        // go unannounced. The leader as `RaftNode::leader_id` reads it (a
+        // leader that removed itself from the voters leads nobody).
+        let current = {
+            let m = metrics.borrow_and_update();
+            let membership = m.membership_config.membership();
+            m.current_leader
+                .filter(|&l| l != me || membership.voter_ids().any(|v| v == me))
+                .and_then(|l| membership.get_node(&l))
+                .map(|n| n.client.clone())
+                .unwrap_or_default()
+        };
         if !current.is_empty() && current != last {
             if !last.is_empty() {
                 let ((oh, op), (nh, np)) = (split_addr(&last), split_addr(&current));
