@@ -589,12 +589,14 @@ impl ColdRead {
         Ok(())
     }
 
-    /// Stops direct reads of this read's file, for a caller whose planned
-    /// direct read failed with `EINVAL` (the device wants another
-    /// alignment): later reads of the file go through the page cache, and
-    /// this one, retried with [`ColdRead::read_with`], does too.
-    pub fn refuse_direct(&mut self) {
-        self.file.file.refuse_direct();
+    /// For a caller whose planned direct read, aligned to `align` (its
+    /// [`ReadPlan::align`]), failed with `EINVAL` (the device wants
+    /// another alignment): later direct reads of the file align to 4 KiB
+    /// if `align` was less, else later reads of the file go through the
+    /// page cache; this one, retried with [`ColdRead::read_with`], goes
+    /// through the page cache either way.
+    pub fn refuse_direct(&mut self, align: usize) {
+        self.file.file.refuse_direct(align);
         self.planned = Some(false);
     }
 

@@ -90,12 +90,16 @@ pub trait VFile: Send + Sync + fmt::Debug {
         let _ = (buf, offset, len);
         Ok(None)
     }
-    /// A direct read of this file was refused with `EINVAL` (an alignment
-    /// the device does not take): later direct reads use [`DIRECT_ALIGN`]
-    /// if [`VFile::direct_align`] was smaller, else [`VFile::read_direct`]
-    /// and [`VFile::raw_fd`]`(true)` stop for this file. The default does
+    /// A direct read of this file aligned to `align` was refused with
+    /// `EINVAL` (an alignment the device does not take): below
+    /// [`DIRECT_ALIGN`], later direct reads use [`DIRECT_ALIGN`]; at it,
+    /// [`VFile::read_direct`] and [`VFile::raw_fd`]`(true)` stop for this
+    /// file. (A read planned at the smaller alignment that fails after the
+    /// step-up therefore does not stop direct reads.) The default does
     /// nothing.
-    fn refuse_direct(&self) {}
+    fn refuse_direct(&self, align: usize) {
+        let _ = align;
+    }
     /// The alignment of the offsets and lengths of direct reads of this
     /// file: a power of two that divides [`DIRECT_ALIGN`] (buffers are
     /// always aligned to that). Known once [`VFile::raw_fd`]`(true)` or
@@ -446,7 +450,10 @@ fn reported_direct_align(file: &File) -> Option<usize> {
         st.stx_dio_offset_align as usize,
         st.stx_dio_mem_align as usize,
     );
-    (offset.is_power_of_two() && offset <= DIRECT_ALIGN && mem <= DIRECT_ALIGN).then_some(offset)
+    // The memory alignment at most the offset one: a read continued after
+    // a short one starts `got` bytes into the buffer, a multiple of the
+    // offset alignment.
+    (offset.is_power_of_two() && offset <= DIRECT_ALIGN && mem <= offset).then_some(offset)
 }
 
 impl StdFile {
@@ -481,11 +488,13 @@ impl StdFile {
 }
 
 impl VFile for StdFile {
-    fn refuse_direct(&self) {
+    fn refuse_direct(&self, align: usize) {
         use std::sync::atomic::Ordering::Relaxed;
         // The reported alignment first gives way to the safe one.
-        if self.direct_align.swap(DIRECT_ALIGN, Relaxed) < DIRECT_ALIGN {
-            tracing::debug!("a direct read refused its alignment; reading 4 KiB-aligned");
+        if align < DIRECT_ALIGN {
+            if self.direct_align.swap(DIRECT_ALIGN, Relaxed) < DIRECT_ALIGN {
+                tracing::debug!("a direct read refused its alignment; reading 4 KiB-aligned");
+            }
             return;
         }
         self.direct_refused.store(true, Relaxed);
@@ -550,7 +559,7 @@ impl VFile for StdFile {
                 // through the page cache, later ones at the safe alignment
                 // (or, refused at that, through the page cache too).
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) && got == 0 => {
-                    self.refuse_direct();
+                    self.refuse_direct(align);
                     return Ok(None);
                 }
                 Err(e) => return Err(e),

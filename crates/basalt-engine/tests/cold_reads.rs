@@ -473,7 +473,7 @@ fn a_planned_read_of_a_sealed_file_is_direct_and_aligned_and_refusing_direct_rea
             // second read of one record would be admitted to the page
             // cache whatever the refusal).
             let smaller = plan.align < DIRECT_ALIGN;
-            read.refuse_direct();
+            read.refuse_direct(plan.align);
             assert_eq!(read.read_with(|v| v.to_vec()).unwrap(), value(i, 1));
             let next = |j: u64| {
                 let key = format!("k{j}");
@@ -490,10 +490,19 @@ fn a_planned_read_of_a_sealed_file_is_direct_and_aligned_and_refusing_direct_rea
                     "k{j}: {again:?}"
                 );
                 assert_eq!(again.fd, plan.fd, "k{j} lies in k{i}'s file");
+                // A late refusal of a read planned at the smaller alignment
+                // (one in flight at the step-up) does not stop direct reads.
+                read.refuse_direct(plan.align);
+                j += 1;
+                let (again, mut read) = next(j);
+                assert!(
+                    again.direct && again.align == DIRECT_ALIGN,
+                    "k{j}: {again:?}"
+                );
                 let n = read_planned(&again, &mut buf);
                 let record = again.record(&buf.bytes_mut(again.len)[..n]).unwrap();
                 assert_eq!(read.finish(record, |v| v.to_vec()).unwrap(), value(j, 1));
-                read.refuse_direct();
+                read.refuse_direct(again.align);
                 j += 1;
             }
             let (again, _) = next(j);

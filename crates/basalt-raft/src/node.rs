@@ -527,6 +527,18 @@ impl<A: Applier> RaftNode<A> {
         &self.sm
     }
 
+    /// [`RaftNode::shutdown`] for an owner that cannot give the node up
+    /// (a server holding it for its life): stops openraft, the RPC
+    /// listener and the node's other tasks, and fsyncs the log.
+    pub async fn stop(&self) -> io::Result<()> {
+        self.publisher.abort();
+        self.prevote.abort();
+        let r = self.raft.shutdown().await;
+        self.server.abort();
+        self.log.sync()?;
+        r.map_err(|e| io::Error::other(e.to_string()))
+    }
+
     /// Stops openraft and the RPC listener; fsyncs the log.
     pub async fn shutdown(self) -> io::Result<()> {
         self.publisher.abort();

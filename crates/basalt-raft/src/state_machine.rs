@@ -105,6 +105,13 @@ pub trait Applier: Send + Sync + 'static {
     fn enter(&self) -> Box<dyn Held + '_> {
         Box::new(())
     }
+
+    /// [`Applier::enter`] if what it takes is free now, else `None` (the
+    /// apply then waits for it on another thread). Default: `enter`, for
+    /// appliers whose `enter` never waits.
+    fn try_enter(&self) -> Option<Box<dyn Held + '_>> {
+        Some(self.enter())
+    }
 }
 
 /// Anything [`Applier::enter`] keeps alive (a lock guard, usually).
@@ -328,47 +335,34 @@ impl<A: Applier> StateMachine<A> {
     }
 }
 
-/// Runs `f` on this thread: on a multi-threaded runtime handing the
-/// worker's other tasks to another thread meanwhile (`block_in_place`); on
-/// a current-thread runtime, where nothing else runs meanwhile, only if
-/// `short` (openraft's heartbeats and RPCs wait for it); elsewhere as
-/// [`off_runtime`]. For the state machine's apply, once per batch of
-/// committed entries: a trip through the blocking pool costs two thread
-/// wake-ups, each part of every write's latency.
+/// Runs `f` on this thread, handing the runtime worker's other tasks to
+/// another thread meanwhile (`block_in_place`), on a multi-threaded
+/// runtime; elsewhere as [`off_runtime`]. For the state machine's apply,
+/// once per batch of committed entries: a trip through the blocking pool
+/// costs two thread wake-ups, each part of every write's latency.
 async fn in_place_off_runtime<T: Send + 'static>(
     verb: ErrorVerb,
-    short: bool,
     f: impl FnOnce() -> Result<T, StorageError> + Send + 'static,
 ) -> Result<T, StorageError> {
-    let flavor = tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor());
-    let caught = match flavor {
-        // A panic becomes a storage error, as `spawn_blocking`'s join
-        // error did: openraft then stops the node at once, where an
-        // unwinding state-machine task would end unnoticed until the
-        // next apply.
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
         Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(|| {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
-        }),
-        Ok(tokio::runtime::RuntimeFlavor::CurrentThread) if short => {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
-        }
-        _ => return off_runtime(verb, f).await,
-    };
-    {
-        {
-            caught.unwrap_or_else(|panic| {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a panic".into());
-                Err(sm_err(
-                    verb,
-                    io::Error::other(format!("applying panicked: {what}")),
-                ))
-            })
-        }
+        })
+        .unwrap_or_else(|panic| Err(panicked(verb, panic))),
+        _ => off_runtime(verb, f).await,
     }
+}
+
+/// A panic while applying as a storage error, as `spawn_blocking`'s join
+/// error is: openraft then stops the node at once, where an unwinding
+/// state-machine task would end unnoticed until the next apply.
+fn panicked(verb: ErrorVerb, panic: Box<dyn std::any::Any + Send>) -> StorageError {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into());
+    sm_err(verb, io::Error::other(format!("applying panicked: {what}")))
 }
 
 /// Runs `f` on tokio's blocking pool. Applying entries, building and
@@ -389,8 +383,35 @@ impl<A: Applier> StateMachine<A> {
     /// Applies `entries` in one write batch with the marker (see the
     /// module docs).
     fn apply_now(&self, entries: Vec<Entry>) -> Result<Vec<Response>, StorageError> {
-        let mut st = self.shared.state.lock();
+        let st = self.shared.state.lock();
         let held = self.shared.applier.enter();
+        self.apply_holding(st, held, entries)
+    }
+
+    /// [`StateMachine::apply_now`] if its locks are free now (the state,
+    /// then [`Applier::try_enter`]), else the entries back untouched: on
+    /// the thread that runs openraft's tasks, waiting for a lock another
+    /// thread holds (a read-only script holding the exec gate, a snapshot
+    /// holding the state) would hold up heartbeats and RPCs with it.
+    fn try_apply_now(
+        &self,
+        entries: Vec<Entry>,
+    ) -> Result<Result<Vec<Response>, StorageError>, Vec<Entry>> {
+        let Some(st) = self.shared.state.try_lock() else {
+            return Err(entries);
+        };
+        let Some(held) = self.shared.applier.try_enter() else {
+            return Err(entries);
+        };
+        Ok(self.apply_holding(st, held, entries))
+    }
+
+    fn apply_holding(
+        &self,
+        mut st: parking_lot::MutexGuard<'_, State>,
+        held: Box<dyn Held + '_>,
+        entries: Vec<Entry>,
+    ) -> Result<Vec<Response>, StorageError> {
         let batch = self.shared.db.batch();
         let mut out = Vec::with_capacity(entries.len());
         for entry in entries {
@@ -677,13 +698,31 @@ impl<A: Applier> RaftStateMachine<TypeConfig> for StateMachine<A> {
         I: IntoIterator<Item = Entry> + Send,
         I::IntoIter: Send,
     {
-        let entries: Vec<Entry> = entries.into_iter().collect();
-        let short = entries.iter().all(|e| match &e.payload {
-            EntryPayload::Normal(req) => self.shared.applier.bounded(&req.0),
-            EntryPayload::Blank | EntryPayload::Membership(_) => true,
-        });
+        let mut entries: Vec<Entry> = entries.into_iter().collect();
+        // On a current-thread runtime (a node's own Raft thread) nothing
+        // else runs during the apply: only entries the applier calls
+        // bounded apply here, and only with their locks free now.
+        let current_thread = matches!(
+            tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()),
+            Ok(tokio::runtime::RuntimeFlavor::CurrentThread)
+        );
+        if current_thread
+            && entries.iter().all(|e| match &e.payload {
+                EntryPayload::Normal(req) => self.shared.applier.bounded(&req.0),
+                EntryPayload::Blank | EntryPayload::Membership(_) => true,
+            })
+        {
+            let sm = self.clone();
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+                sm.try_apply_now(entries)
+            })) {
+                Ok(Ok(done)) => return done,
+                Ok(Err(back)) => entries = back,
+                Err(panic) => return Err(panicked(ErrorVerb::Write, panic)),
+            }
+        }
         let sm = self.clone();
-        in_place_off_runtime(ErrorVerb::Write, short, move || sm.apply_now(entries)).await
+        in_place_off_runtime(ErrorVerb::Write, move || sm.apply_now(entries)).await
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
@@ -781,10 +820,9 @@ impl<A: Applier> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<A> {
 mod tests {
     use super::*;
 
-    /// The apply runs in place on a multi-threaded runtime, and on a
-    /// current-thread one when short; a panic in it comes back as a
-    /// storage error (openraft then stops the node) on every path,
-    /// through the blocking pool included.
+    /// On a multi-threaded runtime the apply runs in place; a panic in it
+    /// comes back as a storage error (openraft then stops the node), as it
+    /// does through the blocking pool on any other runtime.
     #[test]
     fn a_panicking_apply_is_a_storage_error_on_either_runtime() {
         let multi = tokio::runtime::Builder::new_multi_thread()
@@ -794,29 +832,20 @@ mod tests {
         let single = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        for (rt, short) in [(&multi, true), (&single, true), (&single, false)] {
-            let here = std::thread::current().id();
-            let ran_on = rt
-                .block_on(in_place_off_runtime(ErrorVerb::Write, short, || {
-                    Ok(std::thread::current().id())
-                }))
-                .unwrap();
-            // In place on a current-thread runtime only when short.
-            if std::ptr::eq(rt, &single) {
-                assert_eq!(ran_on == here, short, "short: {short}");
-            }
+        for rt in [&multi, &single] {
+            let ok = rt.block_on(in_place_off_runtime(ErrorVerb::Write, || Ok(7)));
+            assert_eq!(ok.unwrap(), 7);
             let err = rt
-                .block_on(in_place_off_runtime::<u8>(ErrorVerb::Write, short, || {
+                .block_on(in_place_off_runtime::<u8>(ErrorVerb::Write, || {
                     panic!("boom in apply")
                 }))
                 .unwrap_err();
-            let text = err.to_string();
-            assert!(!text.is_empty());
+            assert!(!err.to_string().is_empty());
         }
-        // The message names the panic on the in-place paths.
-        for rt in [&multi, &single] {
-            let err = rt
-                .block_on(in_place_off_runtime::<u8>(ErrorVerb::Write, true, || {
+        // The message names the panic on the in-place path.
+        {
+            let err = multi
+                .block_on(in_place_off_runtime::<u8>(ErrorVerb::Write, || {
                     panic!("boom in apply")
                 }))
                 .unwrap_err();

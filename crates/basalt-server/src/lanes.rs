@@ -74,8 +74,13 @@ fn records_bound(name: &str, argc: usize) -> Option<u64> {
 /// Whether every command of `commands` (a proposal's, RESP arrays back to
 /// back) does work bounded by its own size: the string writes and the hash
 /// and set member writes [`records_bound`] knows, less DEL and UNLINK
-/// (whose work grows with the size of the keys they drop). What a node
-/// may apply on the thread that runs its Raft tasks (`Applier::bounded`).
+/// (whose work grows with the size of the keys they drop), GETSET, GETDEL,
+/// GETEX and SET with options (which read the old value, or may delete
+/// the key, whatever its size). What a node may apply on the thread that
+/// runs its Raft tasks (`Applier::bounded`). Not excluded: a plain write
+/// over a key that holds a large collection of another type, or to an
+/// expired one, drops it as DEL would (rare; the apply then holds that
+/// thread as long).
 /// Only the command names are looked at, by a walk over the bulk strings'
 /// lengths (the apply parses each command again anyway); anything that is
 /// not plain RESP arrays of bulk strings is not bounded.
@@ -91,7 +96,8 @@ pub(crate) fn bounded(commands: &[u8]) -> bool {
             *l = c.to_ascii_lowercase();
         }
         match std::str::from_utf8(lower) {
-            Ok("del" | "unlink") | Err(_) => false,
+            Ok("del" | "unlink" | "getset" | "getdel" | "getex") | Err(_) => false,
+            Ok("set") => argc == 3,
             Ok(name) => records_bound(name, argc).is_some(),
         }
     }
@@ -482,6 +488,11 @@ mod tests {
             resp(&[&["SUNIONSTORE", "d", "a", "b"]]),
             resp(&[&["FLUSHALL"]]),
             resp(&[&["SETRANGE", "a", "0", "x"]]),
+            resp(&[&["SET", "a", "1", "GET"]]),
+            resp(&[&["set", "a", "1", "EXAT", "1"]]),
+            resp(&[&["GETSET", "a", "1"]]),
+            resp(&[&["getdel", "a"]]),
+            resp(&[&["GETEX", "a", "PERSIST"]]),
         ] {
             assert!(
                 !bounded(&unbounded),

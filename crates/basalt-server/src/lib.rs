@@ -337,6 +337,13 @@ async fn accept_loop(
         // databases close.
         http.stop(SHUTDOWN_GRACE).await;
     }
+    // A replicated node stops its Raft node first: no entry applies into
+    // databases being closed, and it stops answering as a member.
+    if let Some(repl) = shared.repl.get() {
+        if let Err(e) = repl.stop().await {
+            tracing::warn!(error = %e, "stopping the Raft node");
+        }
+    }
     // The databases close under the exec gate, so never in the middle of
     // a script's (or an EXEC's) batch.
     shared.scripts.stop_for_shutdown();

@@ -350,6 +350,8 @@ pub struct Repl {
     combiner: tokio::sync::mpsc::UnboundedSender<Job>,
     /// Where writes' time goes and what the apply threads did (INFO).
     pub stats: Arc<ReplStats>,
+    /// Ends the Raft runtime's thread ([`Repl::stop`]).
+    raft_thread: parking_lot::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
 }
 
 /// A proposal waiting for the leader's group commit ([`combine`]): its
@@ -367,6 +369,9 @@ const BATCH_PROPOSALS: usize = 256;
 /// Bytes of proposals in one combined entry, at most (one proposal larger
 /// than this still goes, alone).
 const BATCH_BYTES: usize = 4 << 20;
+
+/// The largest entry a node applies on its Raft thread (`Applier::bounded`).
+const BOUNDED_BYTES: usize = 1 << 20;
 
 /// Group commit on the leader: proposals of all clients queue here, and
 /// whatever queued while `raft-in-flight` entries (`Config::raft_in_flight`,
@@ -569,8 +574,13 @@ async fn start_on_raft_thread(
     db: Arc<basalt_engine::Db>,
     applier: ReplApplier,
     threads: usize,
-) -> io::Result<(RaftNode<ReplApplier>, tokio::runtime::Handle)> {
+) -> io::Result<(
+    RaftNode<ReplApplier>,
+    tokio::runtime::Handle,
+    tokio::sync::oneshot::Sender<()>,
+)> {
     let (tx, rx) = tokio::sync::oneshot::channel();
+    let (end, ended) = tokio::sync::oneshot::channel::<()>();
     std::thread::Builder::new()
         .name("basalt-raft".into())
         .spawn(move || {
@@ -593,14 +603,17 @@ async fn start_on_raft_thread(
                     .await
                     .map(|node| (node, tokio::runtime::Handle::current()));
                 if tx.send(started).is_ok() {
-                    // The node's tasks run on this thread for the
-                    // process's life.
-                    std::future::pending::<()>().await;
+                    // The node's tasks run here until `Repl::stop` (or
+                    // for the process's life); the runtime's drop then
+                    // ends what is left of them.
+                    let _ = ended.await;
                 }
             });
         })?;
-    rx.await
-        .map_err(|_| io::Error::other("the Raft thread ended while starting"))?
+    let (node, handle) = rx
+        .await
+        .map_err(|_| io::Error::other("the Raft thread ended while starting"))??;
+    Ok((node, handle, end))
 }
 
 /// The reply to a write when no leader can take it (an election is under
@@ -658,7 +671,8 @@ impl Repl {
             stats: stats.clone(),
             pool: std::sync::OnceLock::new(),
         };
-        let (node, raft_rt) = start_on_raft_thread(cfg, db, applier, c.raft_threads).await?;
+        let (node, raft_rt, raft_thread) =
+            start_on_raft_thread(cfg, db, applier, c.raft_threads).await?;
         let (combiner, jobs) = tokio::sync::mpsc::unbounded_channel();
         raft_rt.spawn(combine(Arc::downgrade(shared), jobs));
         Ok(Repl {
@@ -667,7 +681,20 @@ impl Repl {
             applying,
             combiner,
             stats,
+            raft_thread: parking_lot::Mutex::new(Some(raft_thread)),
         })
+    }
+
+    /// Stops the Raft node (openraft, its RPC, its other tasks; the log
+    /// synced) and ends its runtime's thread: at shutdown, before the
+    /// databases close, so that nothing applies into a closed keyspace and
+    /// the node stops answering as a member.
+    pub(crate) async fn stop(&self) -> io::Result<()> {
+        let r = self.node.stop().await;
+        if let Some(end) = self.raft_thread.lock().take() {
+            let _ = end.send(());
+        }
+        r
     }
 
     /// Blocks client `id` (database `db`) on this node after its command's
@@ -1029,6 +1056,17 @@ impl GateHold {
         shared.gate.lock_exclusive_raw();
         GateHold(shared)
     }
+
+    /// [`GateHold::new`] if the gate is free now. (Not `then_some`: a
+    /// hold built eagerly and dropped on failure would release a gate it
+    /// never took.)
+    fn try_new(shared: Arc<Shared>) -> Option<GateHold> {
+        if shared.gate.try_lock_exclusive_raw() {
+            Some(GateHold(shared))
+        } else {
+            None
+        }
+    }
 }
 
 impl Drop for GateHold {
@@ -1050,7 +1088,19 @@ impl Applier for ReplApplier {
         }
     }
 
+    fn try_enter(&self) -> Option<Box<dyn Held + '_>> {
+        match self.shared.upgrade() {
+            Some(s) => GateHold::try_new(s).map(|h| Box::new(h) as Box<dyn Held>),
+            None => Some(Box::new(())),
+        }
+    }
+
     fn bounded(&self, payload: &[u8]) -> bool {
+        // A single proposal may be far larger than a combined entry's
+        // cap: past 1 MiB of commands the apply leaves the Raft thread.
+        if payload.len() > BOUNDED_BYTES {
+            return false;
+        }
         let one = |p: &[u8]| match decode_proposal(p) {
             Ok(Proposal::Run {
                 commands,

@@ -212,6 +212,12 @@ impl Gate {
         self.0.lock_exclusive();
     }
 
+    /// [`Gate::lock_exclusive_raw`] if the gate is free now: `false`, and
+    /// nothing taken, if anyone holds it.
+    pub(crate) fn try_lock_exclusive_raw(&self) -> bool {
+        self.0.try_lock_exclusive()
+    }
+
     /// Releases what [`Gate::lock_exclusive_raw`] took.
     ///
     /// # Safety

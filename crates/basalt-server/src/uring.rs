@@ -391,7 +391,7 @@ impl Ring {
                 // this one is retried through the page cache, and this
                 // file's later ones are 4 KiB-aligned if they were less,
                 // else not direct at all.
-                read.refuse_direct();
+                read.refuse_direct(plan.align);
             }
             let got = usize::try_from(res).ok();
             let record = got.and_then(|n| plan.record(&buf.bytes_mut(plan.len)[..n.min(plan.len)]));

@@ -1007,6 +1007,60 @@ fn a_script_longer_than_an_election_timeout_keeps_the_leader_and_the_term() {
     );
 }
 
+/// A read-only script runs on one node alone, holding its exec gate for
+/// as long as it runs; a write applied meanwhile waits for the gate off
+/// the Raft thread, so heartbeats go on: no election, on the leader or on
+/// both followers, and the write commits once the scripts end. (Checked:
+/// with the apply waiting for the gate on the Raft thread, a 3 s EVAL_RO
+/// on the leader beside one SET cost the group its leader.)
+#[test]
+fn a_read_only_script_holding_a_nodes_gate_keeps_the_leader_and_the_term() {
+    let g = Group::start();
+    let l = g.leader();
+    let term = info_field(&mut g.conn(l), "basalt_raft_term");
+    let busy = "local x = 0 for i = 1, tonumber(ARGV[1]) do x = x + i % 7 end return x";
+    for (round, on) in [vec![l], (0..3).filter(|&i| i != l).collect()]
+        .into_iter()
+        .enumerate()
+    {
+        let scripts: Vec<_> = on
+            .iter()
+            .map(|&i| {
+                let mut c = g.conn(i);
+                std::thread::spawn(move || {
+                    let started = Instant::now();
+                    let _: i64 = redis::cmd("EVAL_RO")
+                        .arg(busy)
+                        .arg(0)
+                        .arg(200_000_000)
+                        .query(&mut c)
+                        .unwrap();
+                    started.elapsed()
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        // Through a node whose gate no script holds (a follower forwards
+        // it), so the write is proposed while the scripts run.
+        let via = (0..3).find(|i| !on.contains(i)).unwrap_or(l);
+        let key = format!("during{round}");
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg("1")
+            .query(&mut g.conn(via))
+            .unwrap();
+        let took: Vec<Duration> = scripts.into_iter().map(|t| t.join().unwrap()).collect();
+        for i in 0..3 {
+            assert_eq!(
+                info_field(&mut g.conn(i), "basalt_raft_term"),
+                term,
+                "round {round}: node {i} saw an election during scripts of {took:?}"
+            );
+        }
+        assert_eq!(g.leader(), l, "round {round}: scripts of {took:?}");
+    }
+}
+
 #[test]
 fn scripts_that_write_what_srandmember_or_randomkey_picked_write_the_same_on_every_node() {
     let g = Group::start();
