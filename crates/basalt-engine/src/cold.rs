@@ -503,14 +503,13 @@ impl ColdRead {
         if direct {
             if let Some(fd) = vfile.raw_fd(true) {
                 let align = vfile.direct_align();
-                let start = offset / align as u64 * align as u64;
-                let skip = (offset - start) as usize;
+                let (start, skip, span) = crate::vfs::aligned_span(offset, len, align);
                 READS_DIRECT.fetch_add(1, Ordering::Relaxed);
                 return Some(ReadPlan {
                     direct: true,
                     fd,
                     offset: start,
-                    len: (skip + len).next_multiple_of(align),
+                    len: span,
                     align,
                     skip,
                     record_len: len,

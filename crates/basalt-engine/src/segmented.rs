@@ -783,7 +783,7 @@ impl Db {
                     diff
                 }
                 None => {
-                    let mut diff = [0; Patch::mask_words(SEGMENT_LEN)];
+                    let mut diff = DiffMask::default();
                     Patch::mark(base_bytes, &entry.bytes, 0, SEGMENT_LEN, &mut diff);
                     entry.diff.insert(diff)
                 }
@@ -805,7 +805,7 @@ impl Db {
                 // A whole record, outside any batch, is the next patch's base.
                 if !patch {
                     entry.base = Some(Some((loc, entry.bytes.clone())));
-                    entry.diff = Some([0; Patch::mask_words(SEGMENT_LEN)]);
+                    entry.diff = Some(DiffMask::default());
                 }
                 insert_bounded(&mut c, (file.handle.uid, loc.offset), entry);
             }

@@ -347,6 +347,15 @@ impl FileMap {
 /// 8, and an 8000-byte one as 8-8.5 KiB, not 8 or 12.
 pub const DIRECT_ALIGN: usize = 4096;
 
+/// The direct read that holds bytes `offset .. offset + len` at alignment
+/// `align` (a power of two): where it starts, where in it those bytes
+/// start, and how many bytes it reads.
+pub fn aligned_span(offset: u64, len: usize, align: usize) -> (u64, usize, usize) {
+    let start = offset / align as u64 * align as u64;
+    let skip = (offset - start) as usize;
+    (start, skip, (skip + len).next_multiple_of(align))
+}
+
 /// One aligned block of a [`DirectBuf`].
 #[derive(Clone, Copy)]
 #[repr(C, align(4096))]
@@ -530,10 +539,8 @@ impl VFile for StdFile {
             return Ok(None);
         };
         let align = self.direct_align();
-        let start = offset / align as u64 * align as u64;
-        let skip = (offset - start) as usize;
+        let (start, skip, span) = aligned_span(offset, len, align);
         let want = skip + len;
-        let span = want.next_multiple_of(align);
         let bytes = buf.bytes_mut(span);
         let mut got = 0;
         // The aligned span may run past the end of the file: a short read

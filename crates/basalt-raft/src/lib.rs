@@ -38,7 +38,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 pub use log_store::LogStore;
-pub use node::{NodeConfig, RaftNode, WriteError};
+pub use node::{known_leader, NodeConfig, RaftNode, WriteError};
 pub use state_machine::{Applier, Held, StateMachine};
 
 /// A node's id in the group (`--node-id`).

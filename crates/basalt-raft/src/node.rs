@@ -481,20 +481,7 @@ impl<A: Applier> RaftNode<A> {
     pub fn leader_id(&self) -> Option<NodeId> {
         let rx = self.raft.metrics();
         let m = rx.borrow();
-        let leader = m.current_leader?;
-        // A leader that removed itself from the group may still name
-        // itself until it stops; it leads nobody (the others elect a new
-        // leader), so it knows of no leader.
-        if leader == self.id
-            && !m
-                .membership_config
-                .membership()
-                .voter_ids()
-                .any(|v| v == self.id)
-        {
-            return None;
-        }
-        Some(leader)
+        known_leader(self.id, m.current_leader, m.membership_config.membership())
     }
 
     /// The leader this node knows of, with its addresses.
@@ -541,14 +528,23 @@ impl<A: Applier> RaftNode<A> {
 
     /// Stops openraft and the RPC listener; fsyncs the log.
     pub async fn shutdown(self) -> io::Result<()> {
-        self.publisher.abort();
-        self.prevote.abort();
-        let r = self.raft.shutdown().await;
-        self.server.abort();
+        let r = self.stop().await;
         let _ = self.server.await;
-        self.log.sync()?;
-        r.map_err(|e| io::Error::other(e.to_string()))
+        r
     }
+}
+
+/// The leader node `me` knows of, from openraft's current leader and the
+/// membership (`RaftNode::leader_id`, and whoever reads them off a metrics
+/// channel): a leader that removed itself from the group may still name
+/// itself until it stops; it leads nobody (the others elect a new leader),
+/// so it knows of no leader.
+pub fn known_leader(
+    me: NodeId,
+    current: Option<NodeId>,
+    membership: &openraft::Membership<NodeId, NodeAddr>,
+) -> Option<NodeId> {
+    current.filter(|&l| l != me || membership.voter_ids().any(|v| v == me))
 }
 
 /// While this node leads, keeps every member's client address in the

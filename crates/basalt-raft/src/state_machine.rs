@@ -712,9 +712,8 @@ impl<A: Applier> RaftStateMachine<TypeConfig> for StateMachine<A> {
                 EntryPayload::Blank | EntryPayload::Membership(_) => true,
             })
         {
-            let sm = self.clone();
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
-                sm.try_apply_now(entries)
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.try_apply_now(entries)
             })) {
                 Ok(Ok(done)) => return done,
                 Ok(Err(back)) => entries = back,

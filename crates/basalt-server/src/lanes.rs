@@ -85,20 +85,12 @@ fn records_bound(name: &str, argc: usize) -> Option<u64> {
 /// lengths (the apply parses each command again anyway); anything that is
 /// not plain RESP arrays of bulk strings is not bounded.
 pub(crate) fn bounded(commands: &[u8]) -> bool {
-    // A name [`records_bound`] knows (lower case, as the command table
-    // spells it), other than DEL and UNLINK.
+    // A command [`records_bound`] knows, less those named above.
     fn known(name: &[u8], argc: usize) -> bool {
-        let mut lower = [0u8; 16];
-        let Some(lower) = lower.get_mut(..name.len()) else {
-            return false;
-        };
-        for (l, c) in lower.iter_mut().zip(name) {
-            *l = c.to_ascii_lowercase();
-        }
-        match std::str::from_utf8(lower) {
-            Ok("del" | "unlink" | "getset" | "getdel" | "getex") | Err(_) => false,
-            Ok("set") => argc == 3,
-            Ok(name) => records_bound(name, argc).is_some(),
+        match commands::lookup(name).map(|def| def.name) {
+            None | Some("del" | "unlink" | "getset" | "getdel" | "getex") => false,
+            Some("set") => argc == 3,
+            Some(name) => records_bound(name, argc).is_some(),
         }
     }
     // The number after `*` or `$` at `at`, and where its line ends.

@@ -1691,13 +1691,11 @@ pub(crate) async fn switch_master_announcer(shared: Arc<Shared>) {
         // Read off the server metrics themselves: openraft sends them
         // before the full metrics, so a view built from those right after
         // a change could still name the old leader, and the change would
-        // go unannounced. The leader as `RaftNode::leader_id` reads it (a
-        // leader that removed itself from the voters leads nobody).
+        // go unannounced.
         let current = {
             let m = metrics.borrow_and_update();
             let membership = m.membership_config.membership();
-            m.current_leader
-                .filter(|&l| l != me || membership.voter_ids().any(|v| v == me))
+            basalt_raft::known_leader(me, m.current_leader, membership)
                 .and_then(|l| membership.get_node(&l))
                 .map(|n| n.client.clone())
                 .unwrap_or_default()
