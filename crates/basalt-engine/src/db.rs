@@ -302,6 +302,52 @@ pub(crate) const PREALLOCATE_STEP: u64 = 2 << 20;
 /// in at once (one `madvise` instead of a page fault every 4 KiB).
 pub(crate) const PREFAULT_STEP: u64 = 64 << 10;
 
+/// How far ahead of the stores the prefault thread is asked to fault in
+/// pages ([`prefault_ahead`]), in one request each time the stores come
+/// within this distance of what was asked: one wake-up of that thread per
+/// 256 KiB appended (a wake-up per 64 KiB cost the writer a tenth of what
+/// it saved).
+pub(crate) const PREFAULT_AHEAD: u64 = 256 << 10;
+
+/// Faults in `len` bytes of `data`'s writable map from `offset` on the
+/// process's prefault thread (`basalt-prefault`, started by the first
+/// call), so that the writer's stores find the pages in without the
+/// `madvise` on its own thread: measured, faulting in the pages a hot
+/// write stream fills was a tenth of its writer's time (see
+/// `docs/architecture.md`). Advice only, like
+/// [`FileMap::prefault_for_write`]: a writer that outruns the thread takes
+/// page faults, as it would without any advice, and if the thread cannot
+/// be started the pages are faulted in here. The request holds the file
+/// until it is served; a range past the file's end by then (the file was
+/// sealed and its reserved tail cut) is refused by the kernel and ignored.
+fn prefault_ahead(data: &Arc<DataFile>, offset: u64, len: u64) {
+    type Request = (Arc<DataFile>, u64, u64);
+    static QUEUE: std::sync::OnceLock<Option<std::sync::mpsc::Sender<Request>>> =
+        std::sync::OnceLock::new();
+    let queue = QUEUE.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Request>();
+        std::thread::Builder::new()
+            .name("basalt-prefault".into())
+            .spawn(move || {
+                for (data, offset, len) in rx {
+                    if let Some(map) = data.map.as_ref() {
+                        map.prefault_for_write(offset, len);
+                    }
+                }
+            })
+            .ok()
+            .map(|_| tx)
+    });
+    let sent = queue
+        .as_ref()
+        .is_some_and(|tx| tx.send((data.clone(), offset, len)).is_ok());
+    if !sent {
+        if let Some(map) = data.map.as_ref() {
+            map.prefault_for_write(offset, len);
+        }
+    }
+}
+
 /// Appending by storing into the active file's writable map.
 #[derive(Debug)]
 pub(crate) struct MapAppend {
@@ -312,7 +358,8 @@ pub(crate) struct MapAppend {
     /// Space below this offset is allocated on disk and inside the file, so
     /// a store below it cannot fault.
     pub allocated: u64,
-    /// Pages below this offset were faulted in writable ahead of the stores.
+    /// Pages below this offset were faulted in writable ahead of the stores,
+    /// or asked to be ([`prefault_ahead`]).
     pub prefaulted: u64,
 }
 
@@ -822,9 +869,11 @@ impl Inner {
         if end > m.map_len {
             return false;
         }
-        if end > m.allocated {
+        // Space is reserved, and faulted in, ahead of the stores.
+        let ahead = (end + PREFAULT_AHEAD).min(m.map_len);
+        if ahead > m.allocated {
             let from = m.allocated.max(w.len);
-            let to = end.next_multiple_of(PREALLOCATE_STEP).min(m.map_len);
+            let to = ahead.next_multiple_of(PREALLOCATE_STEP).min(m.map_len);
             // Even a failed reservation may have extended the file.
             w.reserved = w.reserved.max(to);
             if let Err(e) = w.file.allocate(from, to - from) {
@@ -836,11 +885,21 @@ impl Inner {
             m.allocated = to;
         }
         if end > m.prefaulted {
+            // This store reaches pages not asked for yet (a file's first
+            // record, a record longer than the step): faulted in here.
             let from = m.prefaulted.max(w.len);
             let to = end.next_multiple_of(PREFAULT_STEP).min(m.allocated);
             if let Some(map) = m.data.map.as_ref() {
                 map.prefault_for_write(from, to - from);
             }
+            m.prefaulted = to;
+        }
+        if ahead > m.prefaulted {
+            // The next step, on the prefault thread, while this thread
+            // goes on storing into the pages already in.
+            let from = m.prefaulted;
+            let to = ahead.next_multiple_of(PREFAULT_AHEAD).min(m.allocated);
+            prefault_ahead(&m.data, from, to - from);
             m.prefaulted = to;
         }
         // SAFETY: `w.len..end` lies below `m.allocated`, which `allocate`
@@ -2526,6 +2585,43 @@ mod tests {
         assert_eq!(w.file.len().unwrap(), 1 << 20);
         drop(w);
         for i in 0..20_000u32 {
+            assert_eq!(db.get(&i.to_le_bytes()).unwrap(), Some(vec![i as u8; 100]));
+        }
+    }
+
+    #[test]
+    fn appending_faults_in_the_space_ahead_of_the_stores_on_the_prefault_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path(), opts().max_file_size(8 << 20)).unwrap();
+        for i in 0..1000u32 {
+            db.put(&i.to_le_bytes(), &[i as u8; 100]).unwrap();
+        }
+        let shard = &db.inner.shards[0];
+        let (map, end) = {
+            let w = shard.writer.lock();
+            let m = w.map.as_ref().expect("appends through the map");
+            (m.data.clone(), w.len)
+        };
+        // Past the step the writer faults in itself, up to where the
+        // prefault thread was asked to go.
+        let from = end.next_multiple_of(PREFAULT_STEP);
+        let len = (end + PREFAULT_AHEAD - from) as usize;
+        let map = map.map.as_ref().expect("mapped");
+        if !map.resident(end, (from - end) as usize) {
+            // Not even the writer's own advice took: a kernel without
+            // MADV_POPULATE_WRITE (before 5.14), where it is ignored.
+            eprintln!("skipped: this kernel ignores MADV_POPULATE_WRITE");
+            return;
+        }
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while !map.resident(from, len) {
+            assert!(
+                Instant::now() < deadline,
+                "{len} bytes from {from} not faulted in ahead of the stores at {end}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        for i in 0..1000u32 {
             assert_eq!(db.get(&i.to_le_bytes()).unwrap(), Some(vec![i as u8; 100]));
         }
     }
