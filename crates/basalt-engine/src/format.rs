@@ -571,14 +571,46 @@ impl<'a> Patch<'a> {
         mask: &[u64],
         out: &mut Vec<u8>,
     ) {
+        // Every byte its own run is the most the runs can take.
+        let at = out.len();
+        out.resize(
+            at + PATCH_HEADER_LEN + new.len() * (PATCH_RUN_HEADER_LEN + 1),
+            0,
+        );
+        let n = Patch::encode_masked_into(base_offset, base_len, new, mask, &mut out[at..])
+            .expect("room for every byte as a run");
+        out.truncate(at + n);
+    }
+
+    /// [`Patch::encode_masked`] into `out`: the patch's length, or `None`
+    /// (`out` then holds part of it) as soon as it would not fit in `out`.
+    /// A writer that wants a patch only up to some size gives a buffer of
+    /// that size (on its stack) and stops encoding the moment the patch
+    /// outgrows it.
+    pub fn encode_masked_into(
+        base_offset: u32,
+        base_len: u32,
+        new: &[u8],
+        mask: &[u64],
+        out: &mut [u8],
+    ) -> Option<usize> {
         debug_assert!(new.len() <= u16::MAX as usize);
         debug_assert!(mask.len() >= Patch::mask_words(new.len()));
-        out.extend_from_slice(&base_offset.to_le_bytes());
-        out.extend_from_slice(&base_len.to_le_bytes());
-        let mut emit = |start: usize, end: usize| {
-            out.extend_from_slice(&(start as u16).to_le_bytes());
-            out.extend_from_slice(&((end - start) as u16).to_le_bytes());
-            out.extend_from_slice(&new[start..end]);
+        let header = out.get_mut(..PATCH_HEADER_LEN)?;
+        header[..4].copy_from_slice(&base_offset.to_le_bytes());
+        header[4..].copy_from_slice(&base_len.to_le_bytes());
+        let mut n = PATCH_HEADER_LEN;
+        let mut emit = |start: usize, end: usize| -> Option<()> {
+            let len = end - start;
+            let run = out.get_mut(n..n + PATCH_RUN_HEADER_LEN + len)?;
+            run[..2].copy_from_slice(&(start as u16).to_le_bytes());
+            run[2..4].copy_from_slice(&(len as u16).to_le_bytes());
+            // Most runs are a byte or a few: copied without a call.
+            for (d, s) in run[PATCH_RUN_HEADER_LEN..].iter_mut().zip(&new[start..end]) {
+                *d = *s;
+            }
+            n += PATCH_RUN_HEADER_LEN + len;
+            Some(())
         };
         let mut run: Option<(usize, usize)> = None;
         for (w, &bits) in mask.iter().enumerate() {
@@ -589,7 +621,7 @@ impl<'a> Patch<'a> {
                 run = match run {
                     Some((start, end)) if b < end + PATCH_RUN_HEADER_LEN => Some((start, b + 1)),
                     Some((start, end)) => {
-                        emit(start, end);
+                        emit(start, end)?;
                         Some((b, b + 1))
                     }
                     None => Some((b, b + 1)),
@@ -597,8 +629,9 @@ impl<'a> Patch<'a> {
             }
         }
         if let Some((start, end)) = run {
-            emit(start, end);
+            emit(start, end)?;
         }
+        Some(n)
     }
 
     /// Writes the runs over `base` (the base record's value): the patched
@@ -983,6 +1016,13 @@ mod patch_tests {
             let mut masked = Vec::new();
             Patch::encode_masked(7, 600, &new, &mask, &mut masked);
             prop_assert_eq!(&masked, &v);
+            // Into a buffer: the same bytes when they fit, `None` when
+            // they take even one byte more than it holds.
+            let mut buf = vec![0u8; v.len()];
+            prop_assert_eq!(Patch::encode_masked_into(7, 600, &new, &mask, &mut buf), Some(v.len()));
+            prop_assert_eq!(&buf, &v);
+            let mut short = vec![0u8; v.len() - 1];
+            prop_assert_eq!(Patch::encode_masked_into(7, 600, &new, &mask, &mut short), None);
             let p = Patch::decode(&v).unwrap();
             prop_assert_eq!((p.base_offset, p.base_len), (7, 600));
             let changed = base.iter().zip(&new).filter(|(a, b)| a != b).count();

@@ -113,7 +113,10 @@ type DiffMask = [u64; Patch::mask_words(SEGMENT_LEN)];
 /// and a working set larger than the cache would miss anyway).
 const PATCHED_MAX: usize = 4096;
 
-type PatchedMap = hashbrown::HashMap<(u64, u32), Patched>;
+/// Entries are boxed: a write from the cache takes its entry out and puts
+/// it back under the new record's location, which moves a pointer rather
+/// than the entry (about 150 bytes with its mask).
+type PatchedMap = hashbrown::HashMap<(u64, u32), Box<Patched>>;
 
 thread_local! {
     static PATCHED: std::cell::RefCell<PatchedMap> =
@@ -123,7 +126,7 @@ thread_local! {
 /// `f` of this thread's cached applied segment for the record at `loc` of
 /// `file`, if it is cached (`None` otherwise, or if `f` says so).
 fn cached<R>(file: &DataFile, loc: Loc, f: impl FnOnce(&Patched) -> Option<R>) -> Option<R> {
-    PATCHED.with(|c| c.borrow().get(&(file.uid, loc.offset)).and_then(f))
+    PATCHED.with(|c| c.borrow().get(&(file.uid, loc.offset)).and_then(|e| f(e)))
 }
 
 /// Caches the applied segment of the record at `loc` of `file` on this
@@ -138,16 +141,16 @@ fn cache_uid(uid: u64, loc: Loc, bytes: Box<[u8]>, base: Option<Option<(Loc, Box
         insert_bounded(
             &mut c.borrow_mut(),
             (uid, loc.offset),
-            Patched {
+            Box::new(Patched {
                 bytes,
                 base,
                 diff: None,
-            },
+            }),
         )
     });
 }
 
-fn insert_bounded(c: &mut PatchedMap, at: (u64, u32), e: Patched) {
+fn insert_bounded(c: &mut PatchedMap, at: (u64, u32), e: Box<Patched>) {
     if c.len() >= PATCHED_MAX && !c.contains_key(&at) {
         c.clear();
     }
@@ -721,45 +724,38 @@ impl Db {
             let uid = idx.files.get(&head.file)?.handle.uid;
             Some((head, uid, total))
         };
-        // First without the writer lock, so that a write this path cannot
-        // take (a short plain value, a segment not cached here) costs one
-        // look at the index and no lock.
-        let Some((head, uid, _)) = look() else {
-            return Ok(None);
-        };
-        // Cached here whole, with a base in the segment's own file (the
-        // active one, checked under the lock below). The entry leaves the
-        // cache while it is checked and written: the old record stops being
-        // the segment's, and one borrow of the cache serves the whole write
-        // (nothing below reads the cache: `f` only changes the bytes it is
-        // given, and an append never reads a segment).
+        // Cached here whole, with a base in the segment's own file, the
+        // active one. All of it is looked at under the shard's writer lock
+        // (one look at the index), so the segment's record cannot change
+        // between the look and the write; a write this path cannot take (a
+        // short plain value, a segment not cached here) costs that lock and
+        // the look. The entry leaves the cache while it is checked and
+        // written: the old record stops being the segment's, and one borrow
+        // of the cache serves the whole write (nothing below reads the
+        // cache: `f` only changes the bytes it is given, and an append never
+        // reads a segment).
         let r = PATCHED.with(|c| {
             let mut c = c.borrow_mut();
+            let mut w = shard.writer.lock();
+            // As in `patch_of`, under the writer lock: a batch begun later
+            // appends its members to this shard after this record.
+            if inner.group.busy() {
+                return None;
+            }
+            let (head, uid, total) = look()?;
+            if head.file != w.file_id {
+                return None;
+            }
             let at = (uid, head.offset);
             let mut entry = c.remove(&at)?;
             let usable = entry.bytes.len() == SEGMENT_LEN
                 && matches!(&entry.base, Some(Some((b, bytes)))
                     if b.file == head.file && bytes.len() == SEGMENT_LEN);
-            // Not written here after all: the entry goes back as it was.
-            let back = |c: &mut PatchedMap, entry| {
-                c.insert(at, entry);
-                None
-            };
             if !usable {
-                return back(&mut c, entry);
+                // Not written here after all: the entry goes back as it was.
+                c.insert(at, entry);
+                return None;
             }
-            let mut w = shard.writer.lock();
-            // As in `patch_of`, under the writer lock: a batch begun later
-            // appends its members to this shard after this record.
-            if inner.group.busy() {
-                return back(&mut c, entry);
-            }
-            // Again under the writer lock: the segment's record is still the
-            // one cached, in the active file.
-            let total = match look() {
-                Some((again, _, total)) if again == head && head.file == w.file_id => total,
-                _ => return back(&mut c, entry),
-            };
             let Some(Some((base, base_bytes))) = &entry.base else {
                 unreachable!("checked above");
             };
@@ -788,11 +784,15 @@ impl Db {
                     entry.diff.insert(diff)
                 }
             };
-            let mut v = Vec::with_capacity(PATCH_HEADER_LEN + PATCH_MAX);
-            Patch::encode_masked(base.offset, base.len, &entry.bytes, diff, &mut v);
-            let record = segment_record_len(key, v.len()) as u64;
-            let patch = v.len() - PATCH_HEADER_LEN <= PATCH_MAX && inner.fits_active(&w, record);
-            let value: &[u8] = if patch { &v } else { &entry.bytes };
+            // Encoded on the stack, and only as far as a patch may go.
+            let mut v = [0u8; PATCH_HEADER_LEN + PATCH_MAX];
+            let n = Patch::encode_masked_into(base.offset, base.len, &entry.bytes, diff, &mut v)
+                .filter(|&n| inner.fits_active(&w, segment_record_len(key, n) as u64));
+            let patch = n.is_some();
+            let value: &[u8] = match n {
+                Some(n) => &v[..n],
+                None => &entry.bytes,
+            };
             // On an error the changed entry is dropped: the old record
             // stays the segment's, and is read again when next asked for.
             let loc = match append_segment(inner, shard, &mut w, key, i, patch, value) {
