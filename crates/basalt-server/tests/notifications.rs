@@ -290,6 +290,39 @@ fn a_setbit_that_changes_nothing_publishes_nothing_and_leaves_watch_alone() {
 }
 
 #[test]
+fn a_setbit_that_changes_nothing_after_a_run_of_writing_ones_still_writes_nothing() {
+    // A worker whose recent SETBITs all wrote skips the lock-free check
+    // for an unchanged bit; the engine's compare under the lock must then
+    // keep Redis's rule as the check did: no event, WATCH intact, the
+    // version unchanged.
+    let s = TestServer::start();
+    let mut ev = Events::new(&s, "KEA");
+    let mut c = s.raw();
+    for (key, at) in [("small", 9u64), ("large", 300_000)] {
+        let at_s = at.to_string();
+        let next = (at + 1).to_string();
+        assert_eq!(c.cmd(&["SETBIT", key, &at_s, "1"]), Frame::Integer(0));
+        // Forty SETBITs that each flip a bit.
+        for k in 0..40 {
+            let (on, was) = if k % 2 == 0 { ("1", 0) } else { ("0", 1) };
+            assert_eq!(c.cmd(&["SETBIT", key, &next, on]), Frame::Integer(was));
+        }
+        let before = c.cmd(&["VERSION", key]);
+        assert_eq!(c.cmd(&["WATCH", key]), ok());
+        assert_eq!(c.cmd(&["SETBIT", key, &at_s, "1"]), Frame::Integer(1));
+        assert_eq!(c.cmd(&["SETBIT", key, &next, "0"]), Frame::Integer(0));
+        assert_eq!(c.cmd(&["MULTI"]), ok());
+        c.cmd(&["PING"]);
+        assert_eq!(
+            c.cmd(&["EXEC"]),
+            Frame::Array(vec![Frame::Simple("PONG".into())])
+        );
+        assert_eq!(c.cmd(&["VERSION", key]), before);
+        assert_eq!(ev.take(), vec![format!("setbit {key}"); 41]);
+    }
+}
+
+#[test]
 fn generic_commands_emit_redis_events() {
     let s = TestServer::start();
     let mut ev = Events::new(&s, "KEA");
