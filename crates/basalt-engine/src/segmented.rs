@@ -11,7 +11,7 @@
 //! A write that changes a few bytes of a segment other than the last, with
 //! no batch open, appends a *patch* instead ([`FLAG_PATCH`]): the runs of
 //! bytes where the segment differs from a full record of it earlier in the
-//! active file (its base), up to [`PATCH_MAX`] bytes of runs. Each patch
+//! active file (its base), up to [`PATCH_WRITE_MAX`] bytes of runs. Each patch
 //! names the base, not the patch before it, so a read is at most two
 //! records; the next patch after a seal, or one that would carry too much,
 //! writes the whole segment again. A patch never names a record in another
@@ -55,10 +55,19 @@ pub const SEGMENT_LEN: usize = 512;
 /// segmented.
 pub const SEGMENT_ABOVE: usize = 4096;
 
-/// The most bytes of runs a patch carries; a write that would need more
-/// writes the whole segment. A random bit flip costs a 5-byte run, so about
-/// 25 of them ride on one base before it is written again.
+/// The most bytes of runs a patch may carry (what a reader accepts).
 pub const PATCH_MAX: usize = SEGMENT_LEN / 4;
+
+/// The most bytes of runs this build writes in a patch; a write that
+/// would need more writes the whole segment. A random bit flip costs a
+/// 5-byte run, so about 12 of them ride on one base before it is written
+/// again, which is about where the bytes appended per write are fewest:
+/// a segment's record is ~560 bytes and a patch ~60 plus its runs, so the
+/// k-th patch after a base costs 60 + 5k, and a base every n writes comes
+/// to (560 + 60 n + 2.5 n (n + 1)) / (n + 1) bytes a write, lowest (129)
+/// near n = 12, against 142 at n = 25 (`PATCH_MAX`, which writers used
+/// before: measured in `docs/benchmarks.md`).
+const PATCH_WRITE_MAX: usize = SEGMENT_LEN / 8;
 
 /// Where a patch of a segment would point: the segment's index entry as it
 /// was read, and the full record a patch may name, with its bytes.
@@ -785,7 +794,7 @@ impl Db {
                 }
             };
             // Encoded on the stack, and only as far as a patch may go.
-            let mut v = [0u8; PATCH_HEADER_LEN + PATCH_MAX];
+            let mut v = [0u8; PATCH_HEADER_LEN + PATCH_WRITE_MAX];
             let n = Patch::encode_masked_into(base.offset, base.len, &entry.bytes, diff, &mut v)
                 .filter(|&n| inner.fits_active(&w, segment_record_len(key, n) as u64));
             let patch = n.is_some();
@@ -1174,7 +1183,7 @@ impl Db {
     /// still the one read): its base lies in the active file (a patch never names a record in another
     /// file, so compaction always finds a patch's base in the file it
     /// copies), the record fits there without sealing it, and the runs
-    /// come to at most [`PATCH_MAX`] bytes. The caller holds the writer
+    /// come to at most [`PATCH_WRITE_MAX`] bytes. The caller holds the writer
     /// lock and no batch is open.
     fn patch_of(
         &self,
@@ -1201,7 +1210,7 @@ impl Db {
         let record = segment_record_len(key, v.len()) as u64;
         // Not where the append would seal the file: the base stays in it.
         let fits = self.inner.fits_active(w, record);
-        (v.len() - PATCH_HEADER_LEN <= PATCH_MAX && fits).then_some(v)
+        (v.len() - PATCH_HEADER_LEN <= PATCH_WRITE_MAX && fits).then_some(v)
     }
 
     /// Writes whole the last segment of every segmented value whose last
