@@ -100,6 +100,10 @@ struct Inner {
     purged: Option<LogId>,
     /// Written since the last fsync of the active segment.
     dirty: bool,
+    /// Appends so far (each sets `dirty`): the syncer, which fsyncs
+    /// without holding the lock, clears `dirty` only if none came in while
+    /// it did.
+    appends: u64,
     /// Set when an I/O error left the files in doubt: every later write
     /// fails.
     failed: Option<String>,
@@ -204,6 +208,7 @@ impl LogStore {
             vote,
             purged,
             dirty: false,
+            appends: 0,
             failed: None,
         };
         let purged_index = purged.map(|l| l.index);
@@ -251,20 +256,56 @@ impl LogStore {
     }
 }
 
+/// The background fsync of `EveryMs`: [`sync_unlocked`] every interval,
+/// until the log is dropped.
 fn spawn_syncer(inner: Weak<Mutex<Inner>>, every: Duration) {
     let _ = std::thread::Builder::new()
         .name("basalt-raftlog-sync".into())
         .spawn(move || loop {
             std::thread::sleep(every);
             let Some(inner) = inner.upgrade() else { return };
-            let mut g = inner.lock();
-            if g.dirty && g.failed.is_none() {
-                if let Err(e) = g.sync_active() {
-                    tracing::error!("raft log fsync failed: {e}");
-                    g.failed = Some(format!("fsync: {e}"));
-                }
-            }
+            sync_unlocked(&inner, || {});
         });
+}
+
+/// Fsyncs the active segment, if anything was appended since the last
+/// fsync, on a second handle of the file and without the log's lock:
+/// appends (on the Raft thread, which also sends the heartbeats) go on
+/// while the disk works, instead of waiting out the fsync once per
+/// interval. `during` runs where the fsync does, outside the lock (tests
+/// append there). An append that came in meanwhile keeps the log dirty
+/// for the next round.
+fn sync_unlocked(inner: &Mutex<Inner>, during: impl FnOnce()) {
+    let (file, appends) = {
+        let mut g = inner.lock();
+        if !g.dirty || g.failed.is_some() {
+            return;
+        }
+        let Some((_, seg)) = g.segments.iter().next_back() else {
+            return;
+        };
+        match seg.file.try_clone() {
+            Ok(f) => (f, g.appends),
+            Err(e) => {
+                tracing::error!("raft log fsync failed: {e}");
+                g.failed = Some(format!("fsync: {e}"));
+                return;
+            }
+        }
+    };
+    // Every entry appended before the handle was taken is in this file or
+    // in a segment sealed (fsynced) since.
+    during();
+    let r = file.sync_data();
+    let mut g = inner.lock();
+    match r {
+        Ok(()) if g.appends == appends => g.dirty = false,
+        Ok(()) => {}
+        Err(e) => {
+            tracing::error!("raft log fsync failed: {e}");
+            g.failed = Some(format!("fsync: {e}"));
+        }
+    }
 }
 
 impl Inner {
@@ -423,6 +464,7 @@ impl Inner {
             seg.len += rec.len() as u64;
             seg.next = index + 1;
             self.dirty = true;
+            self.appends += 1;
             self.entries.insert(
                 index,
                 Stored {
@@ -571,5 +613,42 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let mut g = self.inner.lock();
         g.check()?;
         g.purge(log_id).map_err(|e| g.fail(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::{CommittedLeaderId, EntryPayload, LogId};
+
+    fn entry(index: u64) -> Entry {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            payload: EntryPayload::Blank,
+        }
+    }
+
+    #[test]
+    fn the_syncers_fsync_neither_holds_the_log_nor_marks_later_appends_synced() {
+        let t = tempfile::TempDir::new().unwrap();
+        // A long interval: the test drives the syncer's step itself.
+        let log = LogStore::open(t.path(), SyncPolicy::EveryMs(3_600_000)).unwrap();
+        log.inner.lock().append(vec![entry(1)]).unwrap();
+        assert!(log.inner.lock().dirty);
+        // While the step fsyncs, the log is free: an append goes in at
+        // once, and the log stays dirty for it.
+        sync_unlocked(&log.inner, || {
+            let mut g = log.inner.try_lock().expect("the fsync holds the log");
+            g.append(vec![entry(2)]).unwrap();
+        });
+        assert!(
+            log.inner.lock().dirty,
+            "an append during the fsync was marked synced"
+        );
+        // The next step, with nothing appended meanwhile, clears it.
+        sync_unlocked(&log.inner, || {});
+        assert!(!log.inner.lock().dirty);
+        // Nothing to do now: the step returns without calling `during`.
+        sync_unlocked(&log.inner, || panic!("fsynced a clean log"));
     }
 }
