@@ -23,6 +23,7 @@
 //! CRC32C of those bytes (4 bytes).
 
 use std::fs::File;
+use std::future::Future;
 use std::io::{self, BufReader, BufWriter, Read, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Component, Path, PathBuf};
@@ -64,9 +65,38 @@ impl SnapshotData {
 
 /// The files of a stored snapshot presented as one archive; reads are
 /// positioned reads of the files (from the page cache, mostly: they were
-/// just written or are the engine's hot files).
+/// just written or are the engine's hot files). Read through
+/// [`SnapshotData`]'s `AsyncRead`, every read of the files runs on the
+/// runtime's blocking pool, never on the task that polls: openraft sends
+/// snapshots from a node's Raft thread, which also sends its heartbeats,
+/// and a read of a cold file, or the CRC of a whole file when a chunk is
+/// read again out of order, can take seconds.
 #[derive(Debug)]
 pub struct ArchiveReader {
+    /// The files, while no read is in flight.
+    archive: Option<Archive>,
+    /// The read in flight on the blocking pool: the archive comes back
+    /// with where it read and what.
+    pending: Option<tokio::task::JoinHandle<ArchiveRead>>,
+    /// Bytes read at `ready_at`, not yet handed out.
+    ready: Vec<u8>,
+    ready_at: u64,
+    total: u64,
+    /// Where the next byte handed out comes from.
+    pos: u64,
+}
+
+/// A read of the archive done on the blocking pool: the archive, where it
+/// read, and the bytes.
+type ArchiveRead = (Archive, u64, io::Result<Vec<u8>>);
+
+/// Bytes the blocking pool reads per trip (what openraft asks for, within
+/// these bounds).
+const READ_MIN: usize = 64 << 10;
+const READ_MAX: usize = 4 << 20;
+
+#[derive(Debug)]
+struct Archive {
     header: Vec<u8>,
     /// Open handles (a file unlinked later stays readable), lengths, and
     /// each file's start in the archive.
@@ -77,7 +107,6 @@ pub struct ArchiveReader {
     /// read from the start in order.
     running: Option<(usize, u64, u32)>,
     total: u64,
-    pos: u64,
 }
 
 impl ArchiveReader {
@@ -113,10 +142,16 @@ impl ArchiveReader {
             pos += f.len + 4;
         }
         Ok(ArchiveReader {
-            header,
-            crcs: vec![None; open.len()],
-            files: open,
-            running: None,
+            archive: Some(Archive {
+                header,
+                crcs: vec![None; open.len()],
+                files: open,
+                running: None,
+                total: pos,
+            }),
+            pending: None,
+            ready: Vec::new(),
+            ready_at: 0,
             total: pos,
             pos: 0,
         })
@@ -132,10 +167,70 @@ impl ArchiveReader {
         self.total == 0
     }
 
-    /// Fills `out` from the archive at the current position; returns how
-    /// many bytes (0 at the end).
-    fn read_at_pos(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        let pos = self.pos;
+    /// `AsyncRead::poll_read`: bytes from `pos`, read on the blocking pool
+    /// (inline only outside a runtime).
+    fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        loop {
+            if self.ready_at == self.pos && !self.ready.is_empty() {
+                let n = self.ready.len().min(buf.remaining());
+                buf.put_slice(&self.ready[..n]);
+                self.ready.drain(..n);
+                self.pos += n as u64;
+                self.ready_at = self.pos;
+                return Poll::Ready(Ok(()));
+            }
+            if let Some(h) = self.pending.as_mut() {
+                let done = std::task::ready!(Pin::new(h).poll(cx));
+                self.pending = None;
+                let (archive, at, read) = done.map_err(|e| {
+                    io::Error::other(format!("reading the snapshot's files failed: {e}"))
+                })?;
+                self.archive = Some(archive);
+                // Read before a seek moved `pos`: asked again below.
+                if at == self.pos {
+                    self.ready = read?;
+                    self.ready_at = at;
+                    if self.ready.is_empty() {
+                        return Poll::Ready(Ok(()));
+                    }
+                }
+                continue;
+            }
+            if self.pos >= self.total || buf.remaining() == 0 {
+                return Poll::Ready(Ok(()));
+            }
+            let mut archive = self.archive.take().ok_or_else(|| {
+                io::Error::other("an earlier failed read left the snapshot unreadable")
+            })?;
+            let (at, want) = (self.pos, buf.remaining().clamp(READ_MIN, READ_MAX));
+            let read = move || {
+                let mut v = vec![0u8; want];
+                let r = archive.read_at(at, &mut v).map(|n| {
+                    v.truncate(n);
+                    v
+                });
+                (archive, at, r)
+            };
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => self.pending = Some(rt.spawn_blocking(read)),
+                Err(_) => {
+                    let (archive, at, r) = read();
+                    self.archive = Some(archive);
+                    self.ready = r?;
+                    self.ready_at = at;
+                    if self.ready.is_empty() {
+                        return Poll::Ready(Ok(()));
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Archive {
+    /// Fills `out` from the archive at `pos`; returns how many bytes (0 at
+    /// the end).
+    fn read_at(&mut self, pos: u64, out: &mut [u8]) -> io::Result<usize> {
         if pos >= self.total || out.is_empty() {
             return Ok(0);
         }
@@ -332,12 +427,7 @@ impl AsyncRead for SnapshotData {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            SnapshotData::Out(a) => {
-                let n = a.read_at_pos(buf.initialize_unfilled())?;
-                buf.advance(n);
-                a.pos += n as u64;
-                Poll::Ready(Ok(()))
-            }
+            SnapshotData::Out(a) => a.poll_read(cx, buf),
             SnapshotData::In(f, _) => Pin::new(f).poll_read(cx, buf),
         }
     }
@@ -472,6 +562,52 @@ mod tests {
                 b"01234"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn a_chunk_read_again_out_of_order_gives_the_same_bytes_and_crcs() {
+        // openraft sends a chunk again after a failed send: the reader
+        // seeks back into a file it was reading in order (its running CRC
+        // is then lost, and the file's CRC is computed whole, on the
+        // blocking pool) and must give the same archive.
+        let t = tempfile::tempdir().unwrap();
+        let src = t.path().join("src");
+        let big: Vec<u8> = (0..1_000_000u32).map(|i| (i * 13 % 241) as u8).collect();
+        let fs = files(&src, &[("a", &big, big.len() as u64), ("b", b"tail", 4)]);
+        let mut whole = Vec::new();
+        SnapshotData::Out(ArchiveReader::open(&src, &fs).unwrap())
+            .read_to_end(&mut whole)
+            .await
+            .unwrap();
+        let mut d = SnapshotData::Out(ArchiveReader::open(&src, &fs).unwrap());
+        let chunk = 300_000u64;
+        let mut got = Vec::new();
+        let mut off = 0u64;
+        let mut retried = false;
+        while off < whole.len() as u64 {
+            d.seek(SeekFrom::Start(off)).await.unwrap();
+            let mut buf = vec![0u8; chunk as usize];
+            let mut n = 0;
+            while n < buf.len() {
+                let k = d.read(&mut buf[n..]).await.unwrap();
+                if k == 0 {
+                    break;
+                }
+                n += k;
+            }
+            if off == chunk && !retried {
+                // The second chunk "failed": sent again from its start.
+                retried = true;
+                continue;
+            }
+            got.extend_from_slice(&buf[..n]);
+            off += n as u64;
+        }
+        assert!(retried);
+        assert_eq!(got, whole);
+        let path = t.path().join("in");
+        std::fs::write(&path, &got).unwrap();
+        assert_eq!(unpack(&path, &t.path().join("out")).unwrap(), fs);
     }
 
     #[tokio::test]
