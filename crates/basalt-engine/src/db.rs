@@ -1415,6 +1415,33 @@ impl Db {
         self.meta(key).is_some()
     }
 
+    /// What `key` holds, from memory, whether or not it has expired: what
+    /// a write to it would replace (an expired key is dropped by the write
+    /// that finds it if no sweep got there first). `None` if nothing.
+    pub fn held(&self, key: &[u8]) -> Option<KeyKind> {
+        let inner = &*self.inner;
+        let idx = inner.shard(key).index.read();
+        let e = idx.keys.get(key)?;
+        if e.loc.file != MAP_FILE {
+            return Some(KeyKind::Value {
+                stored_len: e.loc.len,
+            });
+        }
+        let m = idx.maps.get(key)?;
+        Some(if m.tag == SEGMENTED_TAG {
+            let stored = m.fields.len() as u64 * crate::segmented::SEGMENT_LEN as u64;
+            KeyKind::Value {
+                stored_len: stored.min(u32::MAX as u64) as u32,
+            }
+        } else {
+            KeyKind::Map {
+                tag: m.tag,
+                len: m.fields.len(),
+                run: m.fields.run_base(),
+            }
+        })
+    }
+
     /// The key's kind, version and expiry, from memory.
     pub fn meta(&self, key: &[u8]) -> Option<KeyMeta> {
         let inner = &*self.inner;
@@ -2590,6 +2617,50 @@ mod tests {
     }
 
     #[test]
+    fn held_names_what_a_key_holds_even_after_it_expired() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path(), opts().active_expiry(false)).unwrap();
+        assert!(db.held(b"none").is_none());
+        let soon = db.inner.now() + 50;
+        db.put_with_expiry(b"v", b"value", Some(soon)).unwrap();
+        for f in 0..3u8 {
+            db.put_field(b"h", &[f], b"x").unwrap();
+        }
+        db.expire(b"h", soon).unwrap();
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while db.meta(b"v").is_some() || db.meta(b"h").is_some() {
+            assert!(Instant::now() < deadline, "the keys never expired");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(matches!(db.held(b"v"), Some(KeyKind::Value { .. })));
+        assert!(matches!(db.held(b"h"), Some(KeyKind::Map { len: 3, .. })));
+    }
+
+    /// Whether `madvise(MADV_POPULATE_WRITE)` works here, asked of a
+    /// scratch anonymous page.
+    fn populate_write_works() -> bool {
+        const MADV_POPULATE_WRITE: libc::c_int = 23;
+        // SAFETY: a fresh private anonymous page, advised, then unmapped;
+        // nothing else refers to it.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            if p == libc::MAP_FAILED {
+                return false;
+            }
+            let ok = libc::madvise(p, 4096, MADV_POPULATE_WRITE) == 0;
+            libc::munmap(p, 4096);
+            ok
+        }
+    }
+
+    #[test]
     fn appending_faults_in_the_space_ahead_of_the_stores_on_the_prefault_thread() {
         let dir = tempfile::tempdir().unwrap();
         let db = Db::open(dir.path(), opts().max_file_size(8 << 20)).unwrap();
@@ -2607,10 +2678,8 @@ mod tests {
         let from = end.next_multiple_of(PREFAULT_STEP);
         let len = (end + PREFAULT_AHEAD - from) as usize;
         let map = map.map.as_ref().expect("mapped");
-        if !map.resident(end, (from - end) as usize) {
-            // Not even the writer's own advice took: a kernel without
-            // MADV_POPULATE_WRITE (before 5.14), where it is ignored.
-            eprintln!("skipped: this kernel ignores MADV_POPULATE_WRITE");
+        if !populate_write_works() {
+            eprintln!("skipped: this kernel has no MADV_POPULATE_WRITE (before 5.14)");
             return;
         }
         let deadline = Instant::now() + std::time::Duration::from_secs(10);

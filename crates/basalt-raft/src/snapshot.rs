@@ -611,6 +611,39 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_seek_while_a_read_is_in_flight_hands_out_the_bytes_of_the_new_position() {
+        let t = tempfile::tempdir().unwrap();
+        let src = t.path().join("src");
+        let big: Vec<u8> = (0..500_000u32).map(|i| (i * 7 % 253) as u8).collect();
+        let fs = files(&src, &[("a", &big, big.len() as u64)]);
+        let mut whole = Vec::new();
+        SnapshotData::Out(ArchiveReader::open(&src, &fs).unwrap())
+            .read_to_end(&mut whole)
+            .await
+            .unwrap();
+        let mut d = SnapshotData::Out(ArchiveReader::open(&src, &fs).unwrap());
+        for (from, to) in [(0u64, 200_000u64), (100, 400_000), (300_000, 7)] {
+            d.seek(SeekFrom::Start(from)).await.unwrap();
+            // One poll: the read goes to the blocking pool (most likely
+            // still in flight when the seek below moves the position).
+            let mut first = [0u8; 1000];
+            let _ = std::future::poll_fn(|cx| {
+                let mut rb = ReadBuf::new(&mut first);
+                Poll::Ready(Pin::new(&mut d).poll_read(cx, &mut rb))
+            })
+            .await;
+            d.seek(SeekFrom::Start(to)).await.unwrap();
+            let mut got = vec![0u8; 50_000];
+            d.read_exact(&mut got).await.unwrap();
+            assert_eq!(
+                got,
+                whole[to as usize..to as usize + 50_000],
+                "from {from} to {to}"
+            );
+        }
+    }
+
+    #[tokio::test]
     async fn a_damaged_archive_is_refused() {
         let t = tempfile::tempdir().unwrap();
         let src = t.path().join("src");

@@ -384,9 +384,10 @@ const BOUNDED_DROP_BYTES: u32 = 512 << 10;
 /// Whether string write `name` (a command [`crate::lanes::bounded`] knows)
 /// over a key holding `held` now does bounded work: a string write drops a
 /// collection or a segmented value the key holds, as DEL would; a hash or
-/// set write adds to a collection of its type or fails on another. Not
-/// seen here: a collection that has expired but is not yet swept (`meta`
-/// says absent) is dropped by the write that finds it.
+/// set write adds to a collection of its type or fails on another. What
+/// the key holds is looked at whether or not it has expired (`Db::held`):
+/// the apply runs at the proposal's time, not this node's clock, and an
+/// expired collection not yet swept is dropped by the write that finds it.
 fn drop_is_bounded(name: &str, held: Option<KeyKind>) -> bool {
     let string_write = !matches!(
         name,
@@ -1137,10 +1138,14 @@ impl Applier for ReplApplier {
                 exec: None,
                 ..
             }) if (db as usize) < shared.keyspace.len() => {
-                let slot = shared.keyspace.read(db as usize);
+                // Never waited for on the Raft thread: a database being
+                // reopened or closed (or a writer queued for its slot)
+                // makes the entry unbounded instead.
+                let Some(slot) = shared.keyspace.try_read(db as usize) else {
+                    return false;
+                };
                 crate::lanes::bounded(&commands, |name, key| {
-                    slot.db()
-                        .is_none_or(|d| drop_is_bounded(name, d.meta(key).map(|m| m.kind)))
+                    slot.db().is_none_or(|d| drop_is_bounded(name, d.held(key)))
                 })
             }
             _ => false,
