@@ -571,10 +571,12 @@ impl<'a> Patch<'a> {
         mask: &[u64],
         out: &mut Vec<u8>,
     ) {
-        // Every byte its own run is the most the runs can take.
+        // Every marked byte its own run is the most the runs can take (a
+        // joined run spends fewer than a header's bytes on each gap).
+        let marked: usize = mask.iter().map(|w| w.count_ones() as usize).sum();
         let at = out.len();
         out.resize(
-            at + PATCH_HEADER_LEN + new.len() * (PATCH_RUN_HEADER_LEN + 1),
+            at + PATCH_HEADER_LEN + marked * (PATCH_RUN_HEADER_LEN + 1),
             0,
         );
         let n = Patch::encode_masked_into(base_offset, base_len, new, mask, &mut out[at..])
