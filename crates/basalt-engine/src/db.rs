@@ -1415,33 +1415,6 @@ impl Db {
         self.meta(key).is_some()
     }
 
-    /// What `key` holds, from memory, whether or not it has expired: what
-    /// a write to it would replace (an expired key is dropped by the write
-    /// that finds it if no sweep got there first). `None` if nothing.
-    pub fn held(&self, key: &[u8]) -> Option<KeyKind> {
-        let inner = &*self.inner;
-        let idx = inner.shard(key).index.read();
-        let e = idx.keys.get(key)?;
-        if e.loc.file != MAP_FILE {
-            return Some(KeyKind::Value {
-                stored_len: e.loc.len,
-            });
-        }
-        let m = idx.maps.get(key)?;
-        Some(if m.tag == SEGMENTED_TAG {
-            let stored = m.fields.len() as u64 * crate::segmented::SEGMENT_LEN as u64;
-            KeyKind::Value {
-                stored_len: stored.min(u32::MAX as u64) as u32,
-            }
-        } else {
-            KeyKind::Map {
-                tag: m.tag,
-                len: m.fields.len(),
-                run: m.fields.run_base(),
-            }
-        })
-    }
-
     /// The key's kind, version and expiry, from memory.
     pub fn meta(&self, key: &[u8]) -> Option<KeyMeta> {
         let inner = &*self.inner;
@@ -2614,26 +2587,6 @@ mod tests {
         for i in 0..20_000u32 {
             assert_eq!(db.get(&i.to_le_bytes()).unwrap(), Some(vec![i as u8; 100]));
         }
-    }
-
-    #[test]
-    fn held_names_what_a_key_holds_even_after_it_expired() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::open(dir.path(), opts().active_expiry(false)).unwrap();
-        assert!(db.held(b"none").is_none());
-        let soon = db.inner.now() + 50;
-        db.put_with_expiry(b"v", b"value", Some(soon)).unwrap();
-        for f in 0..3u8 {
-            db.put_field(b"h", &[f], b"x").unwrap();
-        }
-        db.expire(b"h", soon).unwrap();
-        let deadline = Instant::now() + std::time::Duration::from_secs(10);
-        while db.meta(b"v").is_some() || db.meta(b"h").is_some() {
-            assert!(Instant::now() < deadline, "the keys never expired");
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        assert!(matches!(db.held(b"v"), Some(KeyKind::Value { .. })));
-        assert!(matches!(db.held(b"h"), Some(KeyKind::Map { len: 3, .. })));
     }
 
     /// Whether `madvise(MADV_POPULATE_WRITE)` works here, asked of a

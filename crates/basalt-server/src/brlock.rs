@@ -103,17 +103,6 @@ impl<T> BrLock<T> {
         }
     }
 
-    /// [`BrLock::read`] if this thread's lane can be read-locked now
-    /// (no writer holds it or waits for it); `None` otherwise, at once.
-    pub fn try_read(&self) -> Option<ReadGuard<'_, T>> {
-        let lane = my_lane();
-        self.lanes[lane].0.try_lock_shared().then_some(ReadGuard {
-            lock: self,
-            lane,
-            _not_send: PhantomData,
-        })
-    }
-
     /// Exclusive access: every lane, write-locked in order (two writers
     /// cannot deadlock; a reader holds one lane and waits for none).
     pub fn write(&self) -> WriteGuard<'_, T> {
@@ -305,25 +294,6 @@ mod tests {
             assert!(r.join().unwrap() <= 100);
         }
         assert_eq!(*lock.read(), (100, 100));
-    }
-
-    #[test]
-    fn try_read_answers_at_once_and_only_while_no_writer_holds_the_lock() {
-        let lock = Arc::new(BrLock::new(1u32));
-        assert_eq!(lock.try_read().map(|g| *g), Some(1));
-        let w = lock.write();
-        // From another thread (another lane, as every reader would find).
-        let l = lock.clone();
-        assert!(std::thread::spawn(move || l.try_read().is_none())
-            .join()
-            .unwrap());
-        drop(w);
-        let l = lock.clone();
-        assert!(
-            std::thread::spawn(move || l.try_read().is_some_and(|g| *g == 1))
-                .join()
-                .unwrap()
-        );
     }
 
     #[test]

@@ -667,12 +667,6 @@ impl Keyspace {
         self.slots[n].read()
     }
 
-    /// [`Keyspace::read`] if database `n`'s slot can be read-locked now
-    /// (no writer holds it or waits for it); `None` otherwise, at once.
-    pub fn try_read(&self, n: usize) -> Option<SlotRead<'_>> {
-        self.slots[n].try_read()
-    }
-
     /// Database `n`'s engine, opening it if this is its first write.
     pub fn write(&self, n: usize) -> KsResult<DbRead<'_>> {
         let slot = self.slots[n].read();

@@ -77,28 +77,20 @@ fn records_bound(name: &str, argc: usize) -> Option<u64> {
 /// (whose work grows with the size of the keys they drop), GETSET, GETDEL,
 /// GETEX and SET with options (which read the old value, or may delete
 /// the key, whatever its size). What a node may apply on the thread that
-/// runs its Raft tasks (`Applier::bounded`). A plain write also drops
-/// whatever else its key holds, as DEL would, so each command's keys are
-/// handed to `key_ok` (the command's name, one key; MSET's every key) and
-/// the commands are bounded only if it says yes to every one: the caller
-/// looks at what the key holds now. Only the command names are looked at,
-/// by a walk over the bulk strings' lengths (the apply parses each command
-/// again anyway); anything that is not plain RESP arrays of bulk strings is
-/// not bounded.
-pub(crate) fn bounded(commands: &[u8], mut key_ok: impl FnMut(&str, &[u8]) -> bool) -> bool {
+/// runs its Raft tasks (`Applier::bounded`). Not excluded: a plain write
+/// over a key that holds a large collection of another type, or to an
+/// expired one, drops it as DEL would (rare; the apply then holds that
+/// thread as long).
+/// Only the command names are looked at, by a walk over the bulk strings'
+/// lengths (the apply parses each command again anyway); anything that is
+/// not plain RESP arrays of bulk strings is not bounded.
+pub(crate) fn bounded(commands: &[u8]) -> bool {
     // A command [`records_bound`] knows, less those named above.
-    fn known(name: &[u8], argc: usize) -> Option<&'static str> {
+    fn known(name: &[u8], argc: usize) -> bool {
         match commands::lookup(name).map(|def| def.name) {
-            None | Some("del" | "unlink" | "getset" | "getdel" | "getex") => None,
-            Some("set") => (argc == 3).then_some("set"),
-            Some(name) => records_bound(name, argc).map(|_| name),
-        }
-    }
-    // Whether argument `i` of command `name` is a key.
-    fn is_key(name: &str, i: usize) -> bool {
-        match name {
-            "mset" | "msetnx" => i % 2 == 1,
-            _ => i == 1,
+            None | Some("del" | "unlink" | "getset" | "getdel" | "getex") => false,
+            Some("set") => argc == 3,
+            Some(name) => records_bound(name, argc).is_some(),
         }
     }
     // The number after `*` or `$` at `at`, and where its line ends.
@@ -126,7 +118,6 @@ pub(crate) fn bounded(commands: &[u8], mut key_ok: impl FnMut(&str, &[u8]) -> bo
         if argc == 0 {
             return false;
         }
-        let mut name = "";
         for i in 0..argc {
             let Some((len, start)) = number(commands, at, b'$') else {
                 return false;
@@ -137,13 +128,7 @@ pub(crate) fn bounded(commands: &[u8], mut key_ok: impl FnMut(&str, &[u8]) -> bo
             if commands.get(end..end + 2) != Some(b"\r\n") {
                 return false;
             }
-            let arg = &commands[start..end];
-            if i == 0 {
-                match known(arg, argc) {
-                    Some(n) => name = n,
-                    None => return false,
-                }
-            } else if is_key(name, i) && !key_ok(name, arg) {
+            if i == 0 && !known(&commands[start..end], argc) {
                 return false;
             }
             at = end + 2;
@@ -480,32 +465,14 @@ mod tests {
 
     #[test]
     fn only_plain_string_hash_and_set_writes_are_bounded() {
-        let yes = |_: &str, _: &[u8]| true;
-        let mut keys = Vec::new();
-        assert!(bounded(
-            &resp(&[
-                &["SET", "a", "1"],
-                &["incr", "b"],
-                &["HSet", "h", "f", "v", "g", "w"],
-                &["sadd", "s", "m"],
-                &["MSET", "x", "1", "y", "2"],
-            ]),
-            |name, key| {
-                keys.push(format!("{name} {}", String::from_utf8_lossy(key)));
-                true
-            }
-        ));
-        // Each command's keys were asked about, and only those.
-        assert_eq!(
-            keys,
-            ["set a", "incr b", "hset h", "sadd s", "mset x", "mset y"]
-        );
-        assert!(bounded(b"", yes));
-        // A key the caller refuses makes the commands unbounded.
-        assert!(!bounded(
-            &resp(&[&["SET", "a", "1"], &["MSET", "x", "1", "big", "2"]]),
-            |_, key| key != b"big"
-        ));
+        assert!(bounded(&resp(&[
+            &["SET", "a", "1"],
+            &["incr", "b"],
+            &["HSet", "h", "f", "v", "g", "w"],
+            &["sadd", "s", "m"],
+            &["MSET", "x", "1", "y", "2"],
+        ])));
+        assert!(bounded(b""));
         for unbounded in [
             resp(&[&["SET", "a", "1"], &["DEL", "a"]]),
             resp(&[&["unlink", "a"]]),
@@ -520,7 +487,7 @@ mod tests {
             resp(&[&["GETEX", "a", "PERSIST"]]),
         ] {
             assert!(
-                !bounded(&unbounded, yes),
+                !bounded(&unbounded),
                 "{:?}",
                 String::from_utf8_lossy(&unbounded)
             );
@@ -536,7 +503,7 @@ mod tests {
             b"*1\r\n$\r\nSET\r\n",
             b"*1\r\n$99999999999999999999999\r\nSET\r\n",
         ] {
-            assert!(!bounded(bad, yes), "{:?}", String::from_utf8_lossy(bad));
+            assert!(!bounded(bad), "{:?}", String::from_utf8_lossy(bad));
         }
     }
 

@@ -42,7 +42,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use basalt_engine::{CheckpointFile, KeyKind};
+use basalt_engine::CheckpointFile;
 use basalt_raft::{Applier, Held, NodeAddr, NodeConfig, NodeId, RaftNode, WriteError};
 use basalt_resp::{Args, Encoder, Frame, Limits, Parsed, Protocol, RequestParser};
 use serde::{Deserialize, Serialize};
@@ -372,33 +372,6 @@ const BATCH_BYTES: usize = 4 << 20;
 
 /// The largest entry a node applies on its Raft thread (`Applier::bounded`).
 const BOUNDED_BYTES: usize = 1 << 20;
-
-/// The most fields of a collection a bounded string write may drop.
-const BOUNDED_DROP_FIELDS: usize = 1024;
-
-/// The most stored bytes of a value a bounded string write may replace (a
-/// segmented value, over 4096 bytes, is dropped one 512-byte segment at a
-/// time; what `meta` says of a plain value is not told apart from it).
-const BOUNDED_DROP_BYTES: u32 = 512 << 10;
-
-/// Whether string write `name` (a command [`crate::lanes::bounded`] knows)
-/// over a key holding `held` now does bounded work: a string write drops a
-/// collection or a segmented value the key holds, as DEL would; a hash or
-/// set write adds to a collection of its type or fails on another. What
-/// the key holds is looked at whether or not it has expired (`Db::held`):
-/// the apply runs at the proposal's time, not this node's clock, and an
-/// expired collection not yet swept is dropped by the write that finds it.
-fn drop_is_bounded(name: &str, held: Option<KeyKind>) -> bool {
-    let string_write = !matches!(
-        name,
-        "hset" | "hmset" | "hsetnx" | "hincrby" | "hincrbyfloat" | "hdel" | "sadd" | "srem"
-    );
-    match held {
-        Some(KeyKind::Map { len, .. }) => !string_write || len <= BOUNDED_DROP_FIELDS,
-        Some(KeyKind::Value { stored_len }) => !string_write || stored_len <= BOUNDED_DROP_BYTES,
-        None => true,
-    }
-}
 
 /// Group commit on the leader: proposals of all clients queue here, and
 /// whatever queued while `raft-in-flight` entries (`Config::raft_in_flight`,
@@ -1128,26 +1101,12 @@ impl Applier for ReplApplier {
         if payload.len() > BOUNDED_BYTES {
             return false;
         }
-        let Some(shared) = self.shared.upgrade() else {
-            return false;
-        };
         let one = |p: &[u8]| match decode_proposal(p) {
             Ok(Proposal::Run {
-                db,
                 commands,
                 exec: None,
                 ..
-            }) if (db as usize) < shared.keyspace.len() => {
-                // Never waited for on the Raft thread: a database being
-                // reopened or closed (or a writer queued for its slot)
-                // makes the entry unbounded instead.
-                let Some(slot) = shared.keyspace.try_read(db as usize) else {
-                    return false;
-                };
-                crate::lanes::bounded(&commands, |name, key| {
-                    slot.db().is_none_or(|d| drop_is_bounded(name, d.held(key)))
-                })
-            }
+            }) => crate::lanes::bounded(&commands),
             _ => false,
         };
         match split_batch(payload) {
@@ -1759,34 +1718,6 @@ pub(crate) async fn switch_master_announcer(shared: Arc<Shared>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_string_write_over_a_large_collection_or_segmented_value_is_not_bounded() {
-        let map = |len| {
-            Some(KeyKind::Map {
-                tag: 1,
-                len,
-                run: None,
-            })
-        };
-        let value = |stored_len| Some(KeyKind::Value { stored_len });
-        // Nothing there, a small value, a small collection: bounded.
-        for held in [None, value(100), map(BOUNDED_DROP_FIELDS)] {
-            for name in ["set", "incr", "mset", "hset", "sadd"] {
-                assert!(drop_is_bounded(name, held), "{name} over {held:?}");
-            }
-        }
-        // A string write drops a large collection or a long value.
-        for held in [map(BOUNDED_DROP_FIELDS + 1), value(BOUNDED_DROP_BYTES + 1)] {
-            for name in ["set", "setex", "incr", "mset", "msetnx"] {
-                assert!(!drop_is_bounded(name, held), "{name} over {held:?}");
-            }
-            // A hash or set write adds to it, or fails on another type.
-            for name in ["hset", "hsetnx", "hdel", "sadd", "srem"] {
-                assert!(drop_is_bounded(name, held), "{name} over {held:?}");
-            }
-        }
-    }
 
     fn run(commands: &[u8]) -> Vec<u8> {
         bincode::serialize(&Proposal::Run {
