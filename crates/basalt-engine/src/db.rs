@@ -253,6 +253,13 @@ impl DataFile {
         self.appending.store(appending, Ordering::Relaxed);
     }
 
+    /// [`FileMap::prefault_for_write`] of this file's map, if it has one.
+    fn prefault_for_write(&self, offset: u64, len: u64) {
+        if let Some(map) = self.map.as_ref() {
+            map.prefault_for_write(offset, len);
+        }
+    }
+
     /// Length of the writable map, or `None` when appends must use `pwrite`.
     fn writable_len(&self) -> Option<u64> {
         self.map
@@ -330,9 +337,7 @@ fn prefault_ahead(data: &Arc<DataFile>, offset: u64, len: u64) {
             .name("basalt-prefault".into())
             .spawn(move || {
                 for (data, offset, len) in rx {
-                    if let Some(map) = data.map.as_ref() {
-                        map.prefault_for_write(offset, len);
-                    }
+                    data.prefault_for_write(offset, len);
                 }
             })
             .ok()
@@ -342,9 +347,7 @@ fn prefault_ahead(data: &Arc<DataFile>, offset: u64, len: u64) {
         .as_ref()
         .is_some_and(|tx| tx.send((data.clone(), offset, len)).is_ok());
     if !sent {
-        if let Some(map) = data.map.as_ref() {
-            map.prefault_for_write(offset, len);
-        }
+        data.prefault_for_write(offset, len);
     }
 }
 
@@ -889,9 +892,7 @@ impl Inner {
             // record, a record longer than the step): faulted in here.
             let from = m.prefaulted.max(w.len);
             let to = end.next_multiple_of(PREFAULT_STEP).min(m.allocated);
-            if let Some(map) = m.data.map.as_ref() {
-                map.prefault_for_write(from, to - from);
-            }
+            m.data.prefault_for_write(from, to - from);
             m.prefaulted = to;
         }
         if ahead > m.prefaulted {

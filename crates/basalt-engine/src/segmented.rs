@@ -275,6 +275,35 @@ fn append_segment(
     )
 }
 
+/// Room for the longest patch this build writes, on the stack.
+struct PatchBuf([u8; PATCH_HEADER_LEN + PATCH_WRITE_MAX]);
+
+impl Default for PatchBuf {
+    fn default() -> Self {
+        PatchBuf([0; PATCH_HEADER_LEN + PATCH_WRITE_MAX])
+    }
+}
+
+/// Encodes into `out` the patch of segment bytes `new` against the full
+/// record at `base`, over the bytes `mask` marks, if a patch may be
+/// written: its runs come to at most [`PATCH_WRITE_MAX`] bytes (encoding
+/// stops as soon as they outgrow it) and its record fits the active file
+/// without sealing it (so the base stays in the patch's file). Its length,
+/// or `None`: the whole segment is written instead. The caller holds the
+/// writer lock.
+fn encode_patch(
+    inner: &Inner,
+    w: &Writer,
+    key: &[u8],
+    base: Loc,
+    new: &[u8],
+    mask: &[u64],
+    out: &mut PatchBuf,
+) -> Option<usize> {
+    Patch::encode_masked_into(base.offset, base.len, new, mask, &mut out.0)
+        .filter(|&n| inner.fits_active(w, segment_record_len(key, n) as u64))
+}
+
 /// How one attempt at a ranged write ended.
 /// The longest range [`Db::try_modify_range_if_changed`] compares.
 const UNCHANGED_MAX: usize = 8;
@@ -793,13 +822,11 @@ impl Db {
                     entry.diff.insert(diff)
                 }
             };
-            // Encoded on the stack, and only as far as a patch may go.
-            let mut v = [0u8; PATCH_HEADER_LEN + PATCH_WRITE_MAX];
-            let n = Patch::encode_masked_into(base.offset, base.len, &entry.bytes, diff, &mut v)
-                .filter(|&n| inner.fits_active(&w, segment_record_len(key, n) as u64));
+            let mut v = PatchBuf::default();
+            let n = encode_patch(inner, &w, key, base, &entry.bytes, diff, &mut v);
             let patch = n.is_some();
             let value: &[u8] = match n {
-                Some(n) => &v[..n],
+                Some(n) => &v.0[..n],
                 None => &entry.bytes,
             };
             // On an error the changed entry is dropped: the old record
@@ -1192,7 +1219,11 @@ impl Db {
         p: &PatchFrom,
         (i, bytes): (u64, &[u8]),
     ) -> Option<Vec<u8>> {
-        if i != p.i || p.base.file != w.file_id || bytes.len() != p.base_bytes.len() {
+        if i != p.i
+            || p.base.file != w.file_id
+            || bytes.len() != p.base_bytes.len()
+            || bytes.len() > SEGMENT_LEN
+        {
             return None;
         }
         // Segment i is not the last now; it must not become the last after
@@ -1205,12 +1236,11 @@ impl Db {
         if self.inner.group.busy() {
             return None;
         }
-        let mut v = Vec::with_capacity(PATCH_HEADER_LEN + 32);
-        Patch::encode_diff(p.base.offset, p.base.len, &p.base_bytes, bytes, &mut v);
-        let record = segment_record_len(key, v.len()) as u64;
-        // Not where the append would seal the file: the base stays in it.
-        let fits = self.inner.fits_active(w, record);
-        (v.len() - PATCH_HEADER_LEN <= PATCH_WRITE_MAX && fits).then_some(v)
+        let mut mask = DiffMask::default();
+        Patch::mark(&p.base_bytes, bytes, 0, bytes.len(), &mut mask);
+        let mut v = PatchBuf::default();
+        let n = encode_patch(&self.inner, w, key, p.base, bytes, &mask, &mut v)?;
+        Some(v.0[..n].to_vec())
     }
 
     /// Writes whole the last segment of every segmented value whose last

@@ -98,12 +98,12 @@ struct Inner {
     segments: BTreeMap<u64, Segment>,
     vote: Option<Vote<NodeId>>,
     purged: Option<LogId>,
-    /// Written since the last fsync of the active segment.
-    dirty: bool,
-    /// Appends so far (each sets `dirty`): the syncer, which fsyncs
-    /// without holding the lock, clears `dirty` only if none came in while
-    /// it did.
+    /// Appends so far, and how many of them the last fsync of the active
+    /// segment covered: the log is dirty while they differ. The syncer,
+    /// which fsyncs without holding the lock, covers only the appends made
+    /// before it took its handle.
     appends: u64,
+    synced: u64,
     /// Set when an I/O error left the files in doubt: every later write
     /// fails.
     failed: Option<String>,
@@ -207,8 +207,8 @@ impl LogStore {
             segments: BTreeMap::new(),
             vote,
             purged,
-            dirty: false,
             appends: 0,
+            synced: 0,
             failed: None,
         };
         let purged_index = purged.map(|l| l.index);
@@ -278,7 +278,7 @@ fn spawn_syncer(inner: Weak<Mutex<Inner>>, every: Duration) {
 fn sync_unlocked(inner: &Mutex<Inner>, during: impl FnOnce()) {
     let (file, appends) = {
         let mut g = inner.lock();
-        if !g.dirty || g.failed.is_some() {
+        if !g.dirty() || g.failed.is_some() {
             return;
         }
         let Some((_, seg)) = g.segments.iter().next_back() else {
@@ -299,8 +299,7 @@ fn sync_unlocked(inner: &Mutex<Inner>, during: impl FnOnce()) {
     let r = file.sync_data();
     let mut g = inner.lock();
     match r {
-        Ok(()) if g.appends == appends => g.dirty = false,
-        Ok(()) => {}
+        Ok(()) => g.synced = g.synced.max(appends),
         Err(e) => {
             tracing::error!("raft log fsync failed: {e}");
             g.failed = Some(format!("fsync: {e}"));
@@ -416,12 +415,18 @@ impl Inner {
         if let Some((_, seg)) = self.segments.iter().next_back() {
             seg.file.sync_data()?;
         }
-        self.dirty = false;
+        self.synced = self.appends;
         Ok(())
     }
 
+    /// Whether entries were appended since the last fsync of the active
+    /// segment.
+    fn dirty(&self) -> bool {
+        self.appends != self.synced
+    }
+
     fn new_segment(&mut self, first: u64) -> io::Result<()> {
-        if self.dirty {
+        if self.dirty() {
             self.sync_active()?;
         }
         let path = segment_path(&self.dir, first);
@@ -463,7 +468,6 @@ impl Inner {
             let offset = seg.len;
             seg.len += rec.len() as u64;
             seg.next = index + 1;
-            self.dirty = true;
             self.appends += 1;
             self.entries.insert(
                 index,
@@ -634,7 +638,7 @@ mod tests {
         // A long interval: the test drives the syncer's step itself.
         let log = LogStore::open(t.path(), SyncPolicy::EveryMs(3_600_000)).unwrap();
         log.inner.lock().append(vec![entry(1)]).unwrap();
-        assert!(log.inner.lock().dirty);
+        assert!(log.inner.lock().dirty());
         // While the step fsyncs, the log is free: an append goes in at
         // once, and the log stays dirty for it.
         sync_unlocked(&log.inner, || {
@@ -642,12 +646,12 @@ mod tests {
             g.append(vec![entry(2)]).unwrap();
         });
         assert!(
-            log.inner.lock().dirty,
+            log.inner.lock().dirty(),
             "an append during the fsync was marked synced"
         );
         // The next step, with nothing appended meanwhile, clears it.
         sync_unlocked(&log.inner, || {});
-        assert!(!log.inner.lock().dirty);
+        assert!(!log.inner.lock().dirty());
         // Nothing to do now: the step returns without calling `during`.
         sync_unlocked(&log.inner, || panic!("fsynced a clean log"));
     }

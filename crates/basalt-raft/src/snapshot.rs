@@ -564,6 +564,16 @@ mod tests {
         }
     }
 
+    /// The archive of `files` under `src`, read from start to end.
+    async fn archive_bytes(src: &Path, files: &[CheckpointFile]) -> Vec<u8> {
+        let mut whole = Vec::new();
+        SnapshotData::Out(ArchiveReader::open(src, files).unwrap())
+            .read_to_end(&mut whole)
+            .await
+            .unwrap();
+        whole
+    }
+
     #[tokio::test]
     async fn a_chunk_read_again_out_of_order_gives_the_same_bytes_and_crcs() {
         // openraft sends a chunk again after a failed send: the reader
@@ -574,11 +584,7 @@ mod tests {
         let src = t.path().join("src");
         let big: Vec<u8> = (0..1_000_000u32).map(|i| (i * 13 % 241) as u8).collect();
         let fs = files(&src, &[("a", &big, big.len() as u64), ("b", b"tail", 4)]);
-        let mut whole = Vec::new();
-        SnapshotData::Out(ArchiveReader::open(&src, &fs).unwrap())
-            .read_to_end(&mut whole)
-            .await
-            .unwrap();
+        let whole = archive_bytes(&src, &fs).await;
         let mut d = SnapshotData::Out(ArchiveReader::open(&src, &fs).unwrap());
         let chunk = 300_000u64;
         let mut got = Vec::new();
@@ -616,11 +622,7 @@ mod tests {
         let src = t.path().join("src");
         let big: Vec<u8> = (0..500_000u32).map(|i| (i * 7 % 253) as u8).collect();
         let fs = files(&src, &[("a", &big, big.len() as u64)]);
-        let mut whole = Vec::new();
-        SnapshotData::Out(ArchiveReader::open(&src, &fs).unwrap())
-            .read_to_end(&mut whole)
-            .await
-            .unwrap();
+        let whole = archive_bytes(&src, &fs).await;
         let mut d = SnapshotData::Out(ArchiveReader::open(&src, &fs).unwrap());
         for (from, to) in [(0u64, 200_000u64), (100, 400_000), (300_000, 7)] {
             d.seek(SeekFrom::Start(from)).await.unwrap();
