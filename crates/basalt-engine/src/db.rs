@@ -18,12 +18,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use hashbrown::HashMap;
+use hashbrown::{HashMap, HashSet};
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::batch::BatchGroup;
@@ -427,6 +427,16 @@ impl FileInfo {
     }
 }
 
+/// What [`Db::large_map`] found at a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LargeMap {
+    /// Its fields (segments, for a value kept as segments).
+    pub fields: usize,
+    /// Its expiry, ms since the epoch; 0 for none. May be past: an expired
+    /// map stays until it is purged.
+    pub expiry: u64,
+}
+
 /// A shard's index: keys, maps, expiries, files.
 #[derive(Debug, Default)]
 pub(crate) struct Index {
@@ -435,6 +445,71 @@ pub(crate) struct Index {
     pub expires: HashMap<Box<[u8]>, u64>,
     pub queue: BTreeSet<(u64, Box<[u8]>)>,
     pub files: BTreeMap<u32, FileInfo>,
+    /// The maps of more than [`LARGE_MAP_FIELDS`] fields.
+    pub large: LargeMaps,
+}
+
+/// A map holds "many" fields above this: dropping it (a write that
+/// replaces it, DEL) then costs time linear in them, about 50 ns each.
+/// [`Db::large_maps`] counts such maps.
+pub const LARGE_MAP_FIELDS: usize = 1024;
+
+/// A shard's maps of more than [`LARGE_MAP_FIELDS`] fields (expired ones
+/// not yet purged included), and the database-wide count they add to.
+/// Updated only where a map's field count crosses the line or the map
+/// goes, so a field write pays one comparison.
+#[derive(Debug, Default)]
+pub(crate) struct LargeMaps {
+    keys: HashSet<Box<[u8]>>,
+    total: Arc<AtomicUsize>,
+}
+
+impl LargeMaps {
+    /// Counts this shard's maps into `total` (the database's), from now on.
+    pub fn attach(&mut self, total: &Arc<AtomicUsize>) {
+        total.fetch_add(self.keys.len(), Ordering::AcqRel);
+        self.total = total.clone();
+    }
+    /// The map at `key` now has `len` fields, one more than before.
+    #[inline]
+    pub fn grew(&mut self, key: &[u8], len: usize) {
+        if len == LARGE_MAP_FIELDS + 1 && self.keys.insert(key.into()) {
+            self.total.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+    /// The map at `key` now has `len` fields, one fewer than before.
+    #[inline]
+    pub fn shrank(&mut self, key: &[u8], len: usize) {
+        if len == LARGE_MAP_FIELDS {
+            self.forget(key);
+        }
+    }
+    /// The map at `key`, of `len` fields, is gone.
+    #[inline]
+    pub fn dropped(&mut self, key: &[u8], len: usize) {
+        if len > LARGE_MAP_FIELDS {
+            self.forget(key);
+        }
+    }
+    fn forget(&mut self, key: &[u8]) {
+        if self.keys.remove(key) {
+            self.total.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+    /// Rebuilt from the maps (at open).
+    pub fn rebuild(&mut self, maps: &HashMap<Box<[u8]>, MapEntry>) {
+        let before = self.keys.len();
+        self.keys = maps
+            .iter()
+            .filter(|(_, m)| m.fields.len() > LARGE_MAP_FIELDS)
+            .map(|(k, _)| k.clone())
+            .collect();
+        self.total.fetch_sub(before, Ordering::AcqRel);
+        self.total.fetch_add(self.keys.len(), Ordering::AcqRel);
+    }
+    pub fn contains(&self, key: &[u8]) -> bool {
+        !self.keys.is_empty() && self.keys.contains(key)
+    }
 }
 
 impl Index {
@@ -487,6 +562,7 @@ impl Index {
     /// Drops the map of `key` (not its keydir entry), fixing accounting.
     fn drop_map(&mut self, key: &[u8]) {
         if let Some(m) = self.maps.remove(key) {
+            self.large.dropped(key, m.fields.len());
             for loc in m.fields.values() {
                 self.sub_live(loc);
             }
@@ -714,6 +790,9 @@ pub(crate) struct Inner {
     /// Tokens of the conditional commits recovery accepted (see
     /// [`Db::commit_tokens`]).
     pub tokens: Vec<u64>,
+    /// How many maps hold more than [`LARGE_MAP_FIELDS`] fields, over all
+    /// shards ([`LargeMaps`]).
+    pub large_maps: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl fmt::Debug for Inner {
@@ -1417,6 +1496,33 @@ impl Db {
     }
 
     /// The key's kind, version and expiry, from memory.
+    /// How many maps of more than [`LARGE_MAP_FIELDS`] fields (collections,
+    /// and values kept as segments, whose fields are 512-byte segments:
+    /// over 512 KiB) this database holds, expired ones not yet purged
+    /// included. A write that replaces such a map, or finds it expired,
+    /// drops every field of it, in time linear in them: a caller that must
+    /// not spend that on some thread checks this count first (one atomic
+    /// load) and [`Db::large_map`] per key only when it is not zero.
+    pub fn large_maps(&self) -> usize {
+        self.inner.large_maps.load(Ordering::Acquire)
+    }
+
+    /// The map of more than [`LARGE_MAP_FIELDS`] fields at `key`, expired
+    /// or not (a write drops an expired one as it would a live one): its
+    /// field count and its expiry (ms since the epoch, 0 for none, perhaps
+    /// past). `None` for any other key.
+    pub fn large_map(&self, key: &[u8]) -> Option<LargeMap> {
+        let idx = self.inner.shard(key).index.read();
+        if !idx.large.contains(key) {
+            return None;
+        }
+        let m = idx.maps.get(key)?;
+        Some(LargeMap {
+            fields: m.fields.len(),
+            expiry: idx.expiry_of(key).unwrap_or(0),
+        })
+    }
+
     pub fn meta(&self, key: &[u8]) -> Option<KeyMeta> {
         let inner = &*self.inner;
         let shard = inner.shard(key);
@@ -1957,8 +2063,10 @@ impl Db {
             let m = idx.maps.get_mut(key).expect("map key without a map");
             m.version = seq;
             let old = m.fields.insert(field, loc);
-            if let Some(old) = old {
-                idx.sub_live(old);
+            let len = m.fields.len();
+            match old {
+                Some(old) => idx.sub_live(old),
+                None => idx.large.grew(key, len),
             }
             idx.add_live(loc);
             old.is_none()
@@ -2183,6 +2291,8 @@ impl Db {
             m.version = seq;
             debug_assert_eq!(m.fields.name_at(pos).as_deref(), Some(field));
             if let Some(old) = m.fields.swap_remove_index(pos) {
+                let len = m.fields.len();
+                idx.large.shrank(key, len);
                 idx.sub_live(old);
             }
         }

@@ -82,7 +82,7 @@ pub use cold::{
     unstage_record, ColdRead, ColdValue, Lookup, ReadPlan, Residency, StagePlan, VersionedLookup,
 };
 pub use compaction::CompactionReport;
-pub use db::{Db, FileStats, KeyKind, KeyMeta, Stats, Versioned};
+pub use db::{Db, FileStats, KeyKind, KeyMeta, LargeMap, Stats, Versioned, LARGE_MAP_FIELDS};
 pub use error::{Error, Result};
 pub use format::{crc32c, crc32c_append};
 pub use keydir::prefetch_read;

@@ -597,6 +597,7 @@ impl Loader {
             }
         }
         let mut idx = self.idx;
+        idx.large.rebuild(&idx.maps);
         let maps: Vec<(Box<[u8]>, u64, u64)> = idx
             .maps
             .iter()
@@ -1289,8 +1290,10 @@ impl Db {
         let mut shards = Vec::with_capacity(nshards);
         let mut aborted = Vec::new();
         let mut next_seq = base_seq.load(Ordering::SeqCst).max(1);
+        let large_maps = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         for (i, l) in loaded.into_iter().enumerate() {
-            let l = l?;
+            let mut l = l?;
+            l.index.large.attach(&large_maps);
             aborted.extend_from_slice(&l.aborted);
             next_seq = next_seq.max(l.max_seq + 1);
             let w = &l.writer;
@@ -1341,6 +1344,7 @@ impl Db {
             compaction: Mutex::new(()),
             deleting: parking_lot::RwLock::new(()),
             lock_file,
+            large_maps,
         });
         let workers = crate::compaction::spawn_workers(&inner);
         let db = Db {

@@ -238,8 +238,10 @@ fn index_segment(idx: &mut Index, key: &[u8], i: u64, loc: Loc) -> Option<Loc> {
     let m = idx.maps.get_mut(key).expect("segmented key without a map");
     m.version = loc.seq;
     let old = m.fields.insert(&name(i), loc);
-    if let Some(old) = old {
-        idx.sub_live(old);
+    let len = m.fields.len();
+    match old {
+        Some(old) => idx.sub_live(old),
+        None => idx.large.grew(key, len),
     }
     idx.add_live(loc);
     old

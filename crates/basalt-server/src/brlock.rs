@@ -103,6 +103,17 @@ impl<T> BrLock<T> {
         }
     }
 
+    /// [`BrLock::read`] unless that would wait (a writer holds or awaits
+    /// this thread's lane): then `None`.
+    pub fn try_read(&self) -> Option<ReadGuard<'_, T>> {
+        let lane = my_lane();
+        self.lanes[lane].0.try_lock_shared().then_some(ReadGuard {
+            lock: self,
+            lane,
+            _not_send: PhantomData,
+        })
+    }
+
     /// Exclusive access: every lane, write-locked in order (two writers
     /// cannot deadlock; a reader holds one lane and waits for none).
     pub fn write(&self) -> WriteGuard<'_, T> {

@@ -667,6 +667,12 @@ impl Keyspace {
         self.slots[n].read()
     }
 
+    /// [`Keyspace::read`] unless that would wait (SWAPDB, FLUSHDB or a
+    /// first open holds or awaits the slot): then `None`.
+    pub fn try_read(&self, n: usize) -> Option<SlotRead<'_>> {
+        self.slots[n].try_read()
+    }
+
     /// Database `n`'s engine, opening it if this is its first write.
     pub fn write(&self, n: usize) -> KsResult<DbRead<'_>> {
         let slot = self.slots[n].read();

@@ -77,21 +77,38 @@ fn records_bound(name: &str, argc: usize) -> Option<u64> {
 /// (whose work grows with the size of the keys they drop), GETSET, GETDEL,
 /// GETEX and SET with options (which read the old value, or may delete
 /// the key, whatever its size). What a node may apply on the thread that
-/// runs its Raft tasks (`Applier::bounded`). Not excluded: a plain write
-/// over a key that holds a large collection of another type, or to an
-/// expired one, drops it as DEL would (rare; the apply then holds that
-/// thread as long).
-/// Only the command names are looked at, by a walk over the bulk strings'
-/// lengths (the apply parses each command again anyway); anything that is
-/// not plain RESP arrays of bulk strings is not bounded.
-pub(crate) fn bounded(commands: &[u8]) -> bool {
+/// runs its Raft tasks (`Applier::bounded`). A plain write also drops
+/// whatever else its key holds, as DEL would, and any write drops an
+/// expired key it finds; so each command's keys are handed to `key_ok`
+/// (whether it writes a string, and one key; MSET's every key) and the
+/// commands are bounded only if it says yes to every one: the caller looks
+/// at what the key holds now. Only the command names are looked at, by a
+/// walk over the bulk strings' lengths (the apply parses each command
+/// again anyway); anything that is not plain RESP arrays of bulk strings
+/// is not bounded.
+pub(crate) fn bounded(commands: &[u8], mut key_ok: impl FnMut(bool, &[u8]) -> bool) -> bool {
     // A command [`records_bound`] knows, less those named above.
-    fn known(name: &[u8], argc: usize) -> bool {
+    fn known(name: &[u8], argc: usize) -> Option<&'static str> {
         match commands::lookup(name).map(|def| def.name) {
-            None | Some("del" | "unlink" | "getset" | "getdel" | "getex") => false,
-            Some("set") => argc == 3,
-            Some(name) => records_bound(name, argc).is_some(),
+            None | Some("del" | "unlink" | "getset" | "getdel" | "getex") => None,
+            Some("set") => (argc == 3).then_some("set"),
+            Some(name) => records_bound(name, argc).map(|_| name),
         }
+    }
+    // Whether argument `i` of command `name` is a key.
+    fn is_key(name: &str, i: usize) -> bool {
+        match name {
+            "mset" | "msetnx" => i % 2 == 1,
+            _ => i == 1,
+        }
+    }
+    // Whether `name` writes a string (and so replaces a key of another
+    // type): all the known commands but the hash and set ones.
+    fn writes_string(name: &str) -> bool {
+        !matches!(
+            name,
+            "hset" | "hmset" | "hsetnx" | "hincrby" | "hincrbyfloat" | "hdel" | "sadd" | "srem"
+        )
     }
     // The number after `*` or `$` at `at`, and where its line ends.
     fn number(b: &[u8], at: usize, sigil: u8) -> Option<(usize, usize)> {
@@ -118,6 +135,7 @@ pub(crate) fn bounded(commands: &[u8]) -> bool {
         if argc == 0 {
             return false;
         }
+        let mut name = "";
         for i in 0..argc {
             let Some((len, start)) = number(commands, at, b'$') else {
                 return false;
@@ -128,7 +146,13 @@ pub(crate) fn bounded(commands: &[u8]) -> bool {
             if commands.get(end..end + 2) != Some(b"\r\n") {
                 return false;
             }
-            if i == 0 && !known(&commands[start..end], argc) {
+            let arg = &commands[start..end];
+            if i == 0 {
+                match known(arg, argc) {
+                    Some(n) => name = n,
+                    None => return false,
+                }
+            } else if is_key(name, i) && !key_ok(writes_string(name), arg) {
                 return false;
             }
             at = end + 2;
@@ -465,14 +489,41 @@ mod tests {
 
     #[test]
     fn only_plain_string_hash_and_set_writes_are_bounded() {
-        assert!(bounded(&resp(&[
-            &["SET", "a", "1"],
-            &["incr", "b"],
-            &["HSet", "h", "f", "v", "g", "w"],
-            &["sadd", "s", "m"],
-            &["MSET", "x", "1", "y", "2"],
-        ])));
-        assert!(bounded(b""));
+        let yes = |_: bool, _: &[u8]| true;
+        let mut keys = Vec::new();
+        assert!(bounded(
+            &resp(&[
+                &["SET", "a", "1"],
+                &["incr", "b"],
+                &["HSet", "h", "f", "v", "g", "w"],
+                &["sadd", "s", "m"],
+                &["MSET", "x", "1", "y", "2"],
+            ]),
+            |string, key| {
+                keys.push((string, String::from_utf8_lossy(key).into_owned()));
+                true
+            }
+        ));
+        // Each command's keys were asked about, and only those, with
+        // whether the command writes a string.
+        let asked: Vec<(bool, &str)> = keys.iter().map(|(s, k)| (*s, k.as_str())).collect();
+        assert_eq!(
+            asked,
+            [
+                (true, "a"),
+                (true, "b"),
+                (false, "h"),
+                (false, "s"),
+                (true, "x"),
+                (true, "y")
+            ]
+        );
+        assert!(bounded(b"", yes));
+        // A key the caller refuses makes the commands unbounded.
+        assert!(!bounded(
+            &resp(&[&["SET", "a", "1"], &["MSET", "x", "1", "big", "2"]]),
+            |_, key| key != b"big"
+        ));
         for unbounded in [
             resp(&[&["SET", "a", "1"], &["DEL", "a"]]),
             resp(&[&["unlink", "a"]]),
@@ -487,7 +538,7 @@ mod tests {
             resp(&[&["GETEX", "a", "PERSIST"]]),
         ] {
             assert!(
-                !bounded(&unbounded),
+                !bounded(&unbounded, yes),
                 "{:?}",
                 String::from_utf8_lossy(&unbounded)
             );
@@ -503,7 +554,7 @@ mod tests {
             b"*1\r\n$\r\nSET\r\n",
             b"*1\r\n$99999999999999999999999\r\nSET\r\n",
         ] {
-            assert!(!bounded(bad), "{:?}", String::from_utf8_lossy(bad));
+            assert!(!bounded(bad, yes), "{:?}", String::from_utf8_lossy(bad));
         }
     }
 

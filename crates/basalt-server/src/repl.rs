@@ -373,6 +373,21 @@ const BATCH_BYTES: usize = 4 << 20;
 /// The largest entry a node applies on its Raft thread (`Applier::bounded`).
 const BOUNDED_BYTES: usize = 1 << 20;
 
+/// Whether a write of the kind [`crate::lanes::bounded`] knows, to a key
+/// holding `large` now (what `Db::large_map` says), does bounded work. A
+/// string write replaces a large map, dropping every field, as DEL would;
+/// a hash or set write adds to or removes from one of its type, or fails
+/// on another, unless the map expires: a write that finds it expired (by
+/// the apply's clock, the proposer's, which this thread cannot foresee)
+/// drops it first. So only a large map without an expiry takes a hash or
+/// set write in bounded time.
+fn drop_is_bounded(string_write: bool, large: Option<basalt_engine::LargeMap>) -> bool {
+    match large {
+        None => true,
+        Some(m) => !string_write && m.expiry == 0,
+    }
+}
+
 /// Group commit on the leader: proposals of all clients queue here, and
 /// whatever queued while `raft-in-flight` entries (`Config::raft_in_flight`,
 /// default 4) were in flight goes to the
@@ -584,6 +599,7 @@ async fn start_on_raft_thread(
     std::thread::Builder::new()
         .name("basalt-raft".into())
         .spawn(move || {
+            ON_RAFT_THREAD.with(|on| on.set(true));
             let mut builder = if threads <= 1 {
                 tokio::runtime::Builder::new_current_thread()
             } else {
@@ -994,6 +1010,12 @@ fn rewrite_evalsha(shared: &Shared, args: &Args<'_>) -> Result<Option<Vec<Vec<u8
     Ok(Some(v))
 }
 
+thread_local! {
+    /// Set on the thread that runs a node's Raft tasks
+    /// ([`start_on_raft_thread`]), so an apply knows it runs there.
+    static ON_RAFT_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// The state machine's side of the server: runs committed entries.
 pub struct ReplApplier {
     shared: Weak<Shared>,
@@ -1028,6 +1050,10 @@ pub struct ReplStats {
     pub round_us: AtomicU64,
     /// Entries applied here.
     pub applied: AtomicU64,
+    /// Those among them applied on the thread that runs the node's Raft
+    /// tasks (`Applier::bounded` said yes and its locks were free), not
+    /// on the blocking pool.
+    pub applied_on_raft_thread: AtomicU64,
     /// Microseconds spent applying them, summed.
     pub apply_us: AtomicU64,
 }
@@ -1101,12 +1127,28 @@ impl Applier for ReplApplier {
         if payload.len() > BOUNDED_BYTES {
             return false;
         }
+        let Some(shared) = self.shared.upgrade() else {
+            return false;
+        };
         let one = |p: &[u8]| match decode_proposal(p) {
             Ok(Proposal::Run {
+                db,
                 commands,
                 exec: None,
                 ..
-            }) => crate::lanes::bounded(&commands),
+            }) if (db as usize) < shared.keyspace.len() => {
+                // Held by SWAPDB, FLUSHDB or a first open: not waited for.
+                let Some(slot) = shared.keyspace.try_read(db as usize) else {
+                    return false;
+                };
+                match slot.db().filter(|d| d.large_maps() > 0) {
+                    // Nothing any write could drop in more than bounded time.
+                    None => crate::lanes::bounded(&commands, |_, _| true),
+                    Some(d) => crate::lanes::bounded(&commands, |string, key| {
+                        drop_is_bounded(string, d.large_map(key))
+                    }),
+                }
+            }
             _ => false,
         };
         match split_batch(payload) {
@@ -1120,6 +1162,11 @@ impl Applier for ReplApplier {
         let started = std::time::Instant::now();
         let r = self.apply_entry(index, payload);
         self.stats.applied.fetch_add(1, Ordering::Relaxed);
+        if ON_RAFT_THREAD.with(|on| on.get()) {
+            self.stats
+                .applied_on_raft_thread
+                .fetch_add(1, Ordering::Relaxed);
+        }
         self.stats
             .apply_us
             .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
@@ -1718,6 +1765,22 @@ pub(crate) async fn switch_master_announcer(shared: Arc<Shared>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_hash_or_set_write_to_a_large_map_without_expiry_is_bounded() {
+        let large = |expiry| {
+            Some(basalt_engine::LargeMap {
+                fields: basalt_engine::LARGE_MAP_FIELDS + 1,
+                expiry,
+            })
+        };
+        for string_write in [true, false] {
+            assert!(drop_is_bounded(string_write, None));
+            assert!(!drop_is_bounded(string_write, large(1)));
+        }
+        assert!(!drop_is_bounded(true, large(0)));
+        assert!(drop_is_bounded(false, large(0)));
+    }
 
     fn run(commands: &[u8]) -> Vec<u8> {
         bincode::serialize(&Proposal::Run {

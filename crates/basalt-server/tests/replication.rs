@@ -1061,6 +1061,103 @@ fn a_read_only_script_holding_a_nodes_gate_keeps_the_leader_and_the_term() {
     }
 }
 
+/// Entries applied on node connection `c` so far, and those among them
+/// applied on its Raft thread.
+fn applied_counts(c: &mut Connection) -> (u64, u64) {
+    (
+        info_field(c, "basalt_raft_entries_applied"),
+        info_field(c, "basalt_raft_entries_applied_on_raft_thread"),
+    )
+}
+
+/// An HSET of `fields` fields to `key`, one command.
+fn hset_fields(c: &mut Connection, key: &str, fields: usize) {
+    let mut hset = redis::cmd("HSET");
+    hset.arg(key);
+    for i in 0..fields {
+        hset.arg(format!("f{i}")).arg(i);
+    }
+    let _: i64 = hset.query(c).unwrap();
+}
+
+/// A string write over a key holding a collection of more than 1,024
+/// fields drops them all, as DEL would, in time that grows with the
+/// collection: no node applies it on the thread that also sends its
+/// heartbeats. Plain writes to other keys, and hash writes to the large
+/// hash itself, still apply there; a hash write to a large hash with an
+/// expiry does not (the write may find it expired and drop it first).
+#[test]
+fn a_string_write_over_a_large_collection_is_applied_off_the_raft_thread_on_every_node() {
+    let g = Group::start();
+    let l = g.leader();
+    let mut c = g.conn(l);
+    hset_fields(&mut c, "big", 1100);
+    // The leader has applied a write when it answers.
+    let (a0, t0) = applied_counts(&mut c);
+    let _: () = redis::cmd("SET")
+        .arg("small")
+        .arg("1")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(
+        applied_counts(&mut c),
+        (a0 + 1, t0 + 1),
+        "a SET of a new key"
+    );
+    let _: i64 = redis::cmd("HSET")
+        .arg("big")
+        .arg("extra")
+        .arg("1")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(
+        applied_counts(&mut c),
+        (a0 + 2, t0 + 2),
+        "an HSET to the large hash"
+    );
+    g.eventually("every node holds the large hash", |c| {
+        redis::cmd("HLEN").arg("big").query::<i64>(c).unwrap() == 1101
+    });
+    let before: Vec<(u64, u64)> = (0..3).map(|i| applied_counts(&mut g.conn(i))).collect();
+
+    let _: () = redis::cmd("SET")
+        .arg("big")
+        .arg("now a string")
+        .query(&mut c)
+        .unwrap();
+    for (i, &(applied, on_thread)) in before.iter().enumerate() {
+        let mut n = g.conn(i);
+        until("the node applied the SET", || {
+            applied_counts(&mut n).0 > applied
+        });
+        assert_eq!(
+            applied_counts(&mut n),
+            (applied + 1, on_thread),
+            "node {i}: the SET over the large hash"
+        );
+        assert_eq!(get(&mut n, "big").as_deref(), Some("now a string"));
+    }
+
+    hset_fields(&mut c, "expiring", 1100);
+    let _: i64 = redis::cmd("EXPIRE")
+        .arg("expiring")
+        .arg(1000)
+        .query(&mut c)
+        .unwrap();
+    let (a1, t1) = applied_counts(&mut c);
+    let _: i64 = redis::cmd("HSET")
+        .arg("expiring")
+        .arg("extra")
+        .arg("1")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(
+        applied_counts(&mut c),
+        (a1 + 1, t1),
+        "an HSET to a large hash with an expiry"
+    );
+}
+
 #[test]
 fn scripts_that_write_what_srandmember_or_randomkey_picked_write_the_same_on_every_node() {
     let g = Group::start();

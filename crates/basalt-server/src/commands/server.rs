@@ -1229,6 +1229,10 @@ fn replication_info(out: &mut String, sh: &crate::Shared) {
         l.applied.load(Ordering::Relaxed).to_string(),
     );
     kv(
+        "basalt_raft_entries_applied_on_raft_thread",
+        l.applied_on_raft_thread.load(Ordering::Relaxed).to_string(),
+    );
+    kv(
         "basalt_raft_apply_mean_us",
         mean(&l.apply_us, &l.applied).to_string(),
     );
