@@ -107,7 +107,12 @@ impl<T> BrLock<T> {
     /// this thread's lane): then `None`.
     pub fn try_read(&self) -> Option<ReadGuard<'_, T>> {
         let lane = my_lane();
-        self.lanes[lane].0.try_lock_shared().then_some(ReadGuard {
+        // Only a lane this thread locked may get a guard: a guard built and
+        // dropped after a failed try would unlock a lane it never held.
+        if !self.lanes[lane].0.try_lock_shared() {
+            return None;
+        }
+        Some(ReadGuard {
             lock: self,
             lane,
             _not_send: PhantomData,
@@ -269,6 +274,48 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use std::time::Duration;
+
+    #[test]
+    fn a_failed_try_read_leaves_a_waiting_writer_waiting_for_the_real_reader() {
+        let lock = Arc::new(BrLock::new(0u64));
+        let held = lock.read();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let writer = {
+            let lock = lock.clone();
+            std::thread::spawn(move || {
+                *lock.write() = 1;
+                tx.send(()).unwrap();
+            })
+        };
+        // The writer is waiting on this thread's lane (or will be): a try
+        // read on it must fail rather than wait, and must not let the
+        // writer in while `held` is still held.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            match lock.try_read() {
+                Some(g) => drop(g),
+                None => break,
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the writer never came"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for _ in 0..5 {
+            assert!(lock.try_read().is_none());
+        }
+        assert!(
+            rx.recv_timeout(Duration::from_millis(200)).is_err(),
+            "the writer got in while a reader held the lock"
+        );
+        assert_eq!(*held, 0);
+        drop(held);
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the writer gets in once the reader is gone");
+        writer.join().unwrap();
+        assert_eq!(*lock.read(), 1);
+    }
 
     #[test]
     fn a_writer_waits_for_readers_on_every_thread_and_readers_see_whole_writes() {

@@ -380,7 +380,10 @@ const BOUNDED_BYTES: usize = 1 << 20;
 /// on another, unless the map expires: a write that finds it expired (by
 /// the apply's clock, the proposer's, which this thread cannot foresee)
 /// drops it first. So only a large map without an expiry takes a hash or
-/// set write in bounded time.
+/// set write in bounded time, and that bound is amortised: the insert
+/// that grows the map's field table rehashes it whole, and the first write
+/// that breaks a map kept as a run of numbered fields (`Fields`) turns it
+/// into a table, both linear in the map's size.
 fn drop_is_bounded(string_write: bool, large: Option<basalt_engine::LargeMap>) -> bool {
     match large {
         None => true,
