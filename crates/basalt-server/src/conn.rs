@@ -34,7 +34,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::blocking::Unblock;
-use crate::commands::{fetch, After, Conn};
+use crate::commands::{fetch, zbuild, After, Conn};
 use crate::config::Appendfsync;
 use crate::pubsub;
 use crate::readers::{self, Deferred};
@@ -295,7 +295,7 @@ const MAX_HANDED_OVER: usize = 256;
 
 async fn run(
     stream: &mut TcpStream,
-    shared: &Shared,
+    shared: &Arc<Shared>,
     conn: &mut Conn,
     buf: &mut Vec<u8>,
     here: &Here,
@@ -542,6 +542,35 @@ async fn run(
                         // this worker's back, and it then runs in place on
                         // it; EXEC holds the gate alone while it runs.
                         let exec = conn.tx.in_multi() && args[0].eq_ignore_ascii_case(b"exec");
+                        // A big sorted set's index the cache lacks is built
+                        // off this worker first (commands::zbuild), where
+                        // reads may be cold: one load first, so warm data
+                        // pays nothing.
+                        if shared.keyspace.reads_may_be_cold()
+                            && !conn.tx.in_multi()
+                            && zbuild::may_need_index(&args[0], args.len())
+                            && crate::auth::may_run(shared, &info, 0)
+                        {
+                            let (generation, keys) = zbuild::missing(shared, conn.db, &args);
+                            if !keys.is_empty() {
+                                gate.release();
+                                let mut io = ConnIo {
+                                    stream,
+                                    info: &info,
+                                    out: &mut out,
+                                    deferred: &mut conn.deferred,
+                                    wrote: &mut wrote,
+                                    shutdown: &mut shutdown,
+                                };
+                                let build =
+                                    zbuild::build(shared.clone(), conn.db, generation, keys);
+                                if io.wait_for(shared, build, &args).await? {
+                                    return Ok(Ended::Closed);
+                                }
+                                conn.batch_clock = 0;
+                                conn.tick = now_ns();
+                            }
+                        }
                         let staged = StagedFor;
                         // One load first: while no database checks
                         // residency (warm data), nothing else is looked at.
@@ -938,6 +967,28 @@ impl ConnIo<'_> {
             _ = Shared::wait_shutdown(self.shutdown) => None,
             f = fetch_records(shared, reads) => Some(f),
         }
+    }
+
+    /// Waits for `work` (done off this worker) while only this connection
+    /// waits, then holds `args` for a CLIENT PAUSE that began meanwhile, as
+    /// [`ConnIo::fetch_and_stage`] does. True when the connection is to
+    /// close.
+    async fn wait_for(
+        &mut self,
+        shared: &Shared,
+        work: impl std::future::Future<Output = ()>,
+        args: &basalt_resp::Args<'_>,
+    ) -> std::io::Result<bool> {
+        let done = tokio::select! {
+            biased;
+            _ = self.info.kill.notified() => false,
+            _ = Shared::wait_shutdown(self.shutdown) => false,
+            () = work => true,
+        };
+        if !done {
+            return Ok(true);
+        }
+        Ok(shared.pubsub.pause.active() && self.wait_out_pause(shared, args).await?)
     }
 
     /// [`ConnIo::fetch`], then holds `args` for a CLIENT PAUSE that began

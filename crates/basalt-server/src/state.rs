@@ -51,6 +51,9 @@ pub struct Stats {
     /// Connections moved to the worker thread that owns their hot key
     /// (`crate::workers`).
     pub client_moves: AtomicU64,
+    /// Sorted-set indexes built off the worker and cached
+    /// (`commands::zbuild`).
+    pub zset_index_builds: AtomicU64,
     /// INFO's `instantaneous_*` rates, sampled ten times a second.
     pub instantaneous: Mutex<Instantaneous>,
     /// Keys removed because they expired (INFO's `expired_keys`), counted

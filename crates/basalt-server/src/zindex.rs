@@ -1080,6 +1080,21 @@ impl ZCache {
         None
     }
 
+    /// Whether the cache has the index of (generation, key) at `version`,
+    /// or a command has it checked out, whatever the version: that
+    /// command holds the key's stripe, may be writing the key right now
+    /// (so `version` may be newer than the entry's), and checks the index
+    /// back in under the key's version when it is done. A look, under the
+    /// shard's lock only.
+    pub fn holds(&self, generation: u64, key: &[u8], version: u64) -> bool {
+        let h = self.hash(generation, key);
+        let shard = self.shard(h).lock();
+        shard
+            .table
+            .find(h, |c| c.generation == generation && *c.key == *key)
+            .is_some_and(|c| c.index.is_none() || c.version == version)
+    }
+
     /// Drops the entry of (generation, key), if any.
     pub fn forget(&self, generation: u64, key: &[u8]) {
         let h = self.hash(generation, key);

@@ -1368,3 +1368,152 @@ fn errors_come_in_redis_order() {
         )
     );
 }
+
+/// A server whose reads may be cold (`read-residency check`, as a data set
+/// larger than memory sets it), in `dir`.
+fn checking_residency(dir: tempfile::TempDir) -> TestServer {
+    let mut config = basalt_server::Config::ephemeral(dir.path());
+    config.read_residency = basalt_server::readers::Policy::Check;
+    TestServer::start_with(config, dir)
+}
+
+/// [`TestServer::restart`] of a [`checking_residency`] server.
+fn restart_checking(mut s: TestServer) -> TestServer {
+    s.handle.take().unwrap().shutdown().unwrap();
+    checking_residency(s.dir)
+}
+
+/// INFO stats `basalt_zset_index_builds_off_worker`.
+fn builds_off_worker(c: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("stats").query(c).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("basalt_zset_index_builds_off_worker:"))
+        .expect("INFO stats has basalt_zset_index_builds_off_worker")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// `n` members `m<i>` with score `i * 3 % n` (so the order differs from
+/// the insertion order), added in one ZADD.
+fn zadd_spread(c: &mut redis::Connection, key: &str, n: usize) {
+    let mut cmd = redis::cmd("ZADD");
+    cmd.arg(key);
+    for i in 0..n {
+        cmd.arg((i * 3 % n) as f64).arg(format!("m{i}"));
+    }
+    let added: usize = cmd.query(c).unwrap();
+    assert_eq!(added, n);
+}
+
+/// After a restart no sorted set has an index in memory: where reads may be
+/// cold, the first command on a big one has it built off the worker (once,
+/// however many clients ask at once), and every command answers as before;
+/// a small set is still rebuilt in place, and so is every set where reads
+/// are all in memory.
+#[test]
+fn a_big_sorted_sets_index_is_built_off_the_worker_once_after_a_restart() {
+    let s = checking_residency(tempfile::tempdir().unwrap());
+    let mut c = s.client();
+    zadd_spread(&mut c, "big", 20_000);
+    zadd_spread(&mut c, "small", 100);
+    let want_big: Vec<(String, f64)> = c.zrange_withscores("big", 0, -1).unwrap();
+    let want_small: Vec<(String, f64)> = c.zrange_withscores("small", 0, -1).unwrap();
+    assert_eq!(want_big.len(), 20_000);
+    let s = restart_checking(s);
+    let mut c = s.client();
+    assert_eq!(builds_off_worker(&mut c), 0);
+
+    // Eight clients ask for ranks of the big set at once.
+    let answers: Vec<Option<i64>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..8)
+            .map(|i| {
+                let mut c = s.client();
+                scope.spawn(move || c.zrank("big", format!("m{}", i * 2000)).unwrap())
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (i, rank) in answers.into_iter().enumerate() {
+        let member = format!("m{}", i * 2000);
+        let want = want_big.iter().position(|(m, _)| *m == member);
+        assert_eq!(rank, want.map(|r| r as i64), "ZRANK of {member}");
+    }
+    assert_eq!(builds_off_worker(&mut c), 1, "one build for all eight");
+    let got: Vec<(String, f64)> = c.zrange_withscores("big", 0, -1).unwrap();
+    assert_eq!(got, want_big);
+    let got: Vec<(String, f64)> = c.zrange_withscores("small", 0, -1).unwrap();
+    assert_eq!(got, want_small);
+    assert_eq!(builds_off_worker(&mut c), 1, "cached, or small");
+
+    // A write outside the sorted-set commands makes the cached index stale
+    // (EXPIRE changes the key's version): the next command builds again.
+    let _: bool = c.expire("big", 1000).unwrap();
+    let card: usize = c.zcard("big").unwrap();
+    assert_eq!(card, 20_000);
+    assert_eq!(builds_off_worker(&mut c), 2);
+
+    // Multi-key commands: each big input is built, the destination is not
+    // needed; ZUNIONSTORE answers as Redis does.
+    let s = restart_checking(s);
+    let mut c = s.client();
+    zadd_spread(&mut c, "big2", 2000);
+    let s = restart_checking(s);
+    let mut c = s.client();
+    let n: usize = redis::cmd("ZUNIONSTORE")
+        .arg("dst")
+        .arg(3)
+        .arg("big")
+        .arg("big2")
+        .arg("small")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(n, 20_000, "big2's and small's members are big's too");
+    assert_eq!(builds_off_worker(&mut c), 2, "big and big2");
+
+    // Reads all in memory: rebuilt in place, as before.
+    let mut s = s;
+    s.handle.take().unwrap().shutdown().unwrap();
+    let s = TestServer::start_in(s.dir);
+    let mut c = s.client();
+    let rank: Option<i64> = c.zrank("big", "m0").unwrap();
+    assert_eq!(
+        rank,
+        want_big
+            .iter()
+            .position(|(m, _)| m == "m0")
+            .map(|r| r as i64)
+    );
+    assert_eq!(builds_off_worker(&mut c), 0);
+}
+
+/// A build off the worker that races with writes to the set never leaves a
+/// stale index: writes during and after it, through ZADD and commands of
+/// other types, are all seen.
+#[test]
+fn writes_racing_a_build_off_the_worker_are_all_seen() {
+    let s = checking_residency(tempfile::tempdir().unwrap());
+    let mut c = s.client();
+    zadd_spread(&mut c, "z", 5000);
+    let s = restart_checking(s);
+    let writer = {
+        let mut w = s.client();
+        std::thread::spawn(move || {
+            for i in 0..200 {
+                let _: i64 = w.zadd("z", format!("new{i}"), -1 - i).unwrap();
+            }
+        })
+    };
+    let mut c = s.client();
+    for _ in 0..20 {
+        let first: Vec<String> = c.zrange("z", 0, 0).unwrap();
+        assert_eq!(first.len(), 1);
+    }
+    writer.join().unwrap();
+    let card: usize = c.zcard("z").unwrap();
+    assert_eq!(card, 5200);
+    let first: Vec<(String, f64)> = c.zrange_withscores("z", 0, 0).unwrap();
+    assert_eq!(first, vec![("new199".to_string(), -200.0)]);
+    let rank: Option<i64> = c.zrank("z", "m0").unwrap();
+    assert_eq!(rank, Some(200), "score 0 comes after the 200 negative ones");
+}

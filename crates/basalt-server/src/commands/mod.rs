@@ -31,6 +31,7 @@ pub mod stream_group;
 pub mod strings;
 pub mod transaction;
 pub mod version;
+pub(crate) mod zbuild;
 pub mod zset;
 
 use std::borrow::Cow;

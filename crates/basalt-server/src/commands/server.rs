@@ -1451,6 +1451,11 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
         );
         kv!(
             out,
+            "basalt_zset_index_builds_off_worker",
+            st.zset_index_builds.load(Ordering::Relaxed)
+        );
+        kv!(
+            out,
             "basalt_cold_reads",
             sh.readers.served.load(Ordering::Relaxed)
         );
@@ -2033,7 +2038,7 @@ fn atoi(b: &[u8]) -> i64 {
 /// (COMMAND GETKEYS), as Redis 7.0's key extraction finds them; empty
 /// when the arguments name no valid key set (numkeys out of range).
 /// `cmd[0]` is the command's name.
-fn movable_keys(name: &str, cmd: &[&[u8]]) -> Vec<usize> {
+pub(crate) fn movable_keys(name: &str, cmd: &[&[u8]]) -> Vec<usize> {
     // `numkeys` at `at`, the keys right after it, and a destination at
     // `store`. Redis reads numkeys through the command's key specs first
     // (a strict integer; the destination comes first), and when that

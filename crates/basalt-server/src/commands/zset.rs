@@ -133,6 +133,36 @@ impl<'a> ZDb<'a> {
         Ok((!ix.is_empty()).then_some(ix))
     }
 
+    /// Builds the index of the sorted set at `key` and checks it into the
+    /// cache, without the key's lock (`commands::zbuild`): only if the
+    /// cache lacks it at the key's version, and only if no write came in
+    /// while the members were read (the version is the same before and
+    /// after; a write changes the members and the version under one lock
+    /// of the engine's index, and versions only grow). Nothing for a key
+    /// that holds no sorted set. True when it checked one in.
+    pub(crate) fn build_index(&self, key: &[u8]) -> Result<bool> {
+        let Some(meta) = self.db.meta(key) else {
+            return Ok(false);
+        };
+        if !matches!(meta.kind, KeyKind::Map { tag: TAG_ZSET, .. }) {
+            return Ok(false);
+        }
+        let cache = ZCache::global();
+        if cache.holds(self.generation, key, meta.version) {
+            return Ok(false);
+        }
+        let mut items = Vec::new();
+        for (member, v) in self.db.fields(key)? {
+            items.push((member, decode_score(key, &v)?));
+        }
+        let ix = ZIndex::from_items(items);
+        if self.db.version(key) != meta.version {
+            return Ok(false);
+        }
+        cache.checkin(self.generation, key, meta.version, ix);
+        Ok(true)
+    }
+
     /// Gives an index back to the cache under the key's current version.
     pub fn put_back(&self, key: &[u8], ix: ZIndex) {
         let version = self.db.version(key);

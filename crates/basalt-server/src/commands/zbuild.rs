@@ -1,0 +1,216 @@
+//! A big sorted set's index built off the worker.
+//!
+//! Every sorted-set command runs on the set's `ZIndex` (`zindex.rs`), which
+//! lives in the process-wide `ZCache` and is rebuilt from the engine when
+//! the cache lacks it at the key's version: after a restart, after an
+//! eviction, or when the key was written outside the sorted-set commands.
+//! A rebuild reads every member's record and sorts them: measured, the
+//! first ZRANGE of a 1 M-member set after a restart held its worker (and
+//! every client on it) for 0.50 s with the files in the page cache and
+//! 1.18 s without. So before a sorted-set or geo command runs, the
+//! connection asks [`missing`] which of its keys are sets of at least
+//! [`BUILD_OFF_WORKER`] members with no index in the cache, and, if any,
+//! [`build`]s them on tokio's blocking pool while only that connection
+//! waits; the command then runs in place and finds them cached.
+//!
+//! The build needs no lock of the key: it reads the key's version, the
+//! members (one snapshot of the index), and the version again, and checks
+//! the index in only if no write came in between (versions only grow, and
+//! a write changes the fields and the version under one lock). A write
+//! that wins the race costs the build, never a wrong index: the command
+//! then rebuilds in place, as it would have. Connections waiting for the
+//! same set share one build ([`InFlight`]).
+//!
+//! Not covered (they still rebuild in place): commands inside MULTI/EXEC
+//! and scripts, SORT over a sorted set, MEMORY USAGE, and replicated
+//! applies (which run off the Raft thread already).
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use basalt_engine::KeyKind;
+use basalt_resp::Args;
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+use super::zset::ZDb;
+use super::{lookup, Group};
+use crate::keyspace::TAG_ZSET;
+use crate::state::Shared;
+use crate::zindex::ZCache;
+
+/// Sorted sets of at least this many members have a missing index built
+/// off the worker (a rebuild of this many costs about half a millisecond
+/// with the records in memory; smaller ones are rebuilt in place).
+pub(crate) const BUILD_OFF_WORKER: usize = 1024;
+
+/// Most keys of one command looked at.
+const MAX_KEYS: usize = 16;
+
+/// Whether a command named `name` with `argc` arguments (the name
+/// included) may be one whose keys [`missing`] looks at: a name check only
+/// (`z...`, `bz...` or `geo...`), so that other commands, GET first, pay
+/// two comparisons.
+#[inline]
+pub(crate) fn may_need_index(name: &[u8], argc: usize) -> bool {
+    argc >= 2
+        && match name.first().map(|c| c | 0x20) {
+            Some(b'z') => name.len() > 1,
+            Some(b'b') => name.len() > 2 && name[1] | 0x20 == b'z',
+            Some(b'g') => name.len() >= 6 && name[..3].eq_ignore_ascii_case(b"geo"),
+            _ => false,
+        }
+}
+
+/// The sorted sets of at least [`BUILD_OFF_WORKER`] members that command
+/// `args` (on database `dbi`) names as keys and whose index the cache
+/// lacks at their current version, with the database's generation; none
+/// for any command outside the sorted-set and geo groups.
+pub(crate) fn missing(shared: &Shared, dbi: usize, args: &Args<'_>) -> (u64, Vec<Vec<u8>>) {
+    let Some(def) = lookup(&args[0]) else {
+        return (0, Vec::new());
+    };
+    if !matches!(def.group, Group::SortedSet | Group::Geo) {
+        return (0, Vec::new());
+    }
+    let slot = shared.keyspace.read(dbi);
+    let Some(z) = ZDb::of(&slot) else {
+        return (0, Vec::new());
+    };
+    let cache = ZCache::global();
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    let mut look = |key: &[u8]| {
+        let Some(meta) = z.db.meta(key) else {
+            return;
+        };
+        let big = matches!(meta.kind,
+            KeyKind::Map { tag: TAG_ZSET, len, .. } if len >= BUILD_OFF_WORKER);
+        if big
+            && !cache.holds(z.generation, key, meta.version)
+            && !keys.iter().any(|k| k[..] == key[..])
+        {
+            keys.push(key.to_vec());
+        }
+    };
+    if def.flags & super::flags::MOVABLE_KEYS != 0 {
+        let cmd: Vec<&[u8]> = args.iter().collect();
+        for i in super::server::movable_keys(def.name, &cmd)
+            .into_iter()
+            .take(MAX_KEYS)
+        {
+            look(&args[i]);
+        }
+    } else {
+        // No allocation on the path every ZADD takes.
+        for i in def.key_positions(args.len()).take(MAX_KEYS) {
+            look(&args[i]);
+        }
+    }
+    (z.generation, keys)
+}
+
+/// Builds of one set in flight, by (generation, key): a connection that
+/// finds one waits for it instead of building the same index again.
+type InFlight = Mutex<HashMap<(u64, Vec<u8>), watch::Receiver<()>>>;
+
+fn in_flight() -> &'static InFlight {
+    static BUILDS: OnceLock<InFlight> = OnceLock::new();
+    BUILDS.get_or_init(InFlight::default)
+}
+
+/// A build this connection registered: dropping it (done, or the
+/// connection gone mid-wait) removes the entry and wakes the waiters.
+struct Building {
+    id: (u64, Vec<u8>),
+    _done: watch::Sender<()>,
+}
+
+impl Drop for Building {
+    fn drop(&mut self) {
+        in_flight().lock().remove(&self.id);
+    }
+}
+
+/// Builds the indexes of `keys` (of database `dbi` at `generation`, as
+/// [`missing`] found them) on the blocking pool and checks them into the
+/// cache; returns once each is built, found built by another connection,
+/// or given up (a write came in meanwhile, the database changed, a read
+/// failed: the command then rebuilds in place, and reports the error).
+pub(crate) async fn build(shared: Arc<Shared>, dbi: usize, generation: u64, keys: Vec<Vec<u8>>) {
+    for key in keys {
+        let id = (generation, key);
+        let waiting = {
+            let mut builds = in_flight().lock();
+            match builds.get(&id) {
+                Some(rx) => Err(rx.clone()),
+                None => {
+                    let (tx, rx) = watch::channel(());
+                    builds.insert(id.clone(), rx);
+                    Ok(Building {
+                        id: id.clone(),
+                        _done: tx,
+                    })
+                }
+            }
+        };
+        match waiting {
+            // Another connection builds it: its sender's drop ends this.
+            Err(mut rx) => while rx.changed().await.is_ok() {},
+            Ok(building) => {
+                let shared = shared.clone();
+                let key = id.1;
+                let _ = tokio::task::spawn_blocking(move || {
+                    let slot = shared.keyspace.read(dbi);
+                    if let Some(z) = ZDb::of(&slot).filter(|z| z.generation == generation) {
+                        match z.build_index(&key) {
+                            Ok(true) => {
+                                shared
+                                    .stats
+                                    .zset_index_builds
+                                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            }
+                            Ok(false) => {}
+                            Err(e) => {
+                                tracing::debug!(error = ?e, "a sorted set's index was not built off the worker");
+                            }
+                        }
+                    }
+                })
+                .await;
+                drop(building);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_sorted_set_and_geo_names_pass_the_name_check() {
+        for (name, argc) in [
+            ("ZRANGE", 4),
+            ("zadd", 4),
+            ("BZPOPMIN", 3),
+            ("bzmpop", 5),
+            ("GEOSEARCH", 2),
+            ("georadius", 6),
+        ] {
+            assert!(may_need_index(name.as_bytes(), argc), "{name}");
+        }
+        for (name, argc) in [
+            ("GET", 2),
+            ("GETBIT", 3),
+            ("GETRANGE", 4),
+            ("BITCOUNT", 2),
+            ("BLPOP", 3),
+            ("SET", 3),
+            ("Z", 2),
+            ("ZCARD", 1),
+            ("", 2),
+        ] {
+            assert!(!may_need_index(name.as_bytes(), argc), "{name}");
+        }
+    }
+}
