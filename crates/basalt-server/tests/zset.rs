@@ -1471,6 +1471,43 @@ fn a_big_sorted_sets_index_is_built_off_the_worker_once_after_a_restart() {
     assert_eq!(n, 20_000, "big2's and small's members are big's too");
     assert_eq!(builds_off_worker(&mut c), 2, "big and big2");
 
+    // A destination is replaced, never read: big2 (2,000 members, not
+    // cached since the restart) is not built for ZUNIONSTORE into it.
+    let s = restart_checking(s);
+    let mut c = s.client();
+    let n: usize = redis::cmd("ZUNIONSTORE")
+        .arg("big2")
+        .arg(1)
+        .arg("small")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(n, 100);
+    assert_eq!(builds_off_worker(&mut c), 0);
+
+    // GEORADIUS's source (its key rules are the table's, not movable).
+    let mut geoadd = redis::cmd("GEOADD");
+    geoadd.arg("places");
+    for i in 0..1500 {
+        geoadd
+            .arg(13.0 + (i % 50) as f64 * 0.001)
+            .arg(52.0 + (i / 50) as f64 * 0.001)
+            .arg(format!("p{i}"));
+    }
+    let added: usize = geoadd.query(&mut c).unwrap();
+    assert_eq!(added, 1500);
+    let s = restart_checking(s);
+    let mut c = s.client();
+    let near: Vec<String> = redis::cmd("GEORADIUS")
+        .arg("places")
+        .arg(13.0)
+        .arg(52.0)
+        .arg(1)
+        .arg("m")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(near, vec!["p0"]);
+    assert_eq!(builds_off_worker(&mut c), 1, "the geo set");
+
     // Reads all in memory: rebuilt in place, as before.
     let mut s = s;
     s.handle.take().unwrap().shutdown().unwrap();

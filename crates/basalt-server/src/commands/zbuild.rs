@@ -21,9 +21,14 @@
 //! then rebuilds in place, as it would have. Connections waiting for the
 //! same set share one build ([`InFlight`]).
 //!
+//! At most two builds run at once; a build holds its database's slot
+//! read-locked, so a FLUSHDB, SWAPDB or DEBUG RELOAD waits for it to end.
 //! Not covered (they still rebuild in place): commands inside MULTI/EXEC
-//! and scripts, SORT over a sorted set, MEMORY USAGE, and replicated
-//! applies (which run off the Raft thread already).
+//! and scripts, SORT over a sorted set, MEMORY USAGE, data all in memory
+//! (the residency gate in `conn.rs`), a command after one that failed
+//! with the index checked out (the cache slot stays until a checkout
+//! drops it), and replicated applies (which run off the Raft thread
+//! already).
 
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -92,17 +97,32 @@ pub(crate) fn missing(shared: &Shared, dbi: usize, args: &Args<'_>) -> (u64, Vec
             keys.push(key.to_vec());
         }
     };
-    if def.flags & super::flags::MOVABLE_KEYS != 0 {
+    // A STORE command's destination (always `args[1]`) is replaced, never
+    // read: not built.
+    let dst = def.name.ends_with("store").then_some(1);
+    let movable = if def.flags & super::flags::MOVABLE_KEYS != 0 {
         let cmd: Vec<&[u8]> = args.iter().collect();
-        for i in super::server::movable_keys(def.name, &cmd)
+        super::server::movable_keys(def.name, &cmd)
+    } else {
+        Vec::new()
+    };
+    if !movable.is_empty() {
+        for i in movable
             .into_iter()
+            .filter(|&i| Some(i) != dst)
             .take(MAX_KEYS)
         {
             look(&args[i]);
         }
     } else {
-        // No allocation on the path every ZADD takes.
-        for i in def.key_positions(args.len()).take(MAX_KEYS) {
+        // The table's positions (also GEORADIUS's source, which the
+        // movable-key rules leave out). No allocation on the path every
+        // ZADD takes.
+        for i in def
+            .key_positions(args.len())
+            .filter(|&i| Some(i) != dst)
+            .take(MAX_KEYS)
+        {
             look(&args[i]);
         }
     }
@@ -118,8 +138,17 @@ fn in_flight() -> &'static InFlight {
     BUILDS.get_or_init(InFlight::default)
 }
 
-/// A build this connection registered: dropping it (done, or the
-/// connection gone mid-wait) removes the entry and wakes the waiters.
+/// Most builds running at once, over all connections.
+const BUILDS_AT_ONCE: usize = 2;
+
+fn builds_at_once() -> &'static Arc<tokio::sync::Semaphore> {
+    static PERMITS: OnceLock<Arc<tokio::sync::Semaphore>> = OnceLock::new();
+    PERMITS.get_or_init(|| Arc::new(tokio::sync::Semaphore::new(BUILDS_AT_ONCE)))
+}
+
+/// A build registered in [`in_flight`]: dropping it (the build task done,
+/// or a connection gone before its task started) removes the entry and
+/// wakes the waiters.
 struct Building {
     id: (u64, Vec<u8>),
     _done: watch::Sender<()>,
@@ -157,9 +186,17 @@ pub(crate) async fn build(shared: Arc<Shared>, dbi: usize, generation: u64, keys
             // Another connection builds it: its sender's drop ends this.
             Err(mut rx) => while rx.changed().await.is_ok() {},
             Ok(building) => {
+                // At most BUILDS_AT_ONCE builds run (each holds a set's
+                // members and index in memory); the permit and the
+                // in-flight entry go with the task, so waiters wake when
+                // the build ends even if this connection is gone by then.
+                let Ok(permit) = builds_at_once().clone().acquire_owned().await else {
+                    return;
+                };
                 let shared = shared.clone();
                 let key = id.1;
                 let _ = tokio::task::spawn_blocking(move || {
+                    let _held = (building, permit);
                     let slot = shared.keyspace.read(dbi);
                     if let Some(z) = ZDb::of(&slot).filter(|z| z.generation == generation) {
                         match z.build_index(&key) {
@@ -177,7 +214,6 @@ pub(crate) async fn build(shared: Arc<Shared>, dbi: usize, generation: u64, keys
                     }
                 })
                 .await;
-                drop(building);
             }
         }
     }
