@@ -20,6 +20,14 @@ fn opts(clock: &Arc<ManualClock>) -> Options {
         .clock(clock.clone())
 }
 
+/// A new database in a temporary directory, with its clock.
+fn fresh() -> (tempfile::TempDir, Arc<ManualClock>, Db) {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let db = Db::open(dir.path(), opts(&clock)).unwrap();
+    (dir, clock, db)
+}
+
 fn fill(db: &Db, key: &[u8], fields: usize) {
     for i in 0..fields {
         db.put_field(key, format!("f{i}").as_bytes(), b"v").unwrap();
@@ -28,9 +36,7 @@ fn fill(db: &Db, key: &[u8], fields: usize) {
 
 #[test]
 fn a_map_counts_as_large_from_the_field_past_the_line_until_it_falls_back_or_goes() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(ManualClock::new(1_000_000));
-    let db = Db::open(dir.path(), opts(&clock)).unwrap();
+    let (_dir, _, db) = fresh();
     fill(&db, b"small", 10);
     fill(&db, b"h", LARGE_MAP_FIELDS);
     assert_eq!(db.large_maps(), 0, "exactly at the line is not large");
@@ -76,9 +82,7 @@ fn a_map_counts_as_large_from_the_field_past_the_line_until_it_falls_back_or_goe
 
 #[test]
 fn an_expired_large_map_counts_until_it_is_purged_and_shows_its_expiry() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(ManualClock::new(1_000_000));
-    let db = Db::open(dir.path(), opts(&clock)).unwrap();
+    let (_dir, clock, db) = fresh();
     fill(&db, b"h", LARGE_MAP_FIELDS + 1);
     assert!(db.expire(b"h", 1_000_500).unwrap());
     assert_eq!(
@@ -106,9 +110,7 @@ fn an_expired_large_map_counts_until_it_is_purged_and_shows_its_expiry() {
 
 #[test]
 fn a_value_kept_as_more_than_the_line_of_segments_is_a_large_map() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(ManualClock::new(1_000_000));
-    let db = Db::open(dir.path(), opts(&clock)).unwrap();
+    let (_dir, _, db) = fresh();
     let line = (LARGE_MAP_FIELDS * SEGMENT_LEN) as u64;
     // A bit at the last byte of the line's segments: exactly the line.
     db.write_range(b"bits", line - 1, &[1]).unwrap();

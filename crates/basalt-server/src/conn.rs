@@ -961,31 +961,31 @@ impl ConnIo<'_> {
         shared: &Shared,
         reads: Vec<basalt_engine::ColdRead>,
     ) -> Option<Vec<(basalt_engine::StagePlan, Vec<u8>)>> {
+        self.until_done(fetch_records(shared, reads)).await
+    }
+
+    /// `work`'s output (work done off this worker while only this
+    /// connection waits); `None` when the connection is to close meanwhile
+    /// (killed, shutdown).
+    async fn until_done<T>(&mut self, work: impl std::future::Future<Output = T>) -> Option<T> {
         tokio::select! {
             biased;
             _ = self.info.kill.notified() => None,
             _ = Shared::wait_shutdown(self.shutdown) => None,
-            f = fetch_records(shared, reads) => Some(f),
+            done = work => Some(done),
         }
     }
 
-    /// Waits for `work` (done off this worker) while only this connection
-    /// waits, then holds `args` for a CLIENT PAUSE that began meanwhile, as
-    /// [`ConnIo::fetch_and_stage`] does. True when the connection is to
-    /// close.
+    /// Waits for `work` ([`ConnIo::until_done`]), then holds `args` for a
+    /// CLIENT PAUSE that began meanwhile, as [`ConnIo::fetch_and_stage`]
+    /// does. True when the connection is to close.
     async fn wait_for(
         &mut self,
         shared: &Shared,
         work: impl std::future::Future<Output = ()>,
         args: &basalt_resp::Args<'_>,
     ) -> std::io::Result<bool> {
-        let done = tokio::select! {
-            biased;
-            _ = self.info.kill.notified() => false,
-            _ = Shared::wait_shutdown(self.shutdown) => false,
-            () = work => true,
-        };
-        if !done {
+        if self.until_done(work).await.is_none() {
             return Ok(true);
         }
         Ok(shared.pubsub.pause.active() && self.wait_out_pause(shared, args).await?)

@@ -1385,13 +1385,7 @@ fn restart_checking(mut s: TestServer) -> TestServer {
 
 /// INFO stats `basalt_zset_index_builds_off_worker`.
 fn builds_off_worker(c: &mut redis::Connection) -> u64 {
-    let info: String = redis::cmd("INFO").arg("stats").query(c).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("basalt_zset_index_builds_off_worker:"))
-        .expect("INFO stats has basalt_zset_index_builds_off_worker")
-        .trim()
-        .parse()
-        .unwrap()
+    common::info_stat(c, "basalt_zset_index_builds_off_worker")
 }
 
 /// `n` members `m<i>` with score `i * 3 % n` (so the order differs from

@@ -100,31 +100,23 @@ pub(crate) fn missing(shared: &Shared, dbi: usize, args: &Args<'_>) -> (u64, Vec
     // A STORE command's destination (always `args[1]`) is replaced, never
     // read: not built.
     let dst = def.name.ends_with("store").then_some(1);
+    // The movable-key rules, else the table's positions (GEORADIUS's
+    // source too, which those rules leave out; no allocation on the path
+    // every ZADD takes).
     let movable = if def.flags & super::flags::MOVABLE_KEYS != 0 {
         let cmd: Vec<&[u8]> = args.iter().collect();
         super::server::movable_keys(def.name, &cmd)
     } else {
         Vec::new()
     };
-    if !movable.is_empty() {
-        for i in movable
-            .into_iter()
-            .filter(|&i| Some(i) != dst)
-            .take(MAX_KEYS)
-        {
-            look(&args[i]);
-        }
-    } else {
-        // The table's positions (also GEORADIUS's source, which the
-        // movable-key rules leave out). No allocation on the path every
-        // ZADD takes.
-        for i in def
-            .key_positions(args.len())
-            .filter(|&i| Some(i) != dst)
-            .take(MAX_KEYS)
-        {
-            look(&args[i]);
-        }
+    let table = movable.is_empty().then(|| def.key_positions(args.len()));
+    for i in movable
+        .into_iter()
+        .chain(table.into_iter().flatten())
+        .filter(|&i| Some(i) != dst)
+        .take(MAX_KEYS)
+    {
+        look(&args[i]);
     }
     (z.generation, keys)
 }

@@ -236,13 +236,18 @@ pub fn read_reply(r: &mut impl BufRead) -> String {
     line
 }
 
-/// `basalt_client_worker_moves` from INFO stats.
-pub fn worker_moves(c: &mut redis::Connection) -> u64 {
+/// A numeric field of INFO stats.
+pub fn info_stat(c: &mut redis::Connection, field: &str) -> u64 {
     let info: String = redis::cmd("INFO").arg("stats").query(c).unwrap();
     info.lines()
-        .find_map(|l| l.strip_prefix("basalt_client_worker_moves:"))
-        .expect("INFO stats names basalt_client_worker_moves")
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .unwrap_or_else(|| panic!("INFO stats names {field}"))
         .trim()
         .parse()
         .unwrap()
+}
+
+/// `basalt_client_worker_moves` from INFO stats.
+pub fn worker_moves(c: &mut redis::Connection) -> u64 {
+    info_stat(c, "basalt_client_worker_moves")
 }
