@@ -167,6 +167,8 @@ pub(crate) async fn serve(
         script: Vec::new(),
         may_defer: false,
         deferred: Vec::new(),
+        may_build_index: false,
+        index_wanted: None,
     };
     let moving = Moving {
         conn,
@@ -376,7 +378,9 @@ async fn run(
         loop {
             let cmd_start = pos;
             crate::auth::sync_parser(shared, &info, &mut parser);
-            let reply_at = out.len();
+            // Where this command's reply begins; moved back when a wait
+            // below flushes the output (a CLIENT PAUSE).
+            let mut reply_at = out.len();
             let (found, after, ran_writes) = match parser.parse(&buf[pos..]) {
                 Ok(Parsed::Command { args, consumed }) => {
                     if shared.pubsub.pause.active()
@@ -394,6 +398,7 @@ async fn run(
                         if io.wait_out_pause(shared, &args).await? {
                             return Ok(Ended::Closed);
                         }
+                        reply_at = out.len();
                         conn.batch_clock = 0;
                         conn.tick = now_ns();
                     }
@@ -542,35 +547,6 @@ async fn run(
                         // this worker's back, and it then runs in place on
                         // it; EXEC holds the gate alone while it runs.
                         let exec = conn.tx.in_multi() && args[0].eq_ignore_ascii_case(b"exec");
-                        // A big sorted set's index the cache lacks is built
-                        // off this worker first (commands::zbuild), where
-                        // reads may be cold: one load first, so warm data
-                        // pays nothing.
-                        if shared.keyspace.reads_may_be_cold()
-                            && !conn.tx.in_multi()
-                            && zbuild::may_need_index(&args[0], args.len())
-                            && crate::auth::may_run(shared, &info, 0)
-                        {
-                            let (generation, keys) = zbuild::missing(shared, conn.db, &args);
-                            if !keys.is_empty() {
-                                gate.release();
-                                let mut io = ConnIo {
-                                    stream,
-                                    info: &info,
-                                    out: &mut out,
-                                    deferred: &mut conn.deferred,
-                                    wrote: &mut wrote,
-                                    shutdown: &mut shutdown,
-                                };
-                                let build =
-                                    zbuild::build(shared.clone(), conn.db, generation, keys);
-                                if io.wait_for(shared, build, &args).await? {
-                                    return Ok(Ended::Closed);
-                                }
-                                conn.batch_clock = 0;
-                                conn.tick = now_ns();
-                            }
-                        }
                         let staged = StagedFor;
                         // One load first: while no database checks
                         // residency (warm data), nothing else is looked at.
@@ -602,6 +578,7 @@ async fn run(
                                 if io.fetch_and_stage(shared, reads, &args).await? {
                                     return Ok(Ended::Closed);
                                 }
+                                reply_at = out.len();
                                 conn.batch_clock = 0;
                                 conn.tick = now_ns();
                             }
@@ -625,7 +602,50 @@ async fn run(
                             // CLIENT REPLY/CACHING mode, no pending pushes.
                             conn.may_defer = info.pubsub.modes.load(Ordering::Relaxed) == 0
                                 && !info.pubsub.has_pending();
-                            let ran = tx::run(shared, conn, &mut out, args, &mut gate);
+                            // A big sorted set's index the cache lacks is
+                            // built off this worker (commands::zbuild): the
+                            // command stops before any effect, the index is
+                            // built while only this connection waits, and
+                            // the command runs again.
+                            conn.may_build_index = !conn.tx.in_multi();
+                            let mut ran = tx::run(shared, conn, &mut out, args, &mut gate);
+                            let mut built = Vec::new();
+                            let mut rounds = 0;
+                            while let Some((generation, key)) = conn.index_wanted.take() {
+                                rounds += 1;
+                                if built.contains(&key) {
+                                    // Built in this loop and missing again
+                                    // (evicted by the next build, or made
+                                    // stale by a write): rebuilt in place.
+                                    conn.may_build_index = false;
+                                } else {
+                                    gate.release();
+                                    let db = conn.db;
+                                    let mut io = ConnIo {
+                                        stream,
+                                        info: &info,
+                                        out: &mut out,
+                                        deferred: &mut conn.deferred,
+                                        wrote: &mut wrote,
+                                        shutdown: &mut shutdown,
+                                    };
+                                    let wanted = (generation, key);
+                                    if io
+                                        .build_indexes(shared, db, wanted, &args, &mut built)
+                                        .await?
+                                    {
+                                        return Ok(Ended::Closed);
+                                    }
+                                    reply_at = out.len();
+                                    conn.batch_clock = 0;
+                                    conn.tick = now_ns();
+                                }
+                                if rounds == zbuild::MAX_ROUNDS {
+                                    conn.may_build_index = false;
+                                }
+                                ran = tx::run(shared, conn, &mut out, args, &mut gate);
+                            }
+                            conn.may_build_index = false;
                             conn.may_defer = false;
                             drop(staged);
                             ran
@@ -747,6 +767,7 @@ async fn run(
                                     }
                                 }
                             }
+                            reply_at = out.len();
                             conn.script = script;
                         }
                     }
@@ -989,6 +1010,27 @@ impl ConnIo<'_> {
             return Ok(true);
         }
         Ok(shared.pubsub.pause.active() && self.wait_out_pause(shared, args).await?)
+    }
+
+    /// Builds the sorted-set index a command stopped at (`wanted`: its
+    /// database's generation and key), with the command's other big sets
+    /// whose indexes are not cached, off the worker (`commands::zbuild`);
+    /// adds them to `built`. True when the connection is to close.
+    async fn build_indexes(
+        &mut self,
+        shared: &Arc<Shared>,
+        db: usize,
+        wanted: (u64, Vec<u8>),
+        args: &basalt_resp::Args<'_>,
+        built: &mut Vec<Vec<u8>>,
+    ) -> std::io::Result<bool> {
+        let (generation, key) = wanted;
+        let (_, mut keys) = zbuild::missing(shared, db, args);
+        keys.retain(|k| *k != key);
+        keys.insert(0, key);
+        built.extend(keys.iter().cloned());
+        let build = zbuild::build(shared.clone(), db, generation, keys);
+        self.wait_for(shared, build, args).await
     }
 
     /// [`ConnIo::fetch`], then holds `args` for a CLIENT PAUSE that began

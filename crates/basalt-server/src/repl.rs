@@ -1605,6 +1605,8 @@ pub(crate) fn stand_in(client: &Arc<ClientInfo>, db: usize, time_ms: u64) -> Con
         script: Vec::new(),
         may_defer: false,
         deferred: Vec::new(),
+        may_build_index: false,
+        index_wanted: None,
     }
 }
 

@@ -1400,11 +1400,11 @@ fn zadd_spread(c: &mut redis::Connection, key: &str, n: usize) {
     assert_eq!(added, n);
 }
 
-/// After a restart no sorted set has an index in memory: where reads may be
-/// cold, the first command on a big one has it built off the worker (once,
-/// however many clients ask at once), and every command answers as before;
-/// a small set is still rebuilt in place, and so is every set where reads
-/// are all in memory.
+/// After a restart no sorted set has an index in memory: the first command
+/// on a big one has it built off the worker (once, however many clients
+/// ask at once), where reads may be cold and where they are all in memory,
+/// and every command answers as before; a small set is still rebuilt in
+/// place.
 #[test]
 fn a_big_sorted_sets_index_is_built_off_the_worker_once_after_a_restart() {
     let s = checking_residency(tempfile::tempdir().unwrap());
@@ -1502,7 +1502,7 @@ fn a_big_sorted_sets_index_is_built_off_the_worker_once_after_a_restart() {
     assert_eq!(near, vec!["p0"]);
     assert_eq!(builds_off_worker(&mut c), 1, "the geo set");
 
-    // Reads all in memory: rebuilt in place, as before.
+    // Reads all in memory: built off the worker too.
     let mut s = s;
     s.handle.take().unwrap().shutdown().unwrap();
     let s = TestServer::start_in(s.dir);
@@ -1515,6 +1515,130 @@ fn a_big_sorted_sets_index_is_built_off_the_worker_once_after_a_restart() {
             .position(|(m, _)| m == "m0")
             .map(|r| r as i64)
     );
+    assert_eq!(builds_off_worker(&mut c), 1);
+}
+
+/// `cmdstat_<name>`'s `calls` in INFO commandstats (0 if absent).
+fn calls(c: &mut redis::Connection, name: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(c).unwrap();
+    let prefix = format!("cmdstat_{name}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+/// A command that stops to have a big set's index built off the worker
+/// leaves no trace of that first run: after a restart, ZADD, ZPOPMIN,
+/// GEOSEARCH and ZUNIONSTORE on big sets each answer once, publish their
+/// keyspace events once, count one call and one lookup each, and write
+/// once; inside MULTI/EXEC (which runs its
+/// queue in place) the index is rebuilt in place and EXEC answers as Redis
+/// does.
+#[test]
+fn a_command_run_again_after_an_index_build_has_its_effects_once() {
+    let s = TestServer::start();
+    let mut c = s.client();
+    zadd_spread(&mut c, "big", 3000);
+    let mut geoadd = redis::cmd("GEOADD");
+    geoadd.arg("places");
+    for i in 0..1100 {
+        geoadd
+            .arg(13.0 + (i % 50) as f64 * 0.001)
+            .arg(52.0 + (i / 50) as f64 * 0.001)
+            .arg(format!("p{i}"));
+    }
+    let _: usize = geoadd.query(&mut c).unwrap();
+    let s = s.restart();
+    let mut c = s.client();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg("KEAm")
+        .query(&mut c)
+        .unwrap();
+    let mut sub = s.raw();
+    sub.cmd(&["SUBSCRIBE", "__keyspace@0__:big"]);
+
+    let added: usize = c.zadd("big", "new", -5).unwrap();
+    assert_eq!(added, 1);
+    assert_eq!(builds_off_worker(&mut c), 1);
+    let popped: Vec<(String, f64)> = redis::cmd("ZPOPMIN").arg("big").query(&mut c).unwrap();
+    assert_eq!(popped, vec![("new".to_string(), -5.0)]);
+    // A marker: the events of ZADD and ZPOPMIN came once each, in order.
+    let _: usize = c.zrem("big", "m0").unwrap();
+    for event in ["zadd", "zpopmin", "zrem"] {
+        let msg = sub.read();
+        assert_eq!(
+            msg,
+            Frame::Array(vec![
+                bulk("message"),
+                bulk("__keyspace@0__:big"),
+                bulk(event)
+            ]),
+        );
+    }
+    assert_eq!(calls(&mut c, "zadd"), 1);
+    assert_eq!(calls(&mut c, "zpopmin"), 1);
+    let card: usize = c.zcard("big").unwrap();
+    assert_eq!(card, 2999);
+
+    let near: Vec<String> = redis::cmd("GEOSEARCH")
+        .arg("places")
+        .arg("FROMLONLAT")
+        .arg(13.0)
+        .arg(52.0)
+        .arg("BYRADIUS")
+        .arg(1)
+        .arg("m")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(near, vec!["p0"]);
+    assert_eq!(builds_off_worker(&mut c), 2);
+    assert_eq!(calls(&mut c, "geosearch"), 1);
+
+    // ZUNIONSTORE counts and publishes its inputs' lookups before it loads
+    // them: a missing input's miss counts once, its `keymiss` comes once.
+    let _: bool = c.expire("big", 1000).unwrap(); // a new version: not cached
+    let mut miss = s.raw();
+    miss.cmd(&["SUBSCRIBE", "__keyspace@0__:nosuch"]);
+    let misses = common::info_stat(&mut c, "keyspace_misses");
+    let n: usize = redis::cmd("ZUNIONSTORE")
+        .arg("dst")
+        .arg(2)
+        .arg("nosuch")
+        .arg("big")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(n, 2999);
+    assert_eq!(builds_off_worker(&mut c), 3);
+    assert_eq!(common::info_stat(&mut c, "keyspace_misses"), misses + 1);
+    // Markers: GET's miss, then SET's event.
+    let _: Option<String> = c.get("nosuch").unwrap();
+    let _: () = c.set("nosuch", 1).unwrap();
+    for event in ["keymiss", "keymiss", "set"] {
+        let msg = miss.read();
+        assert_eq!(
+            msg,
+            Frame::Array(vec![
+                bulk("message"),
+                bulk("__keyspace@0__:nosuch"),
+                bulk(event)
+            ]),
+        );
+    }
+
+    // Inside EXEC: rebuilt in place after a restart, nothing built off the
+    // worker, replies as outside it.
+    let s = s.restart();
+    let mut c = s.client();
+    let (card, rank): (usize, Option<i64>) = redis::pipe()
+        .atomic()
+        .zcard("big")
+        .zrank("big", "m1")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(card, 2999);
+    assert!(rank.is_some());
     assert_eq!(builds_off_worker(&mut c), 0);
 }
 

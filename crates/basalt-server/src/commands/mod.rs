@@ -460,6 +460,15 @@ pub struct Conn {
     pub may_defer: bool,
     /// Replies the reader threads are producing, in output order.
     pub deferred: Vec<crate::readers::Deferred>,
+    /// Whether the running command, if it is a sorted-set or geo command,
+    /// may leave a big sorted set's missing index to be built off the
+    /// worker (`zbuild`): set by the connection loop around a plain
+    /// command, never in EXEC, scripts, HTTP or replicated applies.
+    pub may_build_index: bool,
+    /// The index a command left to be built off the worker (its
+    /// database's generation and its key), taken by the connection loop,
+    /// which builds it and runs the command again.
+    pub index_wanted: Option<(u64, Vec<u8>)>,
 }
 
 /// Everything a handler needs.
@@ -857,6 +866,9 @@ pub fn execute_found(
         && shared.pubsub.monitors.active()
         && shared.blocking.is_blocked(conn.info.id);
     let script_scope = crate::monitor::before(&shared.pubsub, &conn.info, conn.db, cmd, &args);
+    let deferring = zbuild::Deferring::enter(
+        conn.may_build_index && matches!(cmd.group, Group::SortedSet | Group::Geo),
+    );
     let mut ctx = Ctx {
         shared,
         conn,
@@ -874,13 +886,18 @@ pub fn execute_found(
         let msg = e.message();
         Encoder::new(ctx.out, ctx.conn.protocol).error(msg.as_bytes());
     }
-    let (after, error_counted) = (ctx.after, ctx.error_counted);
+    let (after, error_counted, looked) = (ctx.after, ctx.error_counted, ctx.looked.get());
+    if let Some(wanted) = deferring.wanted() {
+        // It stopped at its first look at a big sorted set whose index is
+        // not cached, before any effect: nothing of this run counts or is
+        // seen; the connection builds the index and runs it again.
+        out.truncate(reply_at);
+        conn.index_wanted = Some(wanted);
+        return (Some(cmd), None);
+    }
     // A read that stopped at WRONGTYPE (`?` past its count) had found its
     // key: Redis counts the lookup as a hit before checking the type.
-    if !ctx.looked.get()
-        && out[reply_at..].starts_with(b"-WRONGTYPE")
-        && reads_before_type_check(cmd)
-    {
+    if !looked && out[reply_at..].starts_with(b"-WRONGTYPE") && reads_before_type_check(cmd) {
         shared.lookups.count(true);
     }
     drop(script_scope);

@@ -7,29 +7,34 @@
 //! A rebuild reads every member's record and sorts them: measured, the
 //! first ZRANGE of a 1 M-member set after a restart held its worker (and
 //! every client on it) for 0.50 s with the files in the page cache and
-//! 1.18 s without. So before a sorted-set or geo command runs, the
-//! connection asks [`missing`] which of its keys are sets of at least
-//! [`BUILD_OFF_WORKER`] members with no index in the cache, and, if any,
-//! [`build`]s them on tokio's blocking pool while only that connection
-//! waits; the command then runs in place and finds them cached.
+//! 1.18 s without. So a sorted-set or geo command that the connection runs
+//! on its own (not in EXEC or a script) runs inside a [`Deferring`] scope:
+//! when `ZDb::load` finds a set of at least [`BUILD_OFF_WORKER`] members
+//! whose index is not cached, it stops the command there, before any
+//! effect (the first thing every such command does with a set is load it,
+//! and it loads its sets one at a time, each given back before the next),
+//! and names the key. The command's run then leaves no trace (its reply
+//! is cut, nothing is counted), and the connection [`build`]s that index
+//! (with any other of the command's keys that [`missing`] finds) on tokio's
+//! blocking pool while only it waits, then runs the command again, which
+//! finds them cached. A command that finds a set missing again after
+//! [`MAX_ROUNDS`] builds (writes kept making the builds stale) rebuilds in
+//! place, as everything outside the scope does.
 //!
 //! The build needs no lock of the key: it reads the key's version, the
 //! members (one snapshot of the index), and the version again, and checks
 //! the index in only if no write came in between (versions only grow, and
 //! a write changes the fields and the version under one lock). A write
-//! that wins the race costs the build, never a wrong index: the command
-//! then rebuilds in place, as it would have. Connections waiting for the
-//! same set share one build ([`InFlight`]).
+//! that wins the race costs the build, never a wrong index. Connections
+//! waiting for the same set share one build ([`InFlight`]).
 //!
 //! At most two builds run at once; a build holds its database's slot
 //! read-locked, so a FLUSHDB, SWAPDB or DEBUG RELOAD waits for it to end.
 //! Not covered (they still rebuild in place): commands inside MULTI/EXEC
-//! and scripts, SORT over a sorted set, MEMORY USAGE, data all in memory
-//! (the residency gate in `conn.rs`), a command after one that failed
-//! with the index checked out (the cache slot stays until a checkout
-//! drops it), and replicated applies (which run off the Raft thread
-//! already).
+//! and scripts, SORT over a sorted set, MEMORY USAGE, and replicated
+//! applies (which run off the Raft thread already).
 
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
@@ -52,19 +57,70 @@ pub(crate) const BUILD_OFF_WORKER: usize = 1024;
 /// Most keys of one command looked at.
 const MAX_KEYS: usize = 16;
 
-/// Whether a command named `name` with `argc` arguments (the name
-/// included) may be one whose keys [`missing`] looks at: a name check only
-/// (`z...`, `bz...` or `geo...`), so that other commands, GET first, pay
-/// two comparisons.
-#[inline]
-pub(crate) fn may_need_index(name: &[u8], argc: usize) -> bool {
-    argc >= 2
-        && match name.first().map(|c| c | 0x20) {
-            Some(b'z') => name.len() > 1,
-            Some(b'b') => name.len() > 2 && name[1] | 0x20 == b'z',
-            Some(b'g') => name.len() >= 6 && name[..3].eq_ignore_ascii_case(b"geo"),
-            _ => false,
+/// Most builds one command waits for before it rebuilds in place.
+pub(crate) const MAX_ROUNDS: usize = 4;
+
+thread_local! {
+    /// Whether the command running on this thread is inside a
+    /// [`Deferring`] scope.
+    static DEFERRING: Cell<bool> = const { Cell::new(false) };
+    /// The index that command left to be built: (generation, key).
+    static WANTED: RefCell<Option<(u64, Vec<u8>)>> = const { RefCell::new(None) };
+}
+
+/// While alive (and entered `on`), a big sorted set's index that
+/// `ZDb::load` finds missing is not rebuilt: the load records the key
+/// ([`defer`]) and fails, and [`Deferring::wanted`] then names it.
+pub(crate) struct Deferring {
+    on: bool,
+}
+
+impl Deferring {
+    /// Enters the scope if `on`, else changes nothing.
+    #[inline]
+    pub(crate) fn enter(on: bool) -> Deferring {
+        if on {
+            DEFERRING.with(|d| d.set(true));
         }
+        Deferring { on }
+    }
+
+    /// The index the command stopped at, if it stopped at one; leaves the
+    /// scope.
+    #[inline]
+    pub(crate) fn wanted(self) -> Option<(u64, Vec<u8>)> {
+        if !self.on {
+            return None;
+        }
+        WANTED.with(|w| w.borrow_mut().take())
+    }
+}
+
+impl Drop for Deferring {
+    fn drop(&mut self) {
+        if self.on {
+            DEFERRING.with(|d| d.set(false));
+            WANTED.with(|w| w.borrow_mut().take());
+        }
+    }
+}
+
+/// Whether the command running on this thread is inside a [`Deferring`]
+/// scope.
+#[inline]
+pub(crate) fn deferring() -> bool {
+    DEFERRING.with(|d| d.get())
+}
+
+/// Called by `ZDb::load` on a set of at least [`BUILD_OFF_WORKER`] members
+/// whose index is not cached: inside a [`Deferring`] scope, records the key
+/// and answers true (the load then fails and the command stops); outside,
+/// false (the load rebuilds in place).
+pub(crate) fn defer(generation: u64, key: &[u8]) -> bool {
+    deferring() && {
+        WANTED.with(|w| *w.borrow_mut() = Some((generation, key.to_vec())));
+        true
+    }
 }
 
 /// The sorted sets of at least [`BUILD_OFF_WORKER`] members that command
@@ -207,38 +263,6 @@ pub(crate) async fn build(shared: Arc<Shared>, dbi: usize, generation: u64, keys
                 })
                 .await;
             }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_sorted_set_and_geo_names_pass_the_name_check() {
-        for (name, argc) in [
-            ("ZRANGE", 4),
-            ("zadd", 4),
-            ("BZPOPMIN", 3),
-            ("bzmpop", 5),
-            ("GEOSEARCH", 2),
-            ("georadius", 6),
-        ] {
-            assert!(may_need_index(name.as_bytes(), argc), "{name}");
-        }
-        for (name, argc) in [
-            ("GET", 2),
-            ("GETBIT", 3),
-            ("GETRANGE", 4),
-            ("BITCOUNT", 2),
-            ("BLPOP", 3),
-            ("SET", 3),
-            ("Z", 2),
-            ("ZCARD", 1),
-            ("", 2),
-        ] {
-            assert!(!may_need_index(name.as_bytes(), argc), "{name}");
         }
     }
 }

@@ -21,7 +21,9 @@ use basalt_engine::{Db, KeyKind};
 use basalt_resp::{Args, Protocol};
 
 use super::flags::*;
-use super::{cnum, def, int_arg, is, parse_i64, CommandDef, Ctx, Error, Group, Result, Rng};
+use super::{
+    cnum, def, int_arg, is, parse_i64, zbuild, CommandDef, Ctx, Error, Group, Result, Rng,
+};
 use crate::blocking::{block_on, parse_timeout};
 use crate::glob;
 use crate::keyspace::{RedisType, Slot, SlotRead, TAG_SET, TAG_ZSET};
@@ -114,6 +116,10 @@ impl<'a> ZDb<'a> {
     /// The index of the sorted set at `key`: `None` if the key does not
     /// exist, WRONGTYPE if it is not a sorted set. The caller holds the
     /// key's stripe and gives the index back with [`ZDb::put_back`].
+    /// Inside a `zbuild::Deferring` scope, a set of at least
+    /// `zbuild::BUILD_OFF_WORKER` members whose index is not cached is not
+    /// rebuilt here: the load names it to be built off the worker and
+    /// fails, and the command is run again once it is built.
     pub fn load(&self, key: &[u8]) -> Result<Option<ZIndex>> {
         let Some(meta) = self.db.meta(key) else {
             return Ok(None);
@@ -125,12 +131,46 @@ impl<'a> ZDb<'a> {
         if let Some(ix) = cache.checkout(self.generation, key, meta.version) {
             return Ok(Some(ix));
         }
+        if matches!(meta.kind, KeyKind::Map { len, .. } if len >= zbuild::BUILD_OFF_WORKER)
+            && zbuild::defer(self.generation, key)
+        {
+            // Built off the worker, then the command runs again. An empty
+            // slot (left by a command that failed with the index checked
+            // out: this one holds the key's stripe, so no other has it)
+            // goes, or the build would take it for an index in use.
+            cache.forget(self.generation, key);
+            return Err(Error::err("sorted set index not cached"));
+        }
         let mut items = Vec::new();
         for (member, v) in self.db.fields(key)? {
             items.push((member, decode_score(key, &v)?));
         }
         let ix = ZIndex::from_items(items);
         Ok((!ix.is_empty()).then_some(ix))
+    }
+
+    /// Inside a `zbuild::Deferring` scope, stops a command before its first
+    /// effect when `key` is a big sorted set whose index is not cached, as
+    /// [`ZDb::load`] would, for a command that looks at its keys before it
+    /// loads them (the set operations count and publish their lookups
+    /// first). Takes no lock: an index checked out counts as cached (its
+    /// load then decides).
+    pub(crate) fn defer_uncached(&self, key: &[u8]) -> Result {
+        if !zbuild::deferring() {
+            return Ok(());
+        }
+        let Some(meta) = self.db.meta(key) else {
+            return Ok(());
+        };
+        let big = matches!(meta.kind,
+            KeyKind::Map { tag: TAG_ZSET, len, .. } if len >= zbuild::BUILD_OFF_WORKER);
+        if big
+            && !ZCache::global().holds(self.generation, key, meta.version)
+            && zbuild::defer(self.generation, key)
+        {
+            return Err(Error::err("sorted set index not cached"));
+        }
+        Ok(())
     }
 
     /// Builds the index of the sorted set at `key` and checks it into the
@@ -1504,6 +1544,11 @@ fn input_members(z: &ZDb<'_>, key: &[u8]) -> Result<Vec<(Vec<u8>, f64)>> {
 /// that is neither a sorted set nor a set.
 fn check_input_types(ctx: &Ctx<'_>, args: &Args<'_>, keys: std::ops::Range<usize>) -> Result {
     let slot = ctx.slot();
+    if let Some(z) = ZDb::of(&slot) {
+        for i in keys.clone() {
+            z.defer_uncached(&args[i])?;
+        }
+    }
     ctx.keymiss_each(slot.db(), keys.clone().map(|i| &args[i][..]), zset_input);
     for i in keys {
         if super::type_of(slot.db(), &args[i]).is_some_and(|t| !zset_input(t)) {

@@ -739,6 +739,8 @@ impl Req {
             script: Vec::new(),
             may_defer: false,
             deferred: Vec::new(),
+            may_build_index: false,
+            index_wanted: None,
         };
         let mut out = Vec::new();
         let (found, _) = self.locked(|sh| Ok(commands::execute(sh, &mut conn, &mut out, args)))?;
@@ -833,6 +835,8 @@ pub(crate) fn run_program<T>(
             script: Vec::new(),
             may_defer: false,
             deferred: Vec::new(),
+            may_build_index: false,
+            index_wanted: None,
         },
         out: Vec::new(),
         wire: Vec::new(),

@@ -436,6 +436,8 @@ impl Scripts {
             script: Vec::new(),
             may_defer: false,
             deferred: Vec::new(),
+            may_build_index: false,
+            index_wanted: None,
         };
         let owned = std::mem::replace(conn, stand_in);
         let (done, wait) = tokio::sync::oneshot::channel();
