@@ -1672,3 +1672,48 @@ fn writes_racing_a_build_off_the_worker_are_all_seen() {
     let rank: Option<i64> = c.zrank("z", "m0").unwrap();
     assert_eq!(rank, Some(200), "score 0 comes after the 200 negative ones");
 }
+
+/// SORT and MEMORY USAGE of a big sorted set whose index is not cached have
+/// it built off the worker too, and answer as they did: SORT counts its
+/// lookup once.
+#[test]
+fn sort_and_memory_usage_of_a_big_sorted_set_build_its_index_off_the_worker() {
+    let s = TestServer::start();
+    let mut c = s.client();
+    zadd_spread(&mut c, "big", 2000);
+    let want: Vec<String> = redis::cmd("SORT")
+        .arg("big")
+        .arg("BY")
+        .arg("nosort")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(want.len(), 2000);
+    let s = s.restart();
+    let mut c = s.client();
+    let hits = common::info_stat(&mut c, "keyspace_hits");
+    let got: Vec<String> = redis::cmd("SORT")
+        .arg("big")
+        .arg("BY")
+        .arg("nosort")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(got, want, "the set's own order, by score");
+    assert_eq!(builds_off_worker(&mut c), 1);
+    assert_eq!(common::info_stat(&mut c, "keyspace_hits"), hits + 1);
+
+    let s = s.restart();
+    let mut c = s.client();
+    let bytes: i64 = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg("big")
+        .query(&mut c)
+        .unwrap();
+    assert!(bytes > 2000 * 8, "{bytes} bytes");
+    assert_eq!(builds_off_worker(&mut c), 1);
+    let again: i64 = redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg("big")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(again, bytes);
+}

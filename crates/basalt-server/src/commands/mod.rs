@@ -866,9 +866,7 @@ pub fn execute_found(
         && shared.pubsub.monitors.active()
         && shared.blocking.is_blocked(conn.info.id);
     let script_scope = crate::monitor::before(&shared.pubsub, &conn.info, conn.db, cmd, &args);
-    let deferring = zbuild::Deferring::enter(
-        conn.may_build_index && matches!(cmd.group, Group::SortedSet | Group::Geo),
-    );
+    let deferring = zbuild::Deferring::enter(conn.may_build_index && zbuild::may_defer(cmd));
     let mut ctx = Ctx {
         shared,
         conn,

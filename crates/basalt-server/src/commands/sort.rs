@@ -213,6 +213,13 @@ fn sort_generic(ctx: &mut Ctx<'_>, args: Args<'_>, readonly: bool) -> Result {
         None | Some(RedisType::List | RedisType::Set | RedisType::ZSet) => {}
         Some(_) => return Err(Error::WrongType),
     }
+    if kind == Some(RedisType::ZSet) {
+        // A big set's index not cached is built off the worker first
+        // (`zbuild`), before the lookup counts.
+        super::zset::ZDb::of(&slot)
+            .expect("opened")
+            .defer_uncached(key)?;
+    }
     // Redis looks the key up for reading even with STORE.
     ctx.looked_up(key, kind.is_some());
     // A set has no order of its own to keep: stored, it is sorted as strings.

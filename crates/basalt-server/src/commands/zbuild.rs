@@ -7,8 +7,9 @@
 //! A rebuild reads every member's record and sorts them: measured, the
 //! first ZRANGE of a 1 M-member set after a restart held its worker (and
 //! every client on it) for 0.50 s with the files in the page cache and
-//! 1.18 s without. So a sorted-set or geo command that the connection runs
-//! on its own (not in EXEC or a script) runs inside a [`Deferring`] scope:
+//! 1.18 s without. So a sorted-set or geo command, SORT or MEMORY USAGE
+//! that the connection runs on its own (not in EXEC or a script) runs
+//! inside a [`Deferring`] scope ([`may_defer`]):
 //! when `ZDb::load` finds a set of at least [`BUILD_OFF_WORKER`] members
 //! whose index is not cached, it stops the command there, before any
 //! effect (the first thing every such command does with a set is load it,
@@ -31,8 +32,8 @@
 //! At most two builds run at once; a build holds its database's slot
 //! read-locked, so a FLUSHDB, SWAPDB or DEBUG RELOAD waits for it to end.
 //! Not covered (they still rebuild in place): commands inside MULTI/EXEC
-//! and scripts, SORT over a sorted set, MEMORY USAGE, and replicated
-//! applies (which run off the Raft thread already).
+//! and scripts, and replicated applies (which run off the Raft thread
+//! already).
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -44,7 +45,7 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use super::zset::ZDb;
-use super::{lookup, Group};
+use super::{lookup, CommandDef, Group};
 use crate::keyspace::TAG_ZSET;
 use crate::state::Shared;
 use crate::zindex::ZCache;
@@ -103,6 +104,15 @@ impl Drop for Deferring {
             WANTED.with(|w| w.borrow_mut().take());
         }
     }
+}
+
+/// Whether `cmd` may stop to have an index built off the worker: the
+/// sorted-set and geo commands, SORT and MEMORY (USAGE), none of which
+/// has any effect before it loads its sorted sets.
+#[inline]
+pub(crate) fn may_defer(cmd: &CommandDef) -> bool {
+    matches!(cmd.group, Group::SortedSet | Group::Geo)
+        || matches!(cmd.name, "sort" | "sort_ro" | "memory")
 }
 
 /// Whether the command running on this thread is inside a [`Deferring`]
