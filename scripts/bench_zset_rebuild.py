@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""How long the first command on a big sorted set holds up other clients
-after a restart (the index rebuild, `commands/zbuild.rs`).
+"""How long the first command on a big sorted set (or stream) holds up
+other clients after a restart (the index rebuild, `commands/zbuild.rs`).
 
-Fills one sorted set of --members members into a fresh data directory,
+Fills one sorted set of --members members (with --kind stream: one stream
+of that many entries, read by the first XLEN) into a fresh data directory,
 then for each binary given, alternating, restarts a server on it (with
 `--read-residency check`, as a data set larger than memory sets it; pass
 --residency in-place to see the warm default) and sends the first ZRANGE
@@ -12,6 +13,7 @@ workers, so some share the ZRANGE's worker. Run as root to also measure
 with the page cache dropped after the restart (cold records).
 
     python3 scripts/bench_zset_rebuild.py --members 1000000 OLD_BINARY NEW_BINARY
+    python3 scripts/bench_zset_rebuild.py --kind stream --residency in-place OLD NEW
 """
 import argparse
 import os
@@ -59,10 +61,17 @@ def start(binary, data, residency):
     raise SystemExit(f"{binary} did not start")
 
 
-def fill(binary, data, members):
+def fill(binary, data, members, kind):
     p, c = start(binary, data, "in-place")
     per = 1000
     for base in range(0, members, per):
+        if kind == "stream":
+            n = min(base + per, members) - base
+            c.sendall(b"".join(encode("XADD", "big", "*", "f", str(m)) for m in range(base, base + n)))
+            got = b""
+            while got.count(b"\r\n") < n:
+                got += c.recv(1 << 20)
+            continue
         args = ["ZADD", "big"]
         for m in range(base, min(base + per, members)):
             args += [str((m * 7919) % 1000003), f"member:{m}"]
@@ -72,7 +81,7 @@ def fill(binary, data, members):
     p.wait()
 
 
-def measure(binary, data, residency, drop):
+def measure(binary, data, residency, drop, kind):
     subprocess.run("sync", shell=True)
     p, c = start(binary, data, residency)
     if drop:
@@ -95,7 +104,8 @@ def measure(binary, data, residency, drop):
         t.start()
     time.sleep(0.2)
     t = time.perf_counter()
-    c.sendall(encode("ZRANGE", "big", "0", "0"))
+    first = ("XLEN", "big") if kind == "stream" else ("ZRANGE", "big", "0", "0")
+    c.sendall(encode(*first))
     reply(c)
     took = time.perf_counter() - t
     time.sleep(0.1)
@@ -104,7 +114,7 @@ def measure(binary, data, residency, drop):
         t.join()
     p.terminate()
     p.wait()
-    print(f"{binary} residency={residency} page-cache-dropped={drop}: first ZRANGE {took * 1000:.0f} ms, "
+    print(f"{binary} residency={residency} page-cache-dropped={drop}: first {first[0]} {took * 1000:.0f} ms, "
           f"worst PING per client (ms): {[round(w * 1000, 1) for w in worst]}", flush=True)
 
 
@@ -114,14 +124,15 @@ def main():
     ap.add_argument("--members", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--residency", default="check")
+    ap.add_argument("--kind", choices=["zset", "stream"], default="zset")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as data:
-        fill(args.binaries[0], data, args.members)
+        fill(args.binaries[0], data, args.members, args.kind)
         drops = [False, True] if os.geteuid() == 0 else [False]
         for _ in range(args.rounds):
             for b in args.binaries:
                 for drop in drops:
-                    measure(b, data, args.residency, drop)
+                    measure(b, data, args.residency, drop, args.kind)
 
 
 if __name__ == "__main__":

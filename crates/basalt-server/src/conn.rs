@@ -168,7 +168,7 @@ pub(crate) async fn serve(
         may_defer: false,
         deferred: Vec::new(),
         may_build_index: false,
-        index_wanted: None,
+        index_wanted: Vec::new(),
     };
     let moving = Moving {
         conn,
@@ -602,8 +602,8 @@ async fn run(
                             // CLIENT REPLY/CACHING mode, no pending pushes.
                             conn.may_defer = info.pubsub.modes.load(Ordering::Relaxed) == 0
                                 && !info.pubsub.has_pending();
-                            // A big sorted set's index the cache lacks is
-                            // built off this worker (commands::zbuild): the
+                            // A big sorted set's or stream's index the cache
+                            // lacks is built off this worker (zbuild): the
                             // command stops before any effect, the index is
                             // built while only this connection waits, and
                             // the command runs again.
@@ -611,16 +611,19 @@ async fn run(
                             let mut ran = tx::run(shared, conn, &mut out, args, &mut gate);
                             let mut built = Vec::new();
                             let mut rounds = 0;
-                            while let Some((generation, key)) = conn.index_wanted.take() {
+                            while !conn.index_wanted.is_empty() {
                                 rounds += 1;
-                                if built.contains(&key) {
-                                    // Built in this loop and missing again
-                                    // (evicted by the next build, or made
-                                    // stale by a write): rebuilt in place.
+                                let mut wanted = std::mem::take(&mut conn.index_wanted);
+                                // One built in this loop and missing again
+                                // (evicted by the next build, or made stale
+                                // by a write) is rebuilt in place.
+                                wanted.retain(|w| !built.contains(w));
+                                if wanted.is_empty() {
                                     conn.may_build_index = false;
                                 } else {
                                     gate.release();
-                                    let db = conn.db;
+                                    built.extend(wanted.iter().cloned());
+                                    let build = zbuild::build(shared.clone(), conn.db, wanted);
                                     let mut io = ConnIo {
                                         stream,
                                         info: &info,
@@ -629,11 +632,7 @@ async fn run(
                                         wrote: &mut wrote,
                                         shutdown: &mut shutdown,
                                     };
-                                    let wanted = (generation, key);
-                                    if io
-                                        .build_indexes(shared, db, wanted, &args, &mut built)
-                                        .await?
-                                    {
+                                    if io.wait_for(shared, build, &args).await? {
                                         return Ok(Ended::Closed);
                                     }
                                     reply_at = out.len();
@@ -1010,27 +1009,6 @@ impl ConnIo<'_> {
             return Ok(true);
         }
         Ok(shared.pubsub.pause.active() && self.wait_out_pause(shared, args).await?)
-    }
-
-    /// Builds the sorted-set index a command stopped at (`wanted`: its
-    /// database's generation and key), with the command's other big sets
-    /// whose indexes are not cached, off the worker (`commands::zbuild`);
-    /// adds them to `built`. True when the connection is to close.
-    async fn build_indexes(
-        &mut self,
-        shared: &Arc<Shared>,
-        db: usize,
-        wanted: (u64, Vec<u8>),
-        args: &basalt_resp::Args<'_>,
-        built: &mut Vec<Vec<u8>>,
-    ) -> std::io::Result<bool> {
-        let (generation, key) = wanted;
-        let (_, mut keys) = zbuild::missing(shared, db, args);
-        keys.retain(|k| *k != key);
-        keys.insert(0, key);
-        built.extend(keys.iter().cloned());
-        let build = zbuild::build(shared.clone(), db, generation, keys);
-        self.wait_for(shared, build, args).await
     }
 
     /// [`ConnIo::fetch`], then holds `args` for a CLIENT PAUSE that began

@@ -1606,7 +1606,7 @@ pub(crate) fn stand_in(client: &Arc<ClientInfo>, db: usize, time_ms: u64) -> Con
         may_defer: false,
         deferred: Vec::new(),
         may_build_index: false,
-        index_wanted: None,
+        index_wanted: Vec::new(),
     }
 }
 

@@ -54,6 +54,9 @@ pub struct Stats {
     /// Sorted-set indexes built off the worker and cached
     /// (`commands::zbuild`).
     pub zset_index_builds: AtomicU64,
+    /// Stream indexes built off the worker and cached
+    /// (`commands::zbuild`).
+    pub stream_index_builds: AtomicU64,
     /// INFO's `instantaneous_*` rates, sampled ten times a second.
     pub instantaneous: Mutex<Instantaneous>,
     /// Keys removed because they expired (INFO's `expired_keys`), counted

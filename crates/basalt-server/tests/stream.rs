@@ -781,3 +781,131 @@ fn a_blocked_xreadgroup_is_told_when_its_stream_or_group_goes_away() {
     );
     s.wait_blocked(0);
 }
+
+/// INFO stats `basalt_stream_index_builds_off_worker`.
+fn stream_builds(c: &mut redis::Connection) -> u64 {
+    common::info_stat(c, "basalt_stream_index_builds_off_worker")
+}
+
+/// `n` entries `1-1` .. `n-1` (field `f`, value the number) in `key`.
+fn fill(c: &mut redis::Connection, key: &str, n: u64) {
+    let mut pipe = redis::pipe();
+    for i in 1..=n {
+        pipe.cmd("XADD")
+            .arg(key)
+            .arg(format!("{i}-1"))
+            .arg("f")
+            .arg(i)
+            .ignore();
+    }
+    pipe.query::<()>(c).unwrap();
+}
+
+/// After a restart no stream has its index in memory: the first command on
+/// a big one has it built off the worker and runs again, with its effects
+/// once: XADD adds one entry and publishes one event, XREADGROUP over two
+/// big streams delivers each entry once and counts its lookups once;
+/// inside MULTI/EXEC the index is rebuilt in place.
+#[test]
+fn a_big_streams_index_is_built_off_the_worker_and_the_command_runs_once() {
+    let s = TestServer::start();
+    let mut c = s.client();
+    fill(&mut c, "s1", 9000);
+    fill(&mut c, "s2", 9000);
+    fill(&mut c, "small", 10);
+    for key in ["s1", "s2"] {
+        let _: () = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(key)
+            .arg("g")
+            .arg("0")
+            .query(&mut c)
+            .unwrap();
+    }
+    let s = s.restart();
+    let mut c = s.client();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg("KEA")
+        .query(&mut c)
+        .unwrap();
+    let mut sub = s.raw();
+    sub.cmd(&["SUBSCRIBE", "__keyspace@0__:s1"]);
+
+    let len: u64 = redis::cmd("XLEN").arg("small").query(&mut c).unwrap();
+    assert_eq!(len, 10);
+    assert_eq!(
+        stream_builds(&mut c),
+        0,
+        "a small stream is rebuilt in place"
+    );
+    let id: String = redis::cmd("XADD")
+        .arg("s1")
+        .arg("*")
+        .arg("f")
+        .arg("new")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(stream_builds(&mut c), 1);
+    let len: u64 = redis::cmd("XLEN").arg("s1").query(&mut c).unwrap();
+    assert_eq!(len, 9001, "one entry added");
+    let _: u64 = redis::cmd("XDEL").arg("s1").arg(&id).query(&mut c).unwrap();
+    for event in ["xadd", "xdel"] {
+        assert_eq!(
+            sub.read(),
+            Frame::Array(vec![
+                bulk("message"),
+                bulk("__keyspace@0__:s1"),
+                bulk(event)
+            ]),
+        );
+    }
+
+    // Two big streams, s2 not cached: both built before anything is
+    // delivered, each entry delivered once.
+    let hits = common::info_stat(&mut c, "keyspace_hits");
+    let read: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("g")
+        .arg("alice")
+        .arg("COUNT")
+        .arg(5)
+        .arg("STREAMS")
+        .arg("s1")
+        .arg("s2")
+        .arg(">")
+        .arg(">")
+        .query(&mut c)
+        .unwrap();
+    let redis::Value::Array(streams) = read else {
+        panic!("{read:?}")
+    };
+    assert_eq!(streams.len(), 2);
+    assert_eq!(stream_builds(&mut c), 2);
+    // Two hits per key, as in Redis 7.0 (a lookup, then one to serve it).
+    assert_eq!(common::info_stat(&mut c, "keyspace_hits"), hits + 4);
+    for key in ["s1", "s2"] {
+        let pending: redis::Value = redis::cmd("XPENDING")
+            .arg(key)
+            .arg("g")
+            .query(&mut c)
+            .unwrap();
+        let redis::Value::Array(p) = pending else {
+            panic!("{pending:?}")
+        };
+        assert_eq!(p[0], redis::Value::Int(5), "{key}: five delivered once");
+    }
+
+    // Inside EXEC: rebuilt in place.
+    let s = s.restart();
+    let mut c = s.client();
+    let (len,): (u64,) = redis::pipe()
+        .atomic()
+        .cmd("XLEN")
+        .arg("s2")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(len, 9000);
+    assert_eq!(stream_builds(&mut c), 0);
+}

@@ -460,15 +460,14 @@ pub struct Conn {
     pub may_defer: bool,
     /// Replies the reader threads are producing, in output order.
     pub deferred: Vec<crate::readers::Deferred>,
-    /// Whether the running command, if it is a sorted-set or geo command,
-    /// may leave a big sorted set's missing index to be built off the
+    /// Whether the running command, if it is one that opens sorted sets or
+    /// streams, may leave a big one's missing index to be built off the
     /// worker (`zbuild`): set by the connection loop around a plain
     /// command, never in EXEC, scripts, HTTP or replicated applies.
     pub may_build_index: bool,
-    /// The index a command left to be built off the worker (its
-    /// database's generation and its key), taken by the connection loop,
-    /// which builds it and runs the command again.
-    pub index_wanted: Option<(u64, Vec<u8>)>,
+    /// The indexes a command left to be built off the worker, taken by
+    /// the connection loop, which builds them and runs the command again.
+    pub(crate) index_wanted: Vec<zbuild::Wanted>,
 }
 
 /// Everything a handler needs.
@@ -885,12 +884,13 @@ pub fn execute_found(
         Encoder::new(ctx.out, ctx.conn.protocol).error(msg.as_bytes());
     }
     let (after, error_counted, looked) = (ctx.after, ctx.error_counted, ctx.looked.get());
-    if let Some(wanted) = deferring.wanted() {
+    let wanted = deferring.wanted();
+    if !wanted.is_empty() {
         // It stopped at its first look at a big sorted set whose index is
         // not cached, before any effect: nothing of this run counts or is
         // seen; the connection builds the index and runs it again.
         out.truncate(reply_at);
-        conn.index_wanted = Some(wanted);
+        conn.index_wanted = wanted;
         return (Some(cmd), None);
     }
     // A read that stopped at WRONGTYPE (`?` past its count) had found its

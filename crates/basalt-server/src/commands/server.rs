@@ -1456,6 +1456,11 @@ pub fn info_text(ctx: &Ctx<'_>, sections: &[String]) -> String {
         );
         kv!(
             out,
+            "basalt_stream_index_builds_off_worker",
+            st.stream_index_builds.load(Ordering::Relaxed)
+        );
+        kv!(
+            out,
             "basalt_cold_reads",
             sh.readers.served.load(Ordering::Relaxed)
         );

@@ -216,9 +216,12 @@ fn sort_generic(ctx: &mut Ctx<'_>, args: Args<'_>, readonly: bool) -> Result {
     if kind == Some(RedisType::ZSet) {
         // A big set's index not cached is built off the worker first
         // (`zbuild`), before the lookup counts.
-        super::zset::ZDb::of(&slot)
+        if super::zset::ZDb::of(&slot)
             .expect("opened")
-            .defer_uncached(key)?;
+            .defer_uncached(key)
+        {
+            return Err(super::zbuild::stop());
+        }
     }
     // Redis looks the key up for reading even with STORE.
     ctx.looked_up(key, kind.is_some());

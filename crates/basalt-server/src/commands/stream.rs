@@ -348,6 +348,63 @@ struct State {
     groups: super::stream_group::Groups,
 }
 
+impl State {
+    /// The state of the stream at `key`, from its fields (names in memory,
+    /// the metadata and the groups' records read).
+    fn load(db: &Db, key: &[u8]) -> Result<State> {
+        let names = db.field_names(key)?;
+        let ids: BTreeSet<Id> = names.iter().filter_map(|f| Id::from_field(f)).collect();
+        let groups = super::stream_group::load(db, key, &names)?;
+        let stored = match db.get_field(key, META)? {
+            Some(b) => Meta::decode(&b).ok_or_else(|| Error::err("stream metadata is damaged"))?,
+            None => Meta::default(),
+        };
+        let since = match stored.last.next() {
+            Some(n) => ids.range(n..).count() as u64,
+            None => 0,
+        };
+        let top = ids.iter().next_back().copied().unwrap_or_default();
+        Ok(State {
+            meta: Meta {
+                last: stored.last.max(top),
+                added: stored.added + since,
+                max_deleted: stored.max_deleted,
+            },
+            ids,
+            groups,
+        })
+    }
+}
+
+/// Caches `state` as the stream at (generation, key) at `version`.
+fn check_in(generation: u64, key: &[u8], version: u64, state: State) {
+    let mut c = cache().lock();
+    let c = &mut *c;
+    if c.ids + state.ids.len() > CACHE_IDS {
+        c.by_gen.clear();
+        c.ids = 0;
+    }
+    c.ids += state.ids.len();
+    let g = c.by_gen.entry(generation).or_default();
+    match g.get_mut(key) {
+        Some(e) => {
+            e.version = version;
+            if let Some(old) = e.state.replace(state) {
+                c.ids -= old.ids.len();
+            }
+        }
+        None => {
+            g.insert(
+                key.to_vec(),
+                Cached {
+                    version,
+                    state: Some(state),
+                },
+            );
+        }
+    }
+}
+
 /// One cached stream: the key's engine version the state matches, and the
 /// state (taken out while a command uses it).
 #[derive(Debug, Default)]
@@ -393,8 +450,81 @@ pub(super) fn open_read<'a>(
     key: &'a [u8],
 ) -> Result<Option<Stream<'a>>> {
     let s = Stream::open(db, generation, key);
-    ctx.looked_up(key, !matches!(s, Ok(None)));
+    if !super::zbuild::stopped() {
+        ctx.looked_up(key, !matches!(s, Ok(None)));
+    }
     s
+}
+
+/// Inside a `zbuild::Deferring` scope, names each of `keys` that is a big
+/// stream whose index is not cached to be built off the worker, and then
+/// fails with `zbuild::stop()`: for a command that opens several streams
+/// and has effects between the opens (XREAD's lookups, XREADGROUP's
+/// deliveries). The caller holds the keys' stripes.
+pub(super) fn defer_uncached<'k>(
+    db: &Db,
+    generation: u64,
+    keys: impl IntoIterator<Item = &'k [u8]>,
+) -> Result {
+    if !super::zbuild::deferring() {
+        return Ok(());
+    }
+    let mut stop = false;
+    for key in keys {
+        if let Some(m) = db.meta(key).filter(|m| is_big_stream(&m.kind)) {
+            stop |= !is_cached(generation, key, m.version)
+                && super::zbuild::defer(super::zbuild::Kind::Stream, generation, key);
+        }
+    }
+    match stop {
+        true => Err(super::zbuild::stop()),
+        false => Ok(()),
+    }
+}
+
+/// Whether a key of this kind is a stream big enough to have its index
+/// built off the worker (`zbuild::STREAM_ENTRIES`).
+fn is_big_stream(kind: &KeyKind) -> bool {
+    matches!(kind, KeyKind::Map { tag: TAG_STREAM, len, .. } if *len >= super::zbuild::STREAM_ENTRIES)
+}
+
+/// Whether the cache holds the stream at `key` at `version`, or a command
+/// has it out (under the key's stripe, which the caller then does not
+/// hold).
+fn is_cached(generation: u64, key: &[u8], version: u64) -> bool {
+    cache()
+        .lock()
+        .by_gen
+        .get(&generation)
+        .and_then(|g| g.get(key))
+        .is_some_and(|e| e.version == version || e.state.is_none())
+}
+
+/// Builds the index of the stream at `key` and caches it, without the
+/// key's stripe (`commands::zbuild`): only if the cache lacks it at the
+/// key's version (or a command has it out), and only if no write came in
+/// while it was read (the version is the same before and after). True
+/// when it cached one.
+pub(crate) fn build_index(db: &Db, generation: u64, key: &[u8]) -> Result<bool> {
+    let Some(m) = db.meta(key) else {
+        return Ok(false);
+    };
+    if !matches!(
+        m.kind,
+        KeyKind::Map {
+            tag: TAG_STREAM,
+            ..
+        }
+    ) || is_cached(generation, key, m.version)
+    {
+        return Ok(false);
+    }
+    let state = State::load(db, key)?;
+    if db.version(key) != m.version {
+        return Ok(false);
+    }
+    check_in(generation, key, m.version, state);
+    Ok(true)
 }
 
 impl<'a> Stream<'a> {
@@ -428,31 +558,20 @@ impl<'a> Stream<'a> {
         };
         let state = match cached {
             Some(st) => st,
-            None => {
-                let names = db.field_names(key)?;
-                let ids: BTreeSet<Id> = names.iter().filter_map(|f| Id::from_field(f)).collect();
-                let groups = super::stream_group::load(db, key, &names)?;
-                let stored = match db.get_field(key, META)? {
-                    Some(b) => {
-                        Meta::decode(&b).ok_or_else(|| Error::err("stream metadata is damaged"))?
-                    }
-                    None => Meta::default(),
-                };
-                let since = match stored.last.next() {
-                    Some(n) => ids.range(n..).count() as u64,
-                    None => 0,
-                };
-                let top = ids.iter().next_back().copied().unwrap_or_default();
-                State {
-                    meta: Meta {
-                        last: stored.last.max(top),
-                        added: stored.added + since,
-                        max_deleted: stored.max_deleted,
-                    },
-                    ids,
-                    groups,
+            None if is_big_stream(&m.kind)
+                && super::zbuild::defer(super::zbuild::Kind::Stream, generation, key) =>
+            {
+                // Built off the worker, then the command runs again. An
+                // empty slot (left by a command that failed with the state
+                // out: this one holds the key's stripe, so no other has
+                // it) goes, or the build would take it for a state in use.
+                let mut c = cache().lock();
+                if let Some(g) = c.by_gen.get_mut(&generation) {
+                    g.remove(key);
                 }
+                return Err(super::zbuild::stop());
             }
+            None => State::load(db, key)?,
         };
         Ok(Some(Stream {
             db,
@@ -545,36 +664,12 @@ impl<'a> Stream<'a> {
         let Some(m) = self.db.meta(self.key) else {
             return;
         };
-        let mut c = cache().lock();
-        let c = &mut *c;
-        if c.ids + self.ids.len() > CACHE_IDS {
-            c.by_gen.clear();
-            c.ids = 0;
-        }
-        c.ids += self.ids.len();
         let state = State {
             meta: self.meta,
             ids: self.ids,
             groups: self.groups,
         };
-        let g = c.by_gen.entry(self.generation).or_default();
-        match g.get_mut(self.key) {
-            Some(e) => {
-                e.version = m.version;
-                if let Some(old) = e.state.replace(state) {
-                    c.ids -= old.ids.len();
-                }
-            }
-            None => {
-                g.insert(
-                    self.key.to_vec(),
-                    Cached {
-                        version: m.version,
-                        state: Some(state),
-                    },
-                );
-            }
-        }
+        check_in(self.generation, self.key, m.version, state);
     }
 
     /// Writes the entries of `ids` (in that order) as XRANGE replies them.
@@ -1328,6 +1423,9 @@ fn xread(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     sorted.sort_unstable();
     sorted.dedup();
     let guards: Vec<_> = sorted.iter().map(|k| ctx.lock(k)).collect();
+    if let Some(db) = db {
+        defer_uncached(db, generation, sorted.iter().copied())?;
+    }
     // The ids, resolved in order with the type checks (as Redis does).
     let mut after: Vec<Id> = Vec::with_capacity(n);
     let mut streams: Vec<Option<Stream<'_>>> = Vec::with_capacity(n);

@@ -590,6 +590,7 @@ fn xreadgroup(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     sorted.sort_unstable();
     sorted.dedup();
     let guards: Vec<_> = sorted.iter().map(|k| ctx.lock(k)).collect();
+    super::stream::defer_uncached(&db, generation, sorted.iter().copied())?;
     let rerun = block.is_some() && ctx.shared.blocking.is_blocked(ctx.conn.info.id);
     let mut streams: Vec<Stream<'_>> = Vec::with_capacity(n);
     for key in &keys {

@@ -117,7 +117,7 @@ impl<'a> ZDb<'a> {
     /// exist, WRONGTYPE if it is not a sorted set. The caller holds the
     /// key's stripe and gives the index back with [`ZDb::put_back`].
     /// Inside a `zbuild::Deferring` scope, a set of at least
-    /// `zbuild::BUILD_OFF_WORKER` members whose index is not cached is not
+    /// `zbuild::ZSET_MEMBERS` members whose index is not cached is not
     /// rebuilt here: the load names it to be built off the worker and
     /// fails, and the command is run again once it is built.
     pub fn load(&self, key: &[u8]) -> Result<Option<ZIndex>> {
@@ -131,15 +131,15 @@ impl<'a> ZDb<'a> {
         if let Some(ix) = cache.checkout(self.generation, key, meta.version) {
             return Ok(Some(ix));
         }
-        if matches!(meta.kind, KeyKind::Map { len, .. } if len >= zbuild::BUILD_OFF_WORKER)
-            && zbuild::defer(self.generation, key)
+        if matches!(meta.kind, KeyKind::Map { len, .. } if len >= zbuild::ZSET_MEMBERS)
+            && zbuild::defer(zbuild::Kind::ZSet, self.generation, key)
         {
             // Built off the worker, then the command runs again. An empty
             // slot (left by a command that failed with the index checked
             // out: this one holds the key's stripe, so no other has it)
             // goes, or the build would take it for an index in use.
             cache.forget(self.generation, key);
-            return Err(Error::err("sorted set index not cached"));
+            return Err(zbuild::stop());
         }
         let mut items = Vec::new();
         for (member, v) in self.db.fields(key)? {
@@ -149,28 +149,24 @@ impl<'a> ZDb<'a> {
         Ok((!ix.is_empty()).then_some(ix))
     }
 
-    /// Inside a `zbuild::Deferring` scope, stops a command before its first
-    /// effect when `key` is a big sorted set whose index is not cached, as
+    /// Inside a `zbuild::Deferring` scope, names `key` to be built off the
+    /// worker if it is a big sorted set whose index is not cached, as
     /// [`ZDb::load`] would, for a command that looks at its keys before it
-    /// loads them (the set operations count and publish their lookups
-    /// first). Takes no lock: an index checked out counts as cached (its
-    /// load then decides).
-    pub(crate) fn defer_uncached(&self, key: &[u8]) -> Result {
+    /// loads them (the set operations and SORT count and publish their
+    /// lookups first): true if it did, and the command then stops with
+    /// `zbuild::stop()` before any effect. Takes no lock: an index checked
+    /// out counts as cached (its load then decides).
+    pub(crate) fn defer_uncached(&self, key: &[u8]) -> bool {
         if !zbuild::deferring() {
-            return Ok(());
+            return false;
         }
         let Some(meta) = self.db.meta(key) else {
-            return Ok(());
+            return false;
         };
         let big = matches!(meta.kind,
-            KeyKind::Map { tag: TAG_ZSET, len, .. } if len >= zbuild::BUILD_OFF_WORKER);
-        if big
-            && !ZCache::global().holds(self.generation, key, meta.version)
-            && zbuild::defer(self.generation, key)
-        {
-            return Err(Error::err("sorted set index not cached"));
-        }
-        Ok(())
+            KeyKind::Map { tag: TAG_ZSET, len, .. } if len >= zbuild::ZSET_MEMBERS);
+        big && !ZCache::global().holds(self.generation, key, meta.version)
+            && zbuild::defer(zbuild::Kind::ZSet, self.generation, key)
     }
 
     /// Builds the index of the sorted set at `key` and checks it into the
@@ -1545,8 +1541,12 @@ fn input_members(z: &ZDb<'_>, key: &[u8]) -> Result<Vec<(Vec<u8>, f64)>> {
 fn check_input_types(ctx: &Ctx<'_>, args: &Args<'_>, keys: std::ops::Range<usize>) -> Result {
     let slot = ctx.slot();
     if let Some(z) = ZDb::of(&slot) {
+        let mut stop = false;
         for i in keys.clone() {
-            z.defer_uncached(&args[i])?;
+            stop |= z.defer_uncached(&args[i]);
+        }
+        if stop {
+            return Err(zbuild::stop());
         }
     }
     ctx.keymiss_each(slot.db(), keys.clone().map(|i| &args[i][..]), zset_input);

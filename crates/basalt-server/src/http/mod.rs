@@ -740,7 +740,7 @@ impl Req {
             may_defer: false,
             deferred: Vec::new(),
             may_build_index: false,
-            index_wanted: None,
+            index_wanted: Vec::new(),
         };
         let mut out = Vec::new();
         let (found, _) = self.locked(|sh| Ok(commands::execute(sh, &mut conn, &mut out, args)))?;
@@ -836,7 +836,7 @@ pub(crate) fn run_program<T>(
             may_defer: false,
             deferred: Vec::new(),
             may_build_index: false,
-            index_wanted: None,
+            index_wanted: Vec::new(),
         },
         out: Vec::new(),
         wire: Vec::new(),

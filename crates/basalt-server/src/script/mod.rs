@@ -437,7 +437,7 @@ impl Scripts {
             may_defer: false,
             deferred: Vec::new(),
             may_build_index: false,
-            index_wanted: None,
+            index_wanted: Vec::new(),
         };
         let owned = std::mem::replace(conn, stand_in);
         let (done, wait) = tokio::sync::oneshot::channel();
