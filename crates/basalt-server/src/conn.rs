@@ -547,6 +547,32 @@ async fn run(
                         // this worker's back, and it then runs in place on
                         // it; EXEC holds the gate alone while it runs.
                         let exec = conn.tx.in_multi() && args[0].eq_ignore_ascii_case(b"exec");
+                        // EXEC runs its queue in place: the big sorted sets'
+                        // and streams' indexes it would rebuild there are
+                        // built first, off this worker (commands::zbuild).
+                        if exec && crate::auth::may_run(shared, &info, 0) {
+                            if let Some(queue) = conn.tx.queued_opening_indexes() {
+                                let wanted = exec_indexes(shared, conn.db, queue);
+                                if !wanted.is_empty() {
+                                    gate.release();
+                                    let build = zbuild::build(shared.clone(), conn.db, wanted);
+                                    let mut io = ConnIo {
+                                        stream,
+                                        info: &info,
+                                        out: &mut out,
+                                        deferred: &mut conn.deferred,
+                                        wrote: &mut wrote,
+                                        shutdown: &mut shutdown,
+                                    };
+                                    if io.wait_for(shared, build, &args).await? {
+                                        return Ok(Ended::Closed);
+                                    }
+                                    reply_at = out.len();
+                                    conn.batch_clock = 0;
+                                    conn.tick = now_ns();
+                                }
+                            }
+                        }
                         let staged = StagedFor;
                         // One load first: while no database checks
                         // residency (warm data), nothing else is looked at.
@@ -732,10 +758,20 @@ async fn run(
                     // scripts' keys hold that is not in memory is fetched
                     // first, while only this connection waits.
                     let mut staged = Vec::new();
-                    if shared.readers.enabled() && crate::auth::may_run(shared, &info, 0) {
-                        let reads = script_cold_reads(shared, conn);
-                        if !reads.is_empty() {
+                    if crate::auth::may_run(shared, &info, 0) {
+                        let reads = match shared.readers.enabled() {
+                            true => script_cold_reads(shared, conn),
+                            false => Vec::new(),
+                        };
+                        // So are the indexes of big sorted sets and streams
+                        // among the scripts' keys that the cache lacks
+                        // (commands::zbuild): rebuilt there, they would
+                        // stall every client too.
+                        let keys = script_keys(&conn.script);
+                        let wanted = zbuild::uncached(shared, conn.db, keys.iter().map(|k| &k[..]));
+                        if !reads.is_empty() || !wanted.is_empty() {
                             let script = std::mem::take(&mut conn.script);
+                            let db = conn.db;
                             let mut io = ConnIo {
                                 stream,
                                 info: &info,
@@ -744,10 +780,18 @@ async fn run(
                                 wrote: &mut wrote,
                                 shutdown: &mut shutdown,
                             };
-                            let Some(fetched) = io.fetch(shared, reads).await else {
-                                return Ok(Ended::Closed);
-                            };
-                            staged = fetched;
+                            if !wanted.is_empty() {
+                                let build = zbuild::build(shared.clone(), db, wanted);
+                                if io.until_done(build).await.is_none() {
+                                    return Ok(Ended::Closed);
+                                }
+                            }
+                            if !reads.is_empty() {
+                                let Some(fetched) = io.fetch(shared, reads).await else {
+                                    return Ok(Ended::Closed);
+                                };
+                                staged = fetched;
+                            }
                             // A CLIENT PAUSE that began during the fetch
                             // holds the scripts it would have held before.
                             if shared.pubsub.pause.active() {
@@ -1221,6 +1265,21 @@ fn script_cold_reads(shared: &Shared, conn: &Conn) -> Vec<basalt_engine::ColdRea
 
 fn script_reads_in(db: &basalt_engine::Db, script: &[u8]) -> Vec<basalt_engine::ColdRead> {
     let mut gathered = Gathered::new(SCRIPT_FETCH_READS, SCRIPT_FETCH_BYTES);
+    for key in script_keys(script).iter() {
+        let found = match fetch::whole(db, key) {
+            reads if !reads.is_empty() => reads,
+            _ => db.cold_field_reads(key, SCRIPT_MAP_MAX),
+        };
+        if !gathered.add(found) {
+            break;
+        }
+    }
+    gathered.reads
+}
+
+/// The keys the scripts handed over (`conn.script`) declare, in order.
+fn script_keys(script: &[u8]) -> Vec<Vec<u8>> {
+    let mut keys = Vec::new();
     let mut parser = basalt_resp::RequestParser::new(basalt_resp::Limits {
         max_bulk_len: usize::MAX,
         ..basalt_resp::Limits::default()
@@ -1238,20 +1297,33 @@ fn script_reads_in(db: &basalt_engine::Db, script: &[u8]) -> Vec<basalt_engine::
         };
         if count > args.len() - 3 {
             // EVAL refuses it ("Number of keys can't be greater than
-            // number of args"): nothing to fetch.
+            // number of args"): no keys.
             continue;
         }
-        for key in args.iter().skip(3).take(count) {
-            let found = match fetch::whole(db, key) {
-                reads if !reads.is_empty() => reads,
-                _ => db.cold_field_reads(key, SCRIPT_MAP_MAX),
-            };
-            if !gathered.add(found) {
-                return gathered.reads;
-            }
-        }
+        keys.extend(
+            (3..3 + count)
+                .filter_map(|i| args.get(i))
+                .map(<[u8]>::to_vec),
+        );
     }
-    gathered.reads
+    keys
+}
+
+/// The big sorted sets' and streams' indexes that the commands queued for
+/// EXEC (`queue`, up to a SELECT) would open and the cache lacks
+/// (`commands::zbuild`): built before EXEC runs them in place.
+fn exec_indexes(shared: &Shared, dbi: usize, queue: &[u8]) -> Vec<zbuild::Wanted> {
+    let mut keys = Vec::new();
+    let mut parser = basalt_resp::RequestParser::new(basalt_resp::Limits::default());
+    let mut pos = 0;
+    while let Ok(Parsed::Command { args, consumed }) = parser.parse(&queue[pos..]) {
+        pos += consumed;
+        if args[0].eq_ignore_ascii_case(b"select") {
+            break;
+        }
+        keys.extend(zbuild::read_keys(&args).into_iter().map(<[u8]>::to_vec));
+    }
+    zbuild::uncached(shared, dbi, keys.iter().map(|k| &k[..]))
 }
 
 /// Reads `reads` on this worker's io_uring (or the reader threads) and

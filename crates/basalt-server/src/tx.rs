@@ -418,6 +418,9 @@ struct Queue {
     count: usize,
     /// A queuing error happened: EXEC replies EXECABORT.
     dirty: bool,
+    /// A queued command may open a sorted set's or a stream's index
+    /// (`commands::zbuild::may_defer`).
+    opens_indexes: bool,
 }
 
 /// A connection's transaction state (in [`Conn`]).
@@ -444,6 +447,13 @@ impl TxState {
             .as_ref()
             .filter(|q| !q.dirty)
             .map(|q| q.bytes.as_slice())
+    }
+
+    /// [`TxState::queued`] when a queued command may open a sorted set's or
+    /// a stream's index (`commands::zbuild`).
+    pub(crate) fn queued_opening_indexes(&self) -> Option<&[u8]> {
+        self.queued()
+            .filter(|_| self.multi.as_ref().is_some_and(|q| q.opens_indexes))
     }
 
     /// MULTI: starts queuing.
@@ -601,6 +611,7 @@ pub fn run(
             let q = conn.tx.multi.as_mut().expect("in MULTI");
             basalt_resp::write_command(&mut q.bytes, args.iter());
             q.count += 1;
+            q.opens_indexes |= commands::zbuild::may_defer(cmd);
             conn.info.multi.store(q.count as i64, Ordering::Relaxed);
             Encoder::new(out, conn.protocol).simple(b"QUEUED");
             (Some(cmd), None, 0)

@@ -805,7 +805,7 @@ fn fill(c: &mut redis::Connection, key: &str, n: u64) {
 /// a big one has it built off the worker and runs again, with its effects
 /// once: XADD adds one entry and publishes one event, XREADGROUP over two
 /// big streams delivers each entry once and counts its lookups once;
-/// inside MULTI/EXEC the index is rebuilt in place.
+/// before MULTI/EXEC and a script the indexes their keys need are built.
 #[test]
 fn a_big_streams_index_is_built_off_the_worker_and_the_command_runs_once() {
     let s = TestServer::start();
@@ -897,7 +897,8 @@ fn a_big_streams_index_is_built_off_the_worker_and_the_command_runs_once() {
         assert_eq!(p[0], redis::Value::Int(5), "{key}: five delivered once");
     }
 
-    // Inside EXEC: rebuilt in place.
+    // EXEC runs its queue in place: the index is built before it runs;
+    // so does a script's key's.
     let s = s.restart();
     let mut c = s.client();
     let (len,): (u64,) = redis::pipe()
@@ -907,5 +908,45 @@ fn a_big_streams_index_is_built_off_the_worker_and_the_command_runs_once() {
         .query(&mut c)
         .unwrap();
     assert_eq!(len, 9000);
-    assert_eq!(stream_builds(&mut c), 0);
+    assert_eq!(stream_builds(&mut c), 1);
+    let len: u64 = redis::cmd("EVAL")
+        .arg("return redis.call('xlen', KEYS[1])")
+        .arg(1)
+        .arg("s1")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(len, 9000);
+    assert_eq!(stream_builds(&mut c), 2);
+
+    // A key named twice: built once, read twice; an XADD that fails after
+    // opening the stream (an id too small) leaves nothing that reads as
+    // in use: the next command builds again and answers.
+    let s = s.restart();
+    let mut c = s.client();
+    let read: redis::Value = redis::cmd("XREAD")
+        .arg("COUNT")
+        .arg(1)
+        .arg("STREAMS")
+        .arg("s1")
+        .arg("s1")
+        .arg("0")
+        .arg("0")
+        .query(&mut c)
+        .unwrap();
+    let redis::Value::Array(streams) = read else {
+        panic!("{read:?}")
+    };
+    assert_eq!(streams.len(), 2);
+    assert_eq!(stream_builds(&mut c), 1);
+    let e = redis::cmd("XADD")
+        .arg("s1")
+        .arg("1-1")
+        .arg("f")
+        .arg("v")
+        .query::<String>(&mut c)
+        .unwrap_err();
+    assert!(e.to_string().contains("equal or smaller"), "{e}");
+    let len: u64 = redis::cmd("XLEN").arg("s1").query(&mut c).unwrap();
+    assert_eq!(len, 9000);
+    assert_eq!(stream_builds(&mut c), 2);
 }

@@ -1531,9 +1531,8 @@ fn calls(c: &mut redis::Connection, name: &str) -> u64 {
 /// leaves no trace of that first run: after a restart, ZADD, ZPOPMIN,
 /// GEOSEARCH and ZUNIONSTORE on big sets each answer once, publish their
 /// keyspace events once, count one call and one lookup each, and write
-/// once; inside MULTI/EXEC (which runs its
-/// queue in place) the index is rebuilt in place and EXEC answers as Redis
-/// does.
+/// once; before MULTI/EXEC and scripts (which run in place) the indexes
+/// their keys need are built.
 #[test]
 fn a_command_run_again_after_an_index_build_has_its_effects_once() {
     let s = TestServer::start();
@@ -1627,8 +1626,7 @@ fn a_command_run_again_after_an_index_build_has_its_effects_once() {
         );
     }
 
-    // Inside EXEC: rebuilt in place after a restart, nothing built off the
-    // worker, replies as outside it.
+    // EXEC runs its queue in place: the index is built before it runs.
     let s = s.restart();
     let mut c = s.client();
     let (card, rank): (usize, Option<i64>) = redis::pipe()
@@ -1639,7 +1637,21 @@ fn a_command_run_again_after_an_index_build_has_its_effects_once() {
         .unwrap();
     assert_eq!(card, 2999);
     assert!(rank.is_some());
-    assert_eq!(builds_off_worker(&mut c), 0);
+    assert_eq!(builds_off_worker(&mut c), 1);
+
+    // So does a script (the script thread holds every client while it
+    // runs): its declared keys' indexes are built before it runs.
+    let s = s.restart();
+    let mut c = s.client();
+    let script_rank: Option<i64> = redis::cmd("EVAL")
+        .arg("return redis.call('zrank', KEYS[1], ARGV[1])")
+        .arg(1)
+        .arg("big")
+        .arg("m1")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(script_rank, rank);
+    assert_eq!(builds_off_worker(&mut c), 1);
 }
 
 /// A build off the worker that races with writes to the set never leaves a

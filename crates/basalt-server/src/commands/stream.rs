@@ -376,11 +376,19 @@ impl State {
     }
 }
 
-/// Caches `state` as the stream at (generation, key) at `version`.
+/// Caches `state` as the stream at (generation, key) at `version`, unless
+/// a newer one is cached (a build's, overtaken by a command's write).
 fn check_in(generation: u64, key: &[u8], version: u64, state: State) {
     let mut c = cache().lock();
     let c = &mut *c;
-    if c.ids + state.ids.len() > CACHE_IDS {
+    let now = c.by_gen.get(&generation).and_then(|g| g.get(key));
+    if now.is_some_and(|e| e.version > version && e.state.is_some()) {
+        return;
+    }
+    let replaced = now
+        .and_then(|e| e.state.as_ref())
+        .map_or(0, |s| s.ids.len());
+    if c.ids - replaced + state.ids.len() > CACHE_IDS {
         c.by_gen.clear();
         c.ids = 0;
     }
@@ -431,7 +439,10 @@ fn cache() -> &'static Mutex<Cache> {
 }
 
 /// A stream open for a command: its metadata and its ids. The caller
-/// holds the key's stripe.
+/// holds the key's stripe, and gives the state back with
+/// [`Stream::close`]; a stream dropped without it (the command failed)
+/// takes its cache slot with it, so no slot stays with its state out (which
+/// would read as "in use" to `zbuild` and to a second open of the key).
 pub(super) struct Stream<'a> {
     pub(super) db: &'a Db,
     generation: u64,
@@ -439,6 +450,30 @@ pub(super) struct Stream<'a> {
     pub(super) meta: Meta,
     pub(super) ids: BTreeSet<Id>,
     pub(super) groups: super::stream_group::Groups,
+    /// Whether [`Stream::close`] gave the state back.
+    closed: bool,
+}
+
+impl Drop for Stream<'_> {
+    fn drop(&mut self) {
+        if !self.closed {
+            forget(self.generation, self.key);
+        }
+    }
+}
+
+/// Drops the cache slot of the stream at (generation, key), if any.
+fn forget(generation: u64, key: &[u8]) {
+    let mut c = cache().lock();
+    let c = &mut *c;
+    if let Some(state) = c
+        .by_gen
+        .get_mut(&generation)
+        .and_then(|g| g.remove(key))
+        .and_then(|e| e.state)
+    {
+        c.ids -= state.ids.len();
+    }
 }
 
 /// [`Stream::open`] as a read lookup, as Redis's `lookupKeyRead`: a
@@ -491,7 +526,7 @@ fn is_big_stream(kind: &KeyKind) -> bool {
 /// Whether the cache holds the stream at `key` at `version`, or a command
 /// has it out (under the key's stripe, which the caller then does not
 /// hold).
-fn is_cached(generation: u64, key: &[u8], version: u64) -> bool {
+pub(super) fn is_cached(generation: u64, key: &[u8], version: u64) -> bool {
     cache()
         .lock()
         .by_gen
@@ -542,33 +577,29 @@ impl<'a> Stream<'a> {
         ) {
             return Err(Error::WrongType);
         }
-        let cached = {
+        // `out`: the slot is there with its state out, which (this command
+        // holding the key's stripe) only this command can have done: a key
+        // it names twice.
+        let (cached, out) = {
             let mut c = cache().lock();
             let c = &mut *c;
-            let hit = c
-                .by_gen
-                .get_mut(&generation)
-                .and_then(|g| g.get_mut(key))
+            let entry = c.by_gen.get_mut(&generation).and_then(|g| g.get_mut(key));
+            let out = entry.as_ref().is_some_and(|e| e.state.is_none());
+            let hit = entry
                 .filter(|e| e.version == m.version)
                 .and_then(|e| e.state.take());
             if let Some(st) = &hit {
                 c.ids -= st.ids.len();
             }
-            hit
+            (hit, out)
         };
         let state = match cached {
             Some(st) => st,
-            None if is_big_stream(&m.kind)
+            // Built off the worker, then the command runs again.
+            None if !out
+                && is_big_stream(&m.kind)
                 && super::zbuild::defer(super::zbuild::Kind::Stream, generation, key) =>
             {
-                // Built off the worker, then the command runs again. An
-                // empty slot (left by a command that failed with the state
-                // out: this one holds the key's stripe, so no other has
-                // it) goes, or the build would take it for a state in use.
-                let mut c = cache().lock();
-                if let Some(g) = c.by_gen.get_mut(&generation) {
-                    g.remove(key);
-                }
                 return Err(super::zbuild::stop());
             }
             None => State::load(db, key)?,
@@ -580,6 +611,7 @@ impl<'a> Stream<'a> {
             meta: state.meta,
             ids: state.ids,
             groups: state.groups,
+            closed: false,
         }))
     }
 
@@ -592,6 +624,7 @@ impl<'a> Stream<'a> {
             meta: Meta::default(),
             ids: BTreeSet::new(),
             groups: Default::default(),
+            closed: false,
         }
     }
 
@@ -660,14 +693,16 @@ impl<'a> Stream<'a> {
     }
 
     /// Puts the state back into the cache under the key's current version.
-    pub(super) fn close(self) {
+    pub(super) fn close(mut self) {
+        self.closed = true;
         let Some(m) = self.db.meta(self.key) else {
+            forget(self.generation, self.key);
             return;
         };
         let state = State {
             meta: self.meta,
-            ids: self.ids,
-            groups: self.groups,
+            ids: std::mem::take(&mut self.ids),
+            groups: std::mem::take(&mut self.groups),
         };
         check_in(self.generation, self.key, m.version, state);
     }
@@ -994,6 +1029,7 @@ fn xadd(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     let existing = Stream::open(&db, generation, key)?;
     let created = existing.is_none();
     if created && nomk {
+        drop(existing);
         drop(db);
         ctx.null();
         return Ok(());
@@ -1141,6 +1177,7 @@ fn range(ctx: &mut Ctx<'_>, args: Args<'_>, rev: bool) -> Result {
     if count == Some(0) {
         // Redis answers COUNT 0 (or less) on an existing stream with a
         // null array.
+        s.close();
         drop(_g);
         drop(slot);
         ctx.enc().null_array();
@@ -1435,7 +1472,10 @@ fn xread(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
                 Ok(s) => s,
                 // A re-run treats a key of another type as empty.
                 Err(Error::WrongType) if rerun => None,
-                Err(e) => return Err(e),
+                Err(e) => {
+                    streams.into_iter().flatten().for_each(Stream::close);
+                    return Err(e);
+                }
             },
             None => {
                 ctx.keymiss(key);
@@ -1446,7 +1486,17 @@ fn xread(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
         let id = match &memo {
             Some(m) if k < m.len() => m[k],
             _ if arg == b"$" => s.as_ref().map_or(Id::MIN, |s| s.meta.last),
-            _ => parse_id(arg, 0, false)?,
+            _ => match parse_id(arg, 0, false) {
+                Ok(id) => id,
+                Err(e) => {
+                    streams
+                        .into_iter()
+                        .chain([s])
+                        .flatten()
+                        .for_each(Stream::close);
+                    return Err(e);
+                }
+            },
         };
         after.push(id);
         streams.push(s);

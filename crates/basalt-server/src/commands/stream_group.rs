@@ -439,8 +439,7 @@ fn xgroup(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
     drop(slot);
     let db = ctx.db_w()?;
     let _g = ctx.lock(key);
-    let existing = Stream::open(&db, generation, key)?;
-    let mut s = match existing {
+    let mut s = match Stream::open(&db, generation, key)? {
         Some(s) => s,
         None if name == "create" && mkstream => Stream::empty(&db, generation, key),
         None => return Err(Error::err(NEED_KEY)),
@@ -922,9 +921,7 @@ fn xpending(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
             }
         }
     }
-    if let Some(s) = s {
-        s.close();
-    }
+    s.into_iter().for_each(Stream::close);
     drop(slot);
     Ok(())
 }

@@ -49,14 +49,21 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
+use basalt_engine::KeyKind;
+use basalt_resp::Args;
+
 use super::zset::ZDb;
-use super::{CommandDef, Error, Group};
+use super::{lookup, CommandDef, Error, Group};
+use crate::keyspace::{TAG_STREAM, TAG_ZSET};
 use crate::state::Shared;
+use crate::zindex::ZCache;
 
 /// Sorted sets of at least this many members have a missing index built
 /// off the worker (a rebuild of this many costs about half a millisecond
-/// with the records in memory; smaller ones are rebuilt in place).
-pub(crate) const ZSET_MEMBERS: usize = 1024;
+/// with the records in memory; smaller ones are rebuilt in place). Above
+/// the engine's `LARGE_MAP_FIELDS`, so that a database whose
+/// `Db::large_maps` count is 0 holds none ([`uncached`]'s gate).
+pub(crate) const ZSET_MEMBERS: usize = basalt_engine::LARGE_MAP_FIELDS + 1;
 
 /// Streams of at least this many fields (entries, groups and the
 /// metadata) have a missing index built off the worker (about a
@@ -177,6 +184,78 @@ pub(crate) fn defer(kind: Kind, generation: u64, key: &[u8]) -> bool {
 /// client: the run's reply is cut).
 pub(crate) fn stop() -> Error {
     Error::err("index not cached")
+}
+
+/// The big sorted sets and streams among `keys` (of database `dbi`) whose
+/// indexes are not cached, looked up without their locks (an index a
+/// command has out counts as cached): what a transaction or a script,
+/// which rebuild in place, would rebuild; built first by the connection.
+pub(crate) fn uncached<'k>(
+    shared: &Shared,
+    dbi: usize,
+    keys: impl IntoIterator<Item = &'k [u8]>,
+) -> Vec<Wanted> {
+    let slot = shared.keyspace.read(dbi);
+    // One load while the database holds no map that big (most do not).
+    let Some(db) = slot.db().filter(|db| db.large_maps() > 0) else {
+        return Vec::new();
+    };
+    let generation = slot.generation();
+    let mut wanted: Vec<Wanted> = Vec::new();
+    for key in keys {
+        let Some(meta) = db.meta(key) else {
+            continue;
+        };
+        let kind = match meta.kind {
+            KeyKind::Map {
+                tag: TAG_ZSET, len, ..
+            } if len >= ZSET_MEMBERS && !ZCache::global().holds(generation, key, meta.version) => {
+                Kind::ZSet
+            }
+            KeyKind::Map {
+                tag: TAG_STREAM,
+                len,
+                ..
+            } if len >= STREAM_ENTRIES
+                && !super::stream::is_cached(generation, key, meta.version) =>
+            {
+                Kind::Stream
+            }
+            _ => continue,
+        };
+        if !wanted.iter().any(|w| w.key == key) {
+            wanted.push(Wanted {
+                kind,
+                generation,
+                key: key.to_vec(),
+            });
+        }
+    }
+    wanted
+}
+
+/// The keys of a command that may open indexes ([`may_defer`]) as it reads
+/// them: the movable-key rules, else the table's positions (GEORADIUS's
+/// source too, which those rules leave out); not a STORE command's
+/// destination (always `args[1]`: replaced, never read).
+pub(crate) fn read_keys<'a>(args: &Args<'a>) -> Vec<&'a [u8]> {
+    let Some(def) = lookup(&args[0]).filter(|d| may_defer(d) && d.arity_ok(args.len())) else {
+        return Vec::new();
+    };
+    let dst = def.name.ends_with("store").then_some(1);
+    let movable = if def.flags & super::flags::MOVABLE_KEYS != 0 {
+        let cmd: Vec<&[u8]> = args.iter().collect();
+        super::server::movable_keys(def.name, &cmd)
+    } else {
+        Vec::new()
+    };
+    let table = movable.is_empty().then(|| def.key_positions(args.len()));
+    movable
+        .into_iter()
+        .chain(table.into_iter().flatten())
+        .filter(|&i| Some(i) != dst && i < args.len())
+        .map(|i| args.get(i).expect("in range"))
+        .collect()
 }
 
 /// Builds in flight, by (kind, generation, key): a connection that finds
