@@ -17,14 +17,19 @@ pkg=$(mktemp -d)
 mkdir -p $pkg/bin $pkg/lib .dev
 tools="redis-server redis-cli redis-benchmark fio"
 command -v perf >/dev/null && tools="$tools perf"
-for tool in $tools; do
-  cp "$(command -v $tool)" $pkg/bin/
-  ldd "$(command -v $tool)" | awk '/=>/ {print $1, $3}'
+# basalt-bench (issue 22's `families` stage) when it was built: stripped,
+# about 11 MB (RocksDB is linked in statically).
+bench=target/release/basalt-bench
+for tool in $tools $([ -x $bench ] && echo $bench); do
+  path=$(command -v $tool)
+  cp "$path" $pkg/bin/
+  ldd "$path" | awk '/=>/ {print $1, $3}'
 done | sort -u | grep -v -E '^(libc|libm|libpthread|libdl|librt)\.so' | while read -r name path; do
   cp -L "$path" "$pkg/lib/$name"
 done
 cp target/release/basalt $pkg/bin/basalt
 strip --strip-debug $pkg/bin/basalt
+[ -f $pkg/bin/basalt-bench ] && strip $pkg/bin/basalt-bench
 tar cf - -C $pkg bin lib | xz -T2 -6 > .dev/devpkg.tar.xz
 rm -rf $pkg
 ls -l .dev/devpkg.tar.xz

@@ -27,6 +27,9 @@
 #                                        carried as .dev/basalt-fp (reports in $OUT/profile)
 #   bash scripts/device/run.sh coldauto cold GETs, the default (io-uring auto) against the rings, one round
 #   bash scripts/device/run.sh cpu      CPU per thread of a single node and of a group under SET
+#   bash scripts/device/run.sh families issue 22's bitmap, HyperLogLog and geo commands vs redis, P=16,
+#                                        3 rounds (needs basalt-bench built before pack.sh:
+#                                        `cargo build --release -p basalt-bench`)
 #   bash scripts/device/run.sh coldperf cold GETs at P=1, rings vs threads, one round each, with
 #                                        a system-wide perf profile and io_uring tracepoint counts
 # Output goes to $OUT/log.txt (the tool brings it back) and the terminal.
@@ -38,7 +41,7 @@ mkdir -p "$O"
 exec > >(tee -a "$O/log.txt") 2>&1
 T0=$(date +%s)
 mkdir -p /opt/dev/wrap && tar xJf .dev/devpkg.tar.xz -C /opt/dev || exit 1
-for b in redis-server redis-cli redis-benchmark fio perf; do
+for b in redis-server redis-cli redis-benchmark fio perf basalt-bench; do
   printf '#!/bin/sh\nLD_LIBRARY_PATH=/opt/dev/lib exec /opt/dev/bin/%s "$@"\n' $b > /opt/dev/wrap/$b
 done
 printf '#!/bin/sh\nexec /opt/dev/bin/basalt --io-uring no "$@"\n' > /opt/dev/wrap/basalt-threads
@@ -60,6 +63,8 @@ for stage in "$@"; do
   echo "== $stage $(date +%T)"
   case $stage in
     env) ;;
+    families) timeout 400 basalt-bench families --basalt-bin $B --pipelines 16 --rounds 3 \
+        --requests 2000000 --collections 0 --json "$O/families.json" ;;
     group) timeout 200 python3 scripts/bench_group.py --basalt $B --requests 100000 \
         --requests-pipelined 1000000 --rounds 3 --pipelines 1,16 --tests set,get --client-threads 4 ;;
     group1) timeout 150 python3 scripts/bench_group.py --basalt $B --requests 100000 \
