@@ -463,22 +463,13 @@ impl Db {
     /// fetched as the patch; its base, earlier in the file being appended
     /// to, is read where it is needed. Empty when residency is not checked,
     /// when the key holds no value, or when the range covers more than
-    /// `long_cap` of the value's segments.
-    ///
-    /// A range of more than `cap` segments (up to `long_cap`) is not looked
-    /// at whole at once: looking at every segment's record costs more than
-    /// a warm value's read itself (a BITCOUNT of a 1 MB bitmap reads 2,048
-    /// segments). Four of its segments are looked at first (its first,
-    /// last, and two between, with the sampled check of a lone read), and
-    /// only if one of them is not in memory is the whole range looked at.
-    /// Pass `long_cap <= cap` for no such ranges.
+    /// `cap` of the value's segments.
     pub fn cold_range_reads(
         &self,
         key: &[u8],
         offset: u64,
         len: u64,
         cap: usize,
-        long_cap: usize,
     ) -> Vec<crate::ColdRead> {
         let mode = self.residency();
         if mode == crate::Residency::InPlace || len == 0 || cap == 0 {
@@ -486,28 +477,7 @@ impl Db {
         }
         let seg = SEGMENT_LEN as u64;
         let end = offset.saturating_add(len);
-        let (first, mut last) = (offset / seg, (end - 1) / seg);
-        let mut cap = cap;
-        if last - first >= cap as u64 {
-            // More than `cap` segments asked for: how many there are.
-            match self.shape(key, 1, 0) {
-                Ok(Shape::Segmented { count, .. }) => {
-                    if first >= count {
-                        return Vec::new();
-                    }
-                    last = last.min(count - 1);
-                }
-                Ok(Shape::Plain) => last = first,
-                _ => return Vec::new(),
-            }
-            let n = last - first + 1;
-            if n > cap as u64 {
-                if n > long_cap as u64 || self.sample_resident(key, mode, first, last) {
-                    return Vec::new();
-                }
-                cap = n as usize;
-            }
-        }
+        let (first, last) = (offset / seg, (end - 1) / seg);
         // One look at the index, for at most `cap` segments whatever the
         // value's size (it may grow meanwhile).
         let upto = last.min(first.saturating_add(cap as u64 - 1));
@@ -539,28 +509,6 @@ impl Db {
             }
             _ => Vec::new(),
         }
-    }
-
-    /// Whether four segments of `first..=last` of the segmented value at
-    /// `key` (the ends and two between) are in memory under `mode` (or
-    /// cached on this thread): [`Db::cold_range_reads`]' look at a long
-    /// range. False under [`crate::Residency::AllCold`].
-    fn sample_resident(&self, key: &[u8], mode: crate::Residency, first: u64, last: u64) -> bool {
-        if mode != crate::Residency::Check {
-            return false;
-        }
-        let step = (last - first) / 3;
-        [first, first + step, last - step, last]
-            .iter()
-            .all(|&i| match self.shape(key, i, i) {
-                Ok(Shape::Segmented { wanted, .. }) => {
-                    wanted.first().is_none_or(|(_, file, loc)| {
-                        cached(file, *loc, |_| Some(())).is_some()
-                            || crate::cold::record_resident(file, *loc)
-                    })
-                }
-                _ => true,
-            })
     }
 
     /// Up to `len` bytes of the value from byte `offset` (fewer at its end,

@@ -1044,34 +1044,6 @@ fn value_cold_reads(io_uring: bool) {
     let (got, staged): (i64, u64) = staged_by(&mut c, redis::cmd("BITPOS").arg("bm").arg(1).arg(1));
     assert_eq!((got, staged >= 1), (700, true), "BITPOS");
 
-    // A bitmap longer than 256 segments (600: 307,200 bytes): its reads
-    // are fetched ahead too (a sample of its segments first, all of them
-    // then, all-cold finding every one missing).
-    for bit in [1u64, 2_000_000, 2_457_599] {
-        let _: i64 = redis::cmd("SETBIT")
-            .arg("long")
-            .arg(bit)
-            .arg(1)
-            .query(&mut c)
-            .unwrap();
-    }
-    let (got, staged): (i64, u64) = staged_by(&mut c, redis::cmd("BITCOUNT").arg("long"));
-    assert_eq!(got, 3, "BITCOUNT of 600 segments");
-    assert!(
-        staged >= 590,
-        "BITCOUNT used {staged} fetched segments of 600"
-    );
-    let (got, staged): (Vec<u8>, u64) = staged_by(
-        &mut c,
-        redis::cmd("GETRANGE").arg("long").arg(0).arg(299_999),
-    );
-    assert_eq!(got.len(), 300_000);
-    assert_eq!(got[0], 0b0100_0000, "bit 1");
-    assert!(
-        staged >= 580,
-        "GETRANGE used {staged} fetched segments of 586"
-    );
-
     // Hash fields.
     let (got, staged): (usize, u64) = staged_by(&mut c, redis::cmd("HSTRLEN").arg("h").arg("f"));
     assert_eq!((got, staged >= 1), (v(50).len(), true), "HSTRLEN");

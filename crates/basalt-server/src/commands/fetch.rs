@@ -32,15 +32,8 @@ use basalt_resp::Args;
 use super::{is, parse_i64};
 
 /// Most records of one key fetched ahead of a command, and most segments
-/// of a value looked at outright for it: a key with more missing is read
-/// as before.
+/// of a value looked at for it: a key with more missing is read as before.
 pub(crate) const FETCH_AHEAD_MAX: usize = 256;
-
-/// Most segments of a value's range fetched ahead (16 MiB of 512-byte
-/// segments): a range of more than [`FETCH_AHEAD_MAX`] is sampled first
-/// (`Db::cold_range_reads`) and fetched only if part of it is not in
-/// memory.
-pub(crate) const FETCH_AHEAD_SEGMENTS: usize = 32768;
 
 /// Most bytes one command fetches ahead (staged bytes are held until the
 /// command ends): a larger value is read where it is needed.
@@ -163,7 +156,7 @@ pub(crate) fn cold_reads_queued(
 /// The whole value at `key`: a plain value's record, or a segmented
 /// value's segments (up to [`FETCH_AHEAD_MAX`] of them).
 pub(crate) fn whole(db: &Db, key: &[u8]) -> Vec<ColdRead> {
-    db.cold_range_reads(key, 0, u64::MAX, FETCH_AHEAD_MAX, FETCH_AHEAD_SEGMENTS)
+    db.cold_range_reads(key, 0, u64::MAX, FETCH_AHEAD_MAX)
 }
 
 /// Bytes `from ..= to` of the value at `key` (`to` may be `u64::MAX`: to
@@ -171,7 +164,7 @@ pub(crate) fn whole(db: &Db, key: &[u8]) -> Vec<ColdRead> {
 /// value's record only up to [`RANGE_RECORD_MAX`].
 fn bytes(db: &Db, key: &[u8], from: u64, to: u64) -> Vec<ColdRead> {
     let len = to.saturating_sub(from).saturating_add(1);
-    let mut reads = db.cold_range_reads(key, from, len, FETCH_AHEAD_MAX, FETCH_AHEAD_SEGMENTS);
+    let mut reads = db.cold_range_reads(key, from, len, FETCH_AHEAD_MAX);
     reads.retain(|r| r.record_len() <= RANGE_RECORD_MAX);
     reads
 }
