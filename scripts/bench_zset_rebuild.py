@@ -3,7 +3,9 @@
 other clients after a restart (the index rebuild, `commands/zbuild.rs`).
 
 Fills one sorted set of --members members (with --kind stream: one stream
-of that many entries, read by the first XLEN) into a fresh data directory,
+of that many entries, read by the first XLEN; with --kind bitmap: one
+string of --members bytes written by SETRANGE, 512-byte segments, read by
+the first BITCOUNT) into a fresh data directory,
 then for each binary given, alternating, restarts a server on it (with
 `--read-residency check`, as a data set larger than memory sets it; pass
 --residency in-place to see the warm default) and sends the first ZRANGE
@@ -64,6 +66,12 @@ def start(binary, data, residency):
 def fill(binary, data, members, kind):
     p, c = start(binary, data, "in-place")
     per = 1000
+    if kind == "bitmap":
+        chunk = 1 << 20
+        for at in range(0, members, chunk):
+            c.sendall(encode("SETRANGE", "big", str(at), "\x55" * min(chunk, members - at)))
+            reply(c)
+        members = 0
     for base in range(0, members, per):
         if kind == "stream":
             n = min(base + per, members) - base
@@ -104,7 +112,7 @@ def measure(binary, data, residency, drop, kind):
         t.start()
     time.sleep(0.2)
     t = time.perf_counter()
-    first = ("XLEN", "big") if kind == "stream" else ("ZRANGE", "big", "0", "0")
+    first = {"stream": ("XLEN", "big"), "bitmap": ("BITCOUNT", "big")}.get(kind, ("ZRANGE", "big", "0", "0"))
     c.sendall(encode(*first))
     reply(c)
     took = time.perf_counter() - t
@@ -124,7 +132,7 @@ def main():
     ap.add_argument("--members", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--residency", default="check")
-    ap.add_argument("--kind", choices=["zset", "stream"], default="zset")
+    ap.add_argument("--kind", choices=["zset", "stream", "bitmap"], default="zset")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as data:
         fill(args.binaries[0], data, args.members, args.kind)

@@ -42,6 +42,10 @@ const SAMPLE_AFTER: u32 = 64;
 /// While sampled, one read in this many is checked.
 const SAMPLE_EVERY: u32 = 16;
 
+/// Most bytes of records one command fetches ahead and holds staged
+/// ([`Db::cold_spans`], [`Db::cold_range_reads`]).
+pub(crate) const MAX_STAGED: u64 = 16 << 20;
+
 thread_local! {
     /// (resident checks in a row, reads left to skip) of this thread.
     static SAMPLE: std::cell::Cell<(u32, u32)> = const { std::cell::Cell::new((0, 0)) };
@@ -841,8 +845,6 @@ impl Db {
     ) -> Vec<ColdRead> {
         const GAP: u64 = 4096;
         const SPAN: u64 = 256 << 10;
-        // What one command may hold staged.
-        const MAX_BYTES: u64 = 16 << 20;
         let shard = self.inner.shard(key);
         locs.sort_by_key(|(_, l)| (l.file, l.offset));
         // Which are in memory: one `mincore` per run of neighbouring
@@ -870,7 +872,7 @@ impl Db {
             if absent {
                 for (file, loc) in &locs[i..j] {
                     bytes += loc.len as u64;
-                    if missing.len() == cap || bytes > MAX_BYTES {
+                    if missing.len() == cap || bytes > MAX_STAGED {
                         return Vec::new();
                     }
                     missing.push((file.clone(), *loc));

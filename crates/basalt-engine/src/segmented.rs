@@ -463,13 +463,24 @@ impl Db {
     /// fetched as the patch; its base, earlier in the file being appended
     /// to, is read where it is needed. Empty when residency is not checked,
     /// when the key holds no value, or when the range covers more than
-    /// `cap` of the value's segments.
+    /// `long_cap` of the value's segments.
+    ///
+    /// A range of more than `cap` segments (up to `long_cap`, and records
+    /// of at most 16 MiB together) is not looked at whole at once: looking
+    /// at every segment's record costs more than a warm value's read itself
+    /// (a BITCOUNT of a 1 MB bitmap reads 2,048 segments). One look at the
+    /// key first says how many segments the range covers; then four of them
+    /// are looked at (its first, last, and two between, each with a
+    /// `mincore` of its record, no sampling), and only if one of them is
+    /// not in memory is the whole range looked at. Pass `long_cap <= cap`
+    /// for no such ranges (and no extra look at the key).
     pub fn cold_range_reads(
         &self,
         key: &[u8],
         offset: u64,
         len: u64,
         cap: usize,
+        long_cap: usize,
     ) -> Vec<crate::ColdRead> {
         let mode = self.residency();
         if mode == crate::Residency::InPlace || len == 0 || cap == 0 {
@@ -477,7 +488,42 @@ impl Db {
         }
         let seg = SEGMENT_LEN as u64;
         let end = offset.saturating_add(len);
-        let (first, last) = (offset / seg, (end - 1) / seg);
+        let (first, mut last) = (offset / seg, (end - 1) / seg);
+        let mut cap = cap;
+        if long_cap > cap && last - first >= cap as u64 {
+            // More than `cap` segments asked for: how many there are.
+            match self.shape(key, 1, 0) {
+                Ok(Shape::Segmented { count, .. }) => {
+                    if first >= count {
+                        return Vec::new();
+                    }
+                    last = last.min(count - 1);
+                }
+                // A plain value is one record, whatever the range.
+                Ok(Shape::Plain) => {
+                    return self
+                        .cold_value_read(key)
+                        .ok()
+                        .flatten()
+                        .into_iter()
+                        .collect()
+                }
+                _ => return Vec::new(),
+            }
+            let n = last - first + 1;
+            if n > cap as u64 {
+                // Its records hold at least the segments and the key each:
+                // more than one command may hold staged is not fetched.
+                let least = n.saturating_mul(seg + key.len() as u64);
+                if n > long_cap as u64
+                    || least > crate::cold::MAX_STAGED
+                    || self.sample_resident(key, mode, first, last)
+                {
+                    return Vec::new();
+                }
+                cap = n as usize;
+            }
+        }
         // One look at the index, for at most `cap` segments whatever the
         // value's size (it may grow meanwhile).
         let upto = last.min(first.saturating_add(cap as u64 - 1));
@@ -509,6 +555,33 @@ impl Db {
             }
             _ => Vec::new(),
         }
+    }
+
+    /// Whether four segments of `first..=last` of the segmented value at
+    /// `key` (the ends and two between) are in memory under `mode` (or
+    /// cached on this thread): [`Db::cold_range_reads`]' look at a long
+    /// range. Each is a `mincore` of its record: not the sampled check of
+    /// a lone read, which on a busy warm thread answers "resident" for 15
+    /// of 16 checks without looking. False under
+    /// [`crate::Residency::AllCold`].
+    fn sample_resident(&self, key: &[u8], mode: crate::Residency, first: u64, last: u64) -> bool {
+        if mode != crate::Residency::Check {
+            return false;
+        }
+        let step = (last - first) / 3;
+        [first, first + step, last - step, last]
+            .iter()
+            .all(|&i| match self.shape(key, i, i) {
+                Ok(Shape::Segmented { wanted, .. }) => {
+                    wanted.first().is_none_or(|(_, file, loc)| {
+                        cached(file, *loc, |_| Some(())).is_some()
+                            || file.map_ref().is_some_and(|map| {
+                                map.resident(loc.offset as u64, loc.len as usize)
+                            })
+                    })
+                }
+                _ => true,
+            })
     }
 
     /// Up to `len` bytes of the value from byte `offset` (fewer at its end,

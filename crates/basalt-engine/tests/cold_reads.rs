@@ -582,7 +582,7 @@ fn a_values_cold_range_reads_are_the_records_holding_the_range_and_staged_ones_a
     db.put(b"plain", &value(1, 1)).unwrap();
     db.put_field(b"map", b"f", b"v").unwrap();
     assert!(
-        db.cold_range_reads(b"seg", 0, 10, 256).is_empty(),
+        db.cold_range_reads(b"seg", 0, 10, 256, 256).is_empty(),
         "nothing is checked in place"
     );
     db.set_residency(Residency::AllCold);
@@ -591,7 +591,7 @@ fn a_values_cold_range_reads_are_the_records_holding_the_range_and_staged_ones_a
     // thread of its own: a thread caches the segments it read alone, and
     // a cached segment needs nothing fetched.
     let staged_here = |from: u64, len: u64, cap: usize| {
-        let reads = db.cold_range_reads(b"seg", from, len, cap);
+        let reads = db.cold_range_reads(b"seg", from, len, cap, cap);
         if reads.is_empty() {
             return 0;
         }
@@ -631,14 +631,73 @@ fn a_values_cold_range_reads_are_the_records_holding_the_range_and_staged_ones_a
     assert_eq!(staged(0, 10 * seg, 10), 10, "a range of the cap");
     assert_eq!(staged(100 * seg, 10, 256), 0, "past the end");
     assert!(
-        db.cold_range_reads(b"seg", 0, 0, 256).is_empty(),
+        db.cold_range_reads(b"seg", 0, 0, 256, 256).is_empty(),
         "an empty range"
     );
-    let plain = db.cold_range_reads(b"plain", 5, 1, 256);
+    let plain = db.cold_range_reads(b"plain", 5, 1, 256, 256);
     assert_eq!(plain.len(), 1, "a plain value's record, whole");
     assert!(plain[0].record_len() > value(1, 1).len());
-    assert!(db.cold_range_reads(b"map", 0, 10, 256).is_empty());
-    assert!(db.cold_range_reads(b"missing", 0, 10, 256).is_empty());
+    assert!(db.cold_range_reads(b"map", 0, 10, 256, 256).is_empty());
+    assert!(db.cold_range_reads(b"missing", 0, 10, 256, 256).is_empty());
+}
+
+#[test]
+fn a_long_range_is_sampled_first_and_fetched_whole_up_to_its_cap() {
+    let _staging = staging();
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), opts().max_file_size(1 << 20)).unwrap();
+    let seg = basalt_engine::SEGMENT_LEN as u64;
+    // 600 segments, then enough else that their file is sealed (and
+    // mapped: its residency can be looked at).
+    let long: Vec<u8> = (0..600 * seg).map(|i| (i % 249) as u8).collect();
+    db.write_range(b"seg", 0, &long).unwrap();
+    for i in 0..40 {
+        db.put(format!("filler{i}").as_bytes(), &[7u8; 64 << 10])
+            .unwrap();
+    }
+    db.set_residency(Residency::Check);
+    assert!(
+        db.cold_range_reads(b"seg", 0, u64::MAX, 256, 1024)
+            .is_empty(),
+        "in memory: a sample of four segments says so, nothing to read"
+    );
+    db.set_residency(Residency::AllCold);
+    assert!(
+        db.cold_range_reads(b"seg", 0, u64::MAX, 256, 512)
+            .is_empty(),
+        "more segments than the long cap"
+    );
+    let plain = db.cold_range_reads(b"filler3", 0, u64::MAX, 256, 1024);
+    assert_eq!(plain.len(), 1, "a plain value: its record, whole");
+    assert!(
+        db.cold_range_reads(b"seg", 700 * seg, u64::MAX, 256, 1024)
+            .is_empty(),
+        "past the end"
+    );
+    let staged = std::thread::scope(|s| {
+        s.spawn(|| {
+            let reads = db.cold_range_reads(b"seg", 0, u64::MAX, 256, 1024);
+            assert!(
+                !reads.is_empty() && reads.len() <= 4,
+                "{} reads",
+                reads.len()
+            );
+            for read in reads {
+                let bytes = read.read_record().unwrap();
+                read.check_record(&bytes).unwrap();
+                basalt_engine::stage_record(&read.stage_plan(), &bytes);
+            }
+            let before = basalt_engine::staged_reads();
+            let (got, total) = db.read_range(b"seg", 0, long.len()).unwrap().unwrap();
+            assert_eq!((got.len() as u64, total), (600 * seg, 600 * seg));
+            assert_eq!(got, long);
+            basalt_engine::clear_staged();
+            basalt_engine::staged_reads() - before
+        })
+        .join()
+        .unwrap()
+    });
+    assert_eq!(staged, 600, "every segment read from what was fetched");
 }
 
 #[test]
@@ -705,7 +764,7 @@ fn a_segment_cached_on_the_thread_is_not_fetched_again() {
     std::thread::scope(|s| {
         s.spawn(|| {
             assert_eq!(
-                db.cold_range_reads(b"seg", 3 * seg + 1, 2, 256).len(),
+                db.cold_range_reads(b"seg", 3 * seg + 1, 2, 256, 256).len(),
                 1,
                 "not read yet on this thread: fetched"
             );
@@ -713,18 +772,22 @@ fn a_segment_cached_on_the_thread_is_not_fetched_again() {
             let (got, _) = db.read_range(b"seg", 3 * seg + 1, 2).unwrap().unwrap();
             assert_eq!(got, &long[(3 * seg + 1) as usize..(3 * seg + 3) as usize]);
             assert!(
-                db.cold_range_reads(b"seg", 3 * seg + 1, 2, 256).is_empty(),
+                db.cold_range_reads(b"seg", 3 * seg + 1, 2, 256, 256)
+                    .is_empty(),
                 "cached here: nothing to fetch"
             );
             // A range over segments 3 and 4 fetches only segment 4.
-            let reads = db.cold_range_reads(b"seg", 4 * seg - 2, 4, 256);
+            let reads = db.cold_range_reads(b"seg", 4 * seg - 2, 4, 256, 256);
             assert_eq!(reads.len(), 1);
         })
         .join()
         .unwrap();
         // Another thread has no copy: it fetches.
         s.spawn(|| {
-            assert_eq!(db.cold_range_reads(b"seg", 3 * seg + 1, 2, 256).len(), 1);
+            assert_eq!(
+                db.cold_range_reads(b"seg", 3 * seg + 1, 2, 256, 256).len(),
+                1
+            );
         })
         .join()
         .unwrap();

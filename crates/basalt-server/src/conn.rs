@@ -1161,22 +1161,27 @@ impl Gathered {
         }
     }
 
-    /// Adds `found`; false once the bounds are reached (the rest is left
-    /// to be read where it is needed).
+    /// Adds `found`, what one key needs, whole or not at all: a key whose
+    /// reads do not fit is left to be read where it is needed, and the
+    /// next keys still get theirs (one long value does not use up the
+    /// budget). False once no read fits any more.
     fn add(&mut self, found: impl IntoIterator<Item = basalt_engine::ColdRead>) -> bool {
+        let (reads, bytes) = (self.reads.len(), self.bytes);
         for read in found {
-            if self.places.contains(&read.place()) {
+            if !self.places.insert(read.place()) {
                 continue;
             }
-            if self.reads.len() == self.max_reads || self.bytes + read.record_len() > self.max_bytes
-            {
-                return false;
-            }
-            self.places.insert(read.place());
             self.bytes += read.record_len();
             self.reads.push(read);
         }
-        true
+        if self.reads.len() > self.max_reads || self.bytes > self.max_bytes {
+            // Does not fit: taken back.
+            for read in self.reads.drain(reads..) {
+                self.places.remove(&read.place());
+            }
+            self.bytes = bytes;
+        }
+        self.reads.len() < self.max_reads && self.bytes < self.max_bytes
     }
 }
 
@@ -1214,7 +1219,9 @@ fn exec_reads_in(
         } else if is("get") && args.len() == 2 {
             gathered.add(fetch::whole(db, &args[1]))
         } else if is("mget") {
-            gathered.add(args.iter().skip(1).flat_map(|key| fetch::whole(db, key)))
+            args.iter()
+                .skip(1)
+                .all(|key| gathered.add(fetch::whole(db, key)))
         } else if (is("hget") && args.len() == 3) || (is("hmget") && args.len() >= 3) {
             gathered.add(
                 args.iter()
@@ -1251,6 +1258,9 @@ const SCRIPT_MAP_MAX: usize = 64;
 /// thread stages up to 64 hand-overs at once).
 const SCRIPT_FETCH_READS: usize = 64;
 const SCRIPT_FETCH_BYTES: usize = 1 << 20;
+/// Most segments of one string value a hand-over of scripts fetches ahead
+/// (512 KiB of value: its records fit [`SCRIPT_FETCH_BYTES`]).
+const SCRIPT_LONG_SEGMENTS: usize = 1024;
 
 /// The reads of what the keys that the scripts handed over (`conn.script`:
 /// EVAL, EVALSHA, FCALL and their read-only forms) declare hold and is not
@@ -1266,7 +1276,7 @@ fn script_cold_reads(shared: &Shared, conn: &Conn) -> Vec<basalt_engine::ColdRea
 fn script_reads_in(db: &basalt_engine::Db, script: &[u8]) -> Vec<basalt_engine::ColdRead> {
     let mut gathered = Gathered::new(SCRIPT_FETCH_READS, SCRIPT_FETCH_BYTES);
     for key in script_keys(script).iter() {
-        let found = match fetch::whole(db, key) {
+        let found = match fetch::whole_within(db, key, SCRIPT_LONG_SEGMENTS) {
             reads if !reads.is_empty() => reads,
             _ => db.cold_field_reads(key, SCRIPT_MAP_MAX),
         };

@@ -756,6 +756,30 @@ fn script_cold_reads(io_uring: bool) {
         staged >= 1 + 1 + 30 + 10,
         "only {staged} reads used fetched records"
     );
+    // Long values are fetched within the hand-over's budget (1 MiB) key by
+    // key: three strings of 800 segments (about 440 KiB of records each)
+    // do not all fit, and the one that does not is left out whole, so the
+    // key after it still gets its read.
+    for name in ["long1", "long2", "long3"] {
+        let _: i64 = redis::cmd("SETRANGE")
+            .arg(name)
+            .arg(0)
+            .arg(vec![b'x'; 800 * 512])
+            .query(&mut c)
+            .unwrap();
+    }
+    let (got, staged): (String, u64) = staged_by(
+        &mut c,
+        redis::cmd("EVAL")
+            .arg("return redis.call('get', KEYS[4])")
+            .arg(4)
+            .arg("long1")
+            .arg("long2")
+            .arg("long3")
+            .arg("k5"),
+    );
+    assert_eq!(got, value(5, 2));
+    assert_eq!(staged, 1, "k5's value was fetched after the long keys");
     // Nothing staged outlives its scripts: a write, then a script reads
     // the new value.
     let _: () = redis::cmd("SET")
@@ -1043,6 +1067,75 @@ fn value_cold_reads(io_uring: bool) {
     );
     let (got, staged): (i64, u64) = staged_by(&mut c, redis::cmd("BITPOS").arg("bm").arg(1).arg(1));
     assert_eq!((got, staged >= 1), (700, true), "BITPOS");
+
+    // A bitmap longer than 256 segments (600: 307,200 bytes): its reads
+    // are fetched ahead too (a sample of its segments first, all of them
+    // then, all-cold finding every one missing).
+    for bit in [1u64, 2_000_000, 2_457_599] {
+        let _: i64 = redis::cmd("SETBIT")
+            .arg("long")
+            .arg(bit)
+            .arg(1)
+            .query(&mut c)
+            .unwrap();
+    }
+    let (got, staged): (i64, u64) = staged_by(&mut c, redis::cmd("BITCOUNT").arg("long"));
+    assert_eq!(got, 3, "BITCOUNT of 600 segments");
+    assert!(
+        staged >= 590,
+        "BITCOUNT used {staged} fetched segments of 600"
+    );
+    let (got, staged): (Vec<u8>, u64) = staged_by(
+        &mut c,
+        redis::cmd("GETRANGE").arg("long").arg(0).arg(299_999),
+    );
+    assert_eq!(got.len(), 300_000);
+    assert_eq!(got[0], 0b0100_0000, "bit 1");
+    assert!(
+        staged >= 580,
+        "GETRANGE used {staged} fetched segments of 586"
+    );
+    // BITOP over two long sources fetches both.
+    for bit in [5u64, 2_400_000] {
+        let _: i64 = redis::cmd("SETBIT")
+            .arg("long2")
+            .arg(bit)
+            .arg(1)
+            .query(&mut c)
+            .unwrap();
+    }
+    let (got, staged): (i64, u64) = staged_by(
+        &mut c,
+        redis::cmd("BITOP")
+            .arg("OR")
+            .arg("both")
+            .arg("long")
+            .arg("long2"),
+    );
+    assert_eq!(got, 307_200, "BITOP's result length");
+    assert!(
+        staged >= 1150,
+        "BITOP used {staged} fetched segments of 1,186"
+    );
+    let count: i64 = redis::cmd("BITCOUNT").arg("both").query(&mut c).unwrap();
+    assert_eq!(count, 5);
+    // A BITFIELD that writes fields far apart fetches no more than its
+    // fields' own segments (not the 600 between them).
+    let (got, staged): (Vec<i64>, u64) = staged_by(
+        &mut c,
+        redis::cmd("BITFIELD")
+            .arg("long")
+            .arg("SET")
+            .arg("u8")
+            .arg(8)
+            .arg(255)
+            .arg("SET")
+            .arg("u8")
+            .arg(2_457_592)
+            .arg(3),
+    );
+    assert_eq!(got, vec![0, 1]);
+    assert!(staged <= 4, "BITFIELD used {staged} fetched segments");
 
     // Hash fields.
     let (got, staged): (usize, u64) = staged_by(&mut c, redis::cmd("HSTRLEN").arg("h").arg("f"));

@@ -32,8 +32,16 @@ use basalt_resp::Args;
 use super::{is, parse_i64};
 
 /// Most records of one key fetched ahead of a command, and most segments
-/// of a value looked at for it: a key with more missing is read as before.
+/// of a value looked at outright for it: a key with more missing is read
+/// as before.
 pub(crate) const FETCH_AHEAD_MAX: usize = 256;
+
+/// Most segments of a value's range fetched ahead (8 MiB of 512-byte
+/// segments, whose records with their headers and keys stay within the
+/// 16 MiB a command may hold staged): a range of more than
+/// [`FETCH_AHEAD_MAX`] is sampled first (`Db::cold_range_reads`) and
+/// fetched only if part of it is not in memory.
+pub(crate) const FETCH_AHEAD_SEGMENTS: usize = 16384;
 
 /// Most bytes one command fetches ahead (staged bytes are held until the
 /// command ends): a larger value is read where it is needed.
@@ -154,17 +162,25 @@ pub(crate) fn cold_reads_queued(
 }
 
 /// The whole value at `key`: a plain value's record, or a segmented
-/// value's segments (up to [`FETCH_AHEAD_MAX`] of them).
+/// value's segments (up to [`FETCH_AHEAD_SEGMENTS`] of them).
 pub(crate) fn whole(db: &Db, key: &[u8]) -> Vec<ColdRead> {
-    db.cold_range_reads(key, 0, u64::MAX, FETCH_AHEAD_MAX)
+    whole_within(db, key, FETCH_AHEAD_SEGMENTS)
+}
+
+/// [`whole`] for a value of at most `segments` segments (a longer one
+/// gets nothing): for a caller with a smaller budget than one command's
+/// (a hand-over of scripts).
+pub(crate) fn whole_within(db: &Db, key: &[u8], segments: usize) -> Vec<ColdRead> {
+    db.cold_range_reads(key, 0, u64::MAX, FETCH_AHEAD_MAX, segments)
 }
 
 /// Bytes `from ..= to` of the value at `key` (`to` may be `u64::MAX`: to
-/// the end), for a command that reads or writes that range: a plain
+/// the end), for a command that reads or writes that range (a range of
+/// more than [`FETCH_AHEAD_MAX`] segments only up to `segments`): a plain
 /// value's record only up to [`RANGE_RECORD_MAX`].
-fn bytes(db: &Db, key: &[u8], from: u64, to: u64) -> Vec<ColdRead> {
+fn bytes(db: &Db, key: &[u8], from: u64, to: u64, segments: usize) -> Vec<ColdRead> {
     let len = to.saturating_sub(from).saturating_add(1);
-    let mut reads = db.cold_range_reads(key, from, len, FETCH_AHEAD_MAX);
+    let mut reads = db.cold_range_reads(key, from, len, FETCH_AHEAD_MAX, segments);
     reads.retain(|r| r.record_len() <= RANGE_RECORD_MAX);
     reads
 }
@@ -180,7 +196,9 @@ fn value_reads(db: &Db, args: &Args<'_>) -> Vec<ColdRead> {
         // the bytes asked for; otherwise the whole value (its length
         // first).
         return match (int(2), int(3)) {
-            (Some(s), Some(e)) if s >= 0 && e >= s => bytes(db, key, s as u64, e as u64),
+            (Some(s), Some(e)) if s >= 0 && e >= s => {
+                bytes(db, key, s as u64, e as u64, FETCH_AHEAD_SEGMENTS)
+            }
             (Some(_), Some(_)) => whole(db, key),
             _ => Vec::new(),
         };
@@ -192,13 +210,16 @@ fn value_reads(db: &Db, args: &Args<'_>) -> Vec<ColdRead> {
                 key,
                 o as u64,
                 (o as u64).saturating_add(piece.len() as u64 - 1),
+                // A long piece overwrites whole segments, which need no
+                // read: only a short range is fetched.
+                FETCH_AHEAD_MAX,
             ),
             _ => Vec::new(),
         };
     }
     if is(name, "getbit") || is(name, "setbit") {
         return match int(2) {
-            Some(bit) if bit >= 0 => bytes(db, key, bit as u64 >> 3, bit as u64 >> 3),
+            Some(bit) if bit >= 0 => bytes(db, key, bit as u64 >> 3, bit as u64 >> 3, 1),
             _ => Vec::new(),
         };
     }
@@ -215,9 +236,11 @@ fn value_reads(db: &Db, args: &Args<'_>) -> Vec<ColdRead> {
     }
     if is(name, "bitfield") {
         // With a SET or INCRBY, each field's bytes are read on their own;
-        // with GETs only, the whole value.
+        // with GETs only, the whole value. The span of fields that write
+        // is fetched only when short (fields far apart would fetch all
+        // that lies between them).
         return match bitfield_span(args) {
-            Some((true, first, last)) => bytes(db, key, first, last),
+            Some((true, first, last)) => bytes(db, key, first, last, FETCH_AHEAD_MAX),
             Some((false, ..)) => whole(db, key),
             None => Vec::new(),
         };
@@ -239,12 +262,18 @@ fn value_reads(db: &Db, args: &Args<'_>) -> Vec<ColdRead> {
             .collect();
     }
     if is(name, "bitop") {
-        // BITOP op destkey srckey...: every source, whole.
+        // BITOP op destkey srckey...: every source, whole, as long as
+        // they fit what one command may hold staged together (a source
+        // that does not fit is read where it is needed; the next ones are
+        // still fetched).
         let mut reads = Vec::new();
+        let mut held = 0;
         for k in args.iter().skip(3) {
-            reads.extend(whole(db, k));
-            if reads.len() > FETCH_AHEAD_MAX {
-                return Vec::new();
+            let more = whole(db, k);
+            let bytes: usize = more.iter().map(ColdRead::record_len).sum();
+            if held + bytes <= FETCH_AHEAD_BYTES {
+                held += bytes;
+                reads.extend(more);
             }
         }
         return reads;
