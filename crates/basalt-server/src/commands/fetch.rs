@@ -31,9 +31,10 @@ use basalt_resp::Args;
 
 use super::{is, parse_i64};
 
-/// Most records of one key fetched ahead of a command, and most segments
-/// of a value looked at outright for it: a key with more missing is read
-/// as before.
+/// Most records of one key fetched ahead of a command (separate reads of a
+/// long string range, [`FETCH_AHEAD_SEGMENTS`]), and most segments of a
+/// value looked at outright for it: a key with more missing is read as
+/// before.
 pub(crate) const FETCH_AHEAD_MAX: usize = 256;
 
 /// Most segments of a value's range fetched ahead (8 MiB of 512-byte
