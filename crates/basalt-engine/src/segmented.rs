@@ -489,7 +489,7 @@ impl Db {
         let seg = SEGMENT_LEN as u64;
         let end = offset.saturating_add(len);
         let (first, mut last) = (offset / seg, (end - 1) / seg);
-        let (mut cap, short_cap, mut long) = (cap, cap, false);
+        let (mut cap, short_cap) = (cap, cap);
         if long_cap > cap && last - first >= cap as u64 {
             // More than `cap` segments asked for: how many there are.
             match self.shape(key, 1, 0) {
@@ -522,7 +522,6 @@ impl Db {
                     return Vec::new();
                 }
                 cap = n as usize;
-                long = true;
             }
         }
         // One look at the index, for at most `cap` segments whatever the
@@ -553,9 +552,10 @@ impl Db {
                 }
                 let locs = wanted.into_iter().map(|(_, f, l)| (f, l)).collect();
                 let reads = self.cold_spans(key, mode, locs, cap);
-                if long && reads.len() > short_cap {
-                    // Scattered segments (SETBITs among other writes):
-                    // more separate reads than a short range may make.
+                if reads.len() > short_cap {
+                    // A long range of scattered segments (SETBITs among
+                    // other writes): more separate reads than a short
+                    // range may make (`cold_spans` gives at most `cap`).
                     return Vec::new();
                 }
                 reads
