@@ -338,6 +338,9 @@ enum Shape {
         count: u64,
         total: u64,
         expires_at: Option<u64>,
+        /// `wanted` holds four segments of the range (its ends and two
+        /// between), not all of it ([`Db::shape_sampled`]).
+        sampled: bool,
     },
 }
 
@@ -345,6 +348,13 @@ impl Db {
     /// What `key` holds, with the locations of segments `first..=last`
     /// (clamped to the segments that exist) taken in one look at the index.
     fn shape(&self, key: &[u8], first: u64, last: u64) -> Result<Shape> {
+        self.shape_sampled(key, first, last, u64::MAX)
+    }
+
+    /// [`Db::shape`], but a range (clamped) of more than `most` segments
+    /// gives only four of them, `sampled`: its first, its last and two
+    /// between, whose residency stands for the range's.
+    fn shape_sampled(&self, key: &[u8], first: u64, last: u64, most: u64) -> Result<Shape> {
         let inner = &*self.inner;
         let idx = inner.shard(key).index.read();
         let Some(e) = idx.keys.get(key) else {
@@ -368,17 +378,27 @@ impl Db {
             let loc = m.fields.get(&name(i)).expect("segments form a run");
             (idx.files[&loc.file].handle.clone(), loc)
         };
-        let wanted = (first..=last.min(count.saturating_sub(1)))
-            .map(|i| {
-                let (f, l) = at(i);
-                (i, f, l)
-            })
-            .collect();
+        let last = last.min(count.saturating_sub(1));
+        let with = |i: u64| {
+            let (f, l) = at(i);
+            (i, f, l)
+        };
+        let sampled = first <= last && last - first >= most;
+        let wanted = if sampled {
+            let step = (last - first) / 3;
+            [first, first + step, last - step, last]
+                .into_iter()
+                .map(with)
+                .collect()
+        } else {
+            (first..=last).map(with).collect()
+        };
         Ok(Shape::Segmented {
             wanted,
             count,
             total: segmented_len(m, key).expect("segments form a run"),
             expires_at: if e.has_ttl { idx.expiry_of(key) } else { None },
+            sampled,
         })
     }
 
@@ -468,12 +488,12 @@ impl Db {
     /// A range of more than `cap` segments (up to `long_cap`, and records
     /// of at most 16 MiB together) is not looked at whole at once: looking
     /// at every segment's record costs more than a warm value's read itself
-    /// (a BITCOUNT of a 1 MB bitmap reads 2,048 segments). One look at the
-    /// key first says how many segments the range covers; then four of them
-    /// are looked at (its first, last, and two between, each with a
-    /// `mincore` of its record, no sampling), and only if one of them is
-    /// not in memory is the whole range looked at. Pass `long_cap <= cap`
-    /// for no such ranges (and no extra look at the key).
+    /// (a BITCOUNT of a 1 MB bitmap reads 2,048 segments). The one look at
+    /// the index that gives a short range's segments gives, for a long one,
+    /// how many it covers and where four of them lie (its first, last, and
+    /// two between); each of those four gets a `mincore` of its record (no
+    /// sampling), and only if one of them is not in memory is the whole
+    /// range looked at. Pass `long_cap <= cap` for no such ranges.
     pub fn cold_range_reads(
         &self,
         key: &[u8],
@@ -488,106 +508,82 @@ impl Db {
         }
         let seg = SEGMENT_LEN as u64;
         let end = offset.saturating_add(len);
-        let (first, mut last) = (offset / seg, (end - 1) / seg);
-        let (mut cap, short_cap) = (cap, cap);
-        if long_cap > cap && last - first >= cap as u64 {
-            // More than `cap` segments asked for: how many there are.
-            match self.shape(key, 1, 0) {
-                Ok(Shape::Segmented { count, .. }) => {
-                    if first >= count {
-                        return Vec::new();
-                    }
-                    last = last.min(count - 1);
-                }
-                // A plain value is one record, whatever the range.
-                Ok(Shape::Plain) => {
-                    return self
-                        .cold_value_read(key)
-                        .ok()
-                        .flatten()
-                        .into_iter()
-                        .collect()
-                }
-                _ => return Vec::new(),
+        let (first, last) = (offset / seg, (end - 1) / seg);
+        // One look at the index: the range's segments when at most `cap`,
+        // else four of them (whatever the value's size: it may grow
+        // meanwhile).
+        let wanted = match self.shape_sampled(key, first, last, cap as u64) {
+            // A plain value is one record, whatever the range.
+            Ok(Shape::Plain) => {
+                return self
+                    .cold_value_read(key)
+                    .ok()
+                    .flatten()
+                    .into_iter()
+                    .collect()
             }
-            let n = last - first + 1;
-            if n > cap as u64 {
-                // Its records hold at least the segments and the key each:
-                // more than one command may hold staged is not fetched.
+            Ok(Shape::Segmented {
+                wanted,
+                sampled: false,
+                ..
+            }) => wanted,
+            Ok(Shape::Segmented { wanted, count, .. }) => {
+                // More than `cap` segments: fetched only up to `long_cap`
+                // of them, when their records (at least the segments and
+                // the key each) fit what one command may hold staged, and
+                // when one of the four looked at is not in memory.
+                let last = last.min(count - 1);
+                let n = last - first + 1;
                 let least = n.saturating_mul(seg + key.len() as u64);
                 if n > long_cap as u64
                     || least > crate::cold::MAX_STAGED
-                    || self.sample_resident(key, mode, first, last)
+                    || Self::probes_resident(mode, &wanted)
                 {
                     return Vec::new();
                 }
-                cap = n as usize;
+                match self.shape(key, first, last) {
+                    Ok(Shape::Segmented { wanted, .. }) => wanted,
+                    _ => return Vec::new(),
+                }
             }
+            _ => return Vec::new(),
+        };
+        // A segment this thread has cached needs no read: the command
+        // reads it from the cache here.
+        let wanted: Vec<_> = wanted
+            .into_iter()
+            .filter(|(_, file, loc)| cached(file, *loc, |_| Some(())).is_none())
+            .collect();
+        if let [(_, file, loc)] = &wanted[..] {
+            // One record: the sampled residency check of a lone read (a
+            // hot bitmap's GETBIT costs no `mincore`).
+            return self.cold_read(mode, key, file, *loc).into_iter().collect();
         }
-        // One look at the index, for at most `cap` segments whatever the
-        // value's size (it may grow meanwhile).
-        let upto = last.min(first.saturating_add(cap as u64 - 1));
-        match self.shape(key, first, upto) {
-            Ok(Shape::Plain) => self
-                .cold_value_read(key)
-                .ok()
-                .flatten()
-                .into_iter()
-                .collect(),
-            Ok(Shape::Segmented { wanted, count, .. }) => {
-                if upto < last && count > upto + 1 {
-                    // More segments than `cap` in the range.
-                    return Vec::new();
-                }
-                // A segment this thread has cached needs no read: the
-                // command reads it from the cache here.
-                let wanted: Vec<_> = wanted
-                    .into_iter()
-                    .filter(|(_, file, loc)| cached(file, *loc, |_| Some(())).is_none())
-                    .collect();
-                if let [(_, file, loc)] = &wanted[..] {
-                    // One record: the sampled residency check of a lone
-                    // read (a hot bitmap's GETBIT costs no `mincore`).
-                    return self.cold_read(mode, key, file, *loc).into_iter().collect();
-                }
-                let locs = wanted.into_iter().map(|(_, f, l)| (f, l)).collect();
-                let reads = self.cold_spans(key, mode, locs, cap);
-                if reads.len() > short_cap {
-                    // A long range of scattered segments (SETBITs among
-                    // other writes): more separate reads than a short
-                    // range may make (`cold_spans` gives at most `cap`).
-                    return Vec::new();
-                }
-                reads
-            }
-            _ => Vec::new(),
+        let most = wanted.len().max(cap);
+        let locs = wanted.into_iter().map(|(_, f, l)| (f, l)).collect();
+        let reads = self.cold_spans(key, mode, locs, most);
+        if reads.len() > cap {
+            // A long range of scattered segments (SETBITs among other
+            // writes): more separate reads than a short range may make
+            // (`cold_spans` gives at most `most`).
+            return Vec::new();
         }
+        reads
     }
 
-    /// Whether four segments of `first..=last` of the segmented value at
-    /// `key` (the ends and two between) are in memory under `mode` (or
-    /// cached on this thread): [`Db::cold_range_reads`]' look at a long
-    /// range. Each is a `mincore` of its record: not the sampled check of
-    /// a lone read, which on a busy warm thread answers "resident" for 15
-    /// of 16 checks without looking. False under
-    /// [`crate::Residency::AllCold`].
-    fn sample_resident(&self, key: &[u8], mode: crate::Residency, first: u64, last: u64) -> bool {
-        if mode != crate::Residency::Check {
-            return false;
-        }
-        let step = (last - first) / 3;
-        [first, first + step, last - step, last]
-            .iter()
-            .all(|&i| match self.shape(key, i, i) {
-                Ok(Shape::Segmented { wanted, .. }) => {
-                    wanted.first().is_none_or(|(_, file, loc)| {
-                        cached(file, *loc, |_| Some(())).is_some()
-                            || file.map_ref().is_some_and(|map| {
-                                map.resident(loc.offset as u64, loc.len as usize)
-                            })
-                    })
-                }
-                _ => true,
+    /// Whether the segments [`Db::shape_sampled`] gave for a long range
+    /// are in memory under `mode` (or cached on this thread):
+    /// [`Db::cold_range_reads`]' look at it. Each is a `mincore` of its
+    /// record: not the sampled check of a lone read, which on a busy warm
+    /// thread answers "resident" for 15 of 16 checks without looking.
+    /// False under [`crate::Residency::AllCold`].
+    fn probes_resident(mode: crate::Residency, probes: &[(u64, Arc<DataFile>, Loc)]) -> bool {
+        mode == crate::Residency::Check
+            && probes.iter().all(|(_, file, loc)| {
+                cached(file, *loc, |_| Some(())).is_some()
+                    || file
+                        .map_ref()
+                        .is_some_and(|map| map.resident(loc.offset as u64, loc.len as usize))
             })
     }
 

@@ -1183,6 +1183,11 @@ impl Gathered {
         }
         self.reads.len() < self.max_reads && self.bytes < self.max_bytes
     }
+
+    /// Bytes still to be had: what the next key may fetch at most.
+    fn room(&self) -> usize {
+        self.max_bytes - self.bytes
+    }
 }
 
 /// The reads of the records that the commands queued for EXEC read and
@@ -1217,11 +1222,11 @@ fn exec_reads_in(
         let more = if is("select") {
             break;
         } else if is("get") && args.len() == 2 {
-            gathered.add(fetch::whole(db, &args[1]))
+            gathered.add(fetch::whole(db, &args[1], gathered.room()))
         } else if is("mget") {
             args.iter()
                 .skip(1)
-                .all(|key| gathered.add(fetch::whole(db, key)))
+                .all(|key| gathered.add(fetch::whole(db, key, gathered.room())))
         } else if (is("hget") && args.len() == 3) || (is("hmget") && args.len() >= 3) {
             gathered.add(
                 args.iter()
@@ -1238,6 +1243,7 @@ fn exec_reads_in(
                 conn.db,
                 &args,
                 &mut popped,
+                gathered.room(),
             ))
         } else {
             true
@@ -1276,7 +1282,8 @@ fn script_cold_reads(shared: &Shared, conn: &Conn) -> Vec<basalt_engine::ColdRea
 fn script_reads_in(db: &basalt_engine::Db, script: &[u8]) -> Vec<basalt_engine::ColdRead> {
     let mut gathered = Gathered::new(SCRIPT_FETCH_READS, SCRIPT_FETCH_BYTES);
     for key in script_keys(script).iter() {
-        let found = match fetch::whole_within(db, key, SCRIPT_LONG_SEGMENTS) {
+        let segments = fetch::segments_in(gathered.room(), key).min(SCRIPT_LONG_SEGMENTS);
+        let found = match fetch::whole_within(db, key, segments) {
             reads if !reads.is_empty() => reads,
             _ => db.cold_field_reads(key, SCRIPT_MAP_MAX),
         };

@@ -131,18 +131,28 @@ pub(crate) fn reads_whole_map(args: &Args<'_>) -> bool {
 /// to read that are not in memory, in database `dbi` (`gen`: its slot's
 /// generation, for the list head cache); at most [`FETCH_AHEAD_BYTES`].
 pub(crate) fn cold_reads(db: &Db, gen: u64, dbi: usize, args: &Args<'_>) -> Vec<ColdRead> {
-    cold_reads_queued(db, gen, dbi, args, &mut super::list::Popped::default())
+    cold_reads_queued(
+        db,
+        gen,
+        dbi,
+        args,
+        &mut super::list::Popped::default(),
+        FETCH_AHEAD_BYTES,
+    )
 }
 
 /// [`cold_reads`] for a command queued in an EXEC behind others: a list's
 /// ends are taken as the pops queued before it leave them (`popped`, see
-/// [`super::list::cold_reads_after`]).
+/// [`super::list::cold_reads_after`]), and at most `room` bytes are
+/// fetched (what the commands before it left of the transaction's
+/// budget): a long range that cannot fit is not looked at whole.
 pub(crate) fn cold_reads_queued(
     db: &Db,
     gen: u64,
     dbi: usize,
     args: &Args<'_>,
     popped: &mut super::list::Popped,
+    room: usize,
 ) -> Vec<ColdRead> {
     let name = &args[0];
     let key = &args[1];
@@ -153,19 +163,27 @@ pub(crate) fn cold_reads_queued(
     } else if named(name, READS_FIELDS) {
         field_reads(db, args)
     } else {
-        value_reads(db, args)
+        value_reads(db, args, room)
     };
     let bytes: usize = reads.iter().map(ColdRead::record_len).sum();
-    if bytes > FETCH_AHEAD_BYTES {
+    if bytes > room {
         return Vec::new();
     }
     reads
 }
 
 /// The whole value at `key`: a plain value's record, or a segmented
-/// value's segments (up to [`FETCH_AHEAD_SEGMENTS`] of them).
-pub(crate) fn whole(db: &Db, key: &[u8]) -> Vec<ColdRead> {
-    whole_within(db, key, FETCH_AHEAD_SEGMENTS)
+/// value's segments (up to [`FETCH_AHEAD_SEGMENTS`] of them, and no more
+/// than fit `room` bytes: [`segments_in`]).
+pub(crate) fn whole(db: &Db, key: &[u8], room: usize) -> Vec<ColdRead> {
+    whole_within(db, key, segments_in(room, key))
+}
+
+/// Most segments of `key`'s value whose records fit `room` bytes (each
+/// holds a segment and the key at least), up to [`FETCH_AHEAD_SEGMENTS`]:
+/// a longer range is refused before the index is looked at for all of it.
+pub(crate) fn segments_in(room: usize, key: &[u8]) -> usize {
+    (room / (basalt_engine::SEGMENT_LEN + key.len())).min(FETCH_AHEAD_SEGMENTS)
 }
 
 /// [`whole`] for a value of at most `segments` segments (a longer one
@@ -188,9 +206,10 @@ fn bytes(db: &Db, key: &[u8], from: u64, to: u64, segments: usize) -> Vec<ColdRe
 
 /// String and bit commands: what [`READS_VALUE`], [`READS_BITS`], LCS and
 /// SET ... GET read.
-fn value_reads(db: &Db, args: &Args<'_>) -> Vec<ColdRead> {
+fn value_reads(db: &Db, args: &Args<'_>, room: usize) -> Vec<ColdRead> {
     let name = &args[0];
     let key = &args[1];
+    let whole_of = |key: &[u8]| whole(db, key, room);
     let int = |i: usize| args.get(i).and_then(parse_i64);
     if is(name, "getrange") || is(name, "substr") {
         // As the command reads: from the start with `end >= start`, only
@@ -198,9 +217,9 @@ fn value_reads(db: &Db, args: &Args<'_>) -> Vec<ColdRead> {
         // first).
         return match (int(2), int(3)) {
             (Some(s), Some(e)) if s >= 0 && e >= s => {
-                bytes(db, key, s as u64, e as u64, FETCH_AHEAD_SEGMENTS)
+                bytes(db, key, s as u64, e as u64, segments_in(room, key))
             }
-            (Some(_), Some(_)) => whole(db, key),
+            (Some(_), Some(_)) => whole_of(key),
             _ => Vec::new(),
         };
     }
@@ -242,12 +261,12 @@ fn value_reads(db: &Db, args: &Args<'_>) -> Vec<ColdRead> {
         // that lies between them).
         return match bitfield_span(args) {
             Some((true, first, last)) => bytes(db, key, first, last, FETCH_AHEAD_MAX),
-            Some((false, ..)) => whole(db, key),
+            Some((false, ..)) => whole_of(key),
             None => Vec::new(),
         };
     }
     if is(name, "dump") {
-        let reads = whole(db, key);
+        let reads = whole_of(key);
         return if reads.is_empty() {
             db.cold_field_reads(key, FETCH_AHEAD_MAX)
         } else {
@@ -255,11 +274,12 @@ fn value_reads(db: &Db, args: &Args<'_>) -> Vec<ColdRead> {
         };
     }
     if is(name, "lcs") {
+        // Both keys, half the room each (so that both fit).
         return args
             .iter()
             .skip(1)
             .take(2)
-            .flat_map(|k| whole(db, k))
+            .flat_map(|k| whole(db, k, room / 2))
             .collect();
     }
     if is(name, "bitop") {
@@ -268,12 +288,16 @@ fn value_reads(db: &Db, args: &Args<'_>) -> Vec<ColdRead> {
         // that does not fit is read where it is needed; the next ones are
         // still fetched).
         let mut reads = Vec::new();
-        let mut held = 0;
+        let mut left = room;
         for k in args.iter().skip(3) {
-            let more = whole(db, k);
+            if segments_in(left, k) == 0 {
+                // Not even one more segment fits.
+                break;
+            }
+            let more = whole(db, k, left);
             let bytes: usize = more.iter().map(ColdRead::record_len).sum();
-            if held + bytes <= FETCH_AHEAD_BYTES {
-                held += bytes;
+            if bytes <= left {
+                left -= bytes;
                 reads.extend(more);
             }
         }
@@ -281,7 +305,7 @@ fn value_reads(db: &Db, args: &Args<'_>) -> Vec<ColdRead> {
     }
     // GETDEL, GETEX, GETSET, SET ... GET, BITCOUNT, BITPOS and
     // BITFIELD_RO read the whole value.
-    whole(db, key)
+    whole_of(key)
 }
 
 /// The bytes a BITFIELD's fields span (first and last byte), and whether
