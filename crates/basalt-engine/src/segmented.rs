@@ -514,14 +514,7 @@ impl Db {
         // meanwhile).
         let wanted = match self.shape_sampled(key, first, last, cap as u64) {
             // A plain value is one record, whatever the range.
-            Ok(Shape::Plain) => {
-                return self
-                    .cold_value_read(key)
-                    .ok()
-                    .flatten()
-                    .into_iter()
-                    .collect()
-            }
+            Ok(Shape::Plain) => return self.plain_reads(key),
             Ok(Shape::Segmented {
                 wanted,
                 sampled: false,
@@ -543,6 +536,8 @@ impl Db {
                 }
                 match self.shape(key, first, last) {
                     Ok(Shape::Segmented { wanted, .. }) => wanted,
+                    // Rewritten as a plain value meanwhile.
+                    Ok(Shape::Plain) => return self.plain_reads(key),
                     _ => return Vec::new(),
                 }
             }
@@ -569,6 +564,15 @@ impl Db {
             return Vec::new();
         }
         reads
+    }
+
+    /// A plain value's one record, as [`Db::cold_range_reads`] gives it.
+    fn plain_reads(&self, key: &[u8]) -> Vec<crate::ColdRead> {
+        self.cold_value_read(key)
+            .ok()
+            .flatten()
+            .into_iter()
+            .collect()
     }
 
     /// Whether the segments [`Db::shape_sampled`] gave for a long range

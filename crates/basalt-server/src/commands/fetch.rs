@@ -274,38 +274,36 @@ fn value_reads(db: &Db, args: &Args<'_>, room: usize) -> Vec<ColdRead> {
         };
     }
     if is(name, "lcs") {
-        // Both keys, half the room each (so that both fit).
-        return args
-            .iter()
-            .skip(1)
-            .take(2)
-            .flat_map(|k| whole(db, k, room / 2))
-            .collect();
+        // Both keys, the second offered what the first left.
+        return within(db, args.iter().skip(1).take(2), room);
     }
     if is(name, "bitop") {
         // BITOP op destkey srckey...: every source, whole, as long as
         // they fit what one command may hold staged together (a source
         // that does not fit is read where it is needed; the next ones are
         // still fetched).
-        let mut reads = Vec::new();
-        let mut left = room;
-        for k in args.iter().skip(3) {
-            if segments_in(left, k) == 0 {
-                // Not even one more segment fits.
-                break;
-            }
-            let more = whole(db, k, left);
-            let bytes: usize = more.iter().map(ColdRead::record_len).sum();
-            if bytes <= left {
-                left -= bytes;
-                reads.extend(more);
-            }
-        }
-        return reads;
+        return within(db, args.iter().skip(3), room);
     }
     // GETDEL, GETEX, GETSET, SET ... GET, BITCOUNT, BITPOS and
     // BITFIELD_RO read the whole value.
     whole_of(key)
+}
+
+/// The whole values at `keys`, each offered the room the ones before it
+/// left of `room` bytes: one that does not fit is read where it is
+/// needed, and the next ones are still fetched.
+fn within<'a>(db: &Db, keys: impl Iterator<Item = &'a [u8]>, room: usize) -> Vec<ColdRead> {
+    let mut reads = Vec::new();
+    let mut left = room;
+    for k in keys {
+        let more = whole(db, k, left);
+        let bytes: usize = more.iter().map(ColdRead::record_len).sum();
+        if bytes <= left {
+            left -= bytes;
+            reads.extend(more);
+        }
+    }
+    reads
 }
 
 /// The bytes a BITFIELD's fields span (first and last byte), and whether
