@@ -125,6 +125,7 @@ fn start_inner(
     hook: Option<Hook<'_>>,
 ) -> anyhow::Result<ServerHandle> {
     auth::fit_maxclients(&mut config);
+    state::start_command_clock();
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all().thread_name("basalt");
     if config.threads > 0 {

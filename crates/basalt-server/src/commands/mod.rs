@@ -35,6 +35,7 @@ pub(crate) mod zbuild;
 pub mod zset;
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -306,8 +307,19 @@ pub fn lookup(name: &[u8]) -> Option<&'static CommandDef> {
     lookup_indexed(name).map(|(c, _)| c)
 }
 
+thread_local! {
+    /// The command this thread looked up last: a pipeline mostly repeats
+    /// one command, whose name is then compared instead of hashed.
+    static LAST_LOOKUP: Cell<Option<(&'static CommandDef, usize)>> = const { Cell::new(None) };
+}
+
 /// [`lookup`] with the command's position in [`all`].
 pub fn lookup_indexed(name: &[u8]) -> Option<(&'static CommandDef, usize)> {
+    if let Some(last) = LAST_LOOKUP.get() {
+        if last.0.name.as_bytes().eq_ignore_ascii_case(name) {
+            return Some(last);
+        }
+    }
     if name.len() > MAX_NAME {
         return None;
     }
@@ -315,14 +327,18 @@ pub fn lookup_indexed(name: &[u8]) -> Option<(&'static CommandDef, usize)> {
     let lower = &mut buf[..name.len()];
     lower.copy_from_slice(name);
     lower.make_ascii_lowercase();
-    table().get(&*lower).copied()
+    let found = table().get(&*lower).copied();
+    if found.is_some() {
+        LAST_LOOKUP.set(found);
+    }
+    found
 }
 
 /// Charges `cmd` (by name) one call and the time since `conn.tick`, and
 /// moves the tick to now: for commands run outside [`execute`] (EXEC).
 pub fn record_call(shared: &Shared, conn: &mut Conn, name: &[u8], failed: bool) {
     if let Some((cmd, idx)) = lookup_indexed(name) {
-        let now = crate::state::now_ns();
+        let now = crate::state::command_ns();
         let nanos = now.saturating_sub(conn.tick);
         conn.tick = now;
         shared.cmdstats.record(idx, nanos, failed);
@@ -911,7 +927,7 @@ pub fn execute_found(
     }
     // A command that blocks is counted once, by the run that serves it.
     if after != Some(After::Block) {
-        let now = crate::state::now_ns();
+        let now = crate::state::command_ns();
         let nanos = now.saturating_sub(conn.tick);
         conn.tick = now;
         shared.cmdstats.record(row, nanos, failed);

@@ -1153,7 +1153,7 @@ fn run_command(
     // not the Lua time before it; the script keeps its start as its tick,
     // so EVAL is charged its whole run, nested commands included (Redis).
     let script_tick = env.conn.tick;
-    env.conn.tick = crate::state::now_ns();
+    env.conn.tick = crate::state::command_ns();
     // Checked above, against the script's flags.
     let (found, after) = crate::maxmemory::unchecked(|| {
         commands::execute_found(env.shared, env.conn, out, args, cmd, idx)
