@@ -338,8 +338,9 @@ enum Shape {
         count: u64,
         total: u64,
         expires_at: Option<u64>,
-        /// `wanted` holds four segments of the range (its ends and two
-        /// between), not all of it ([`Db::shape_sampled`]).
+        /// `wanted` holds a sample of the range's segments (its ends and
+        /// one in every `most` between, at least four), not all of it
+        /// ([`Db::shape_sampled`]).
         sampled: bool,
     },
 }
@@ -352,8 +353,9 @@ impl Db {
     }
 
     /// [`Db::shape`], but a range (clamped) of more than `most` segments
-    /// gives only four of them, `sampled`: its first, its last and two
-    /// between, whose residency stands for the range's.
+    /// gives only a sample of them, `sampled`: its first, its last and one
+    /// in every `most` between (at least four in all), whose residency
+    /// stands for the range's.
     fn shape_sampled(&self, key: &[u8], first: u64, last: u64, most: u64) -> Result<Shape> {
         let inner = &*self.inner;
         let idx = inner.shard(key).index.read();
@@ -385,9 +387,11 @@ impl Db {
         };
         let sampled = first <= last && last - first >= most;
         let wanted = if sampled {
-            let step = (last - first) / 3;
-            [first, first + step, last - step, last]
-                .into_iter()
+            // One segment in every `most`, at least four, the last too.
+            let step = ((last - first) / 3).clamp(1, most) as usize;
+            (first..last)
+                .step_by(step)
+                .chain(std::iter::once(last))
                 .map(with)
                 .collect()
         } else {
@@ -490,10 +494,11 @@ impl Db {
     /// at every segment's record costs more than a warm value's read itself
     /// (a BITCOUNT of a 1 MB bitmap reads 2,048 segments). The one look at
     /// the index that gives a short range's segments gives, for a long one,
-    /// how many it covers and where four of them lie (its first, last, and
-    /// two between); each of those four gets a `mincore` of its record (no
-    /// sampling), and only if one of them is not in memory is the whole
-    /// range looked at. Pass `long_cap <= cap` for no such ranges.
+    /// how many it covers and where a sample of them lies (its first, its
+    /// last, and one in every `cap` between: at least four, 65 for 16,384
+    /// segments); each of those gets a `mincore` of its record (no sampled
+    /// check), and only if one of them is not in memory is the whole range
+    /// looked at. Pass `long_cap <= cap` for no such ranges.
     pub fn cold_range_reads(
         &self,
         key: &[u8],
@@ -510,7 +515,7 @@ impl Db {
         let end = offset.saturating_add(len);
         let (first, last) = (offset / seg, (end - 1) / seg);
         // One look at the index: the range's segments when at most `cap`,
-        // else four of them (whatever the value's size: it may grow
+        // else a sample of them (whatever the value's size: it may grow
         // meanwhile).
         let wanted = match self.shape_sampled(key, first, last, cap as u64) {
             // A plain value is one record, whatever the range.
@@ -524,7 +529,7 @@ impl Db {
                 // More than `cap` segments: fetched only up to `long_cap`
                 // of them, when their records (at least the segments and
                 // the key each) fit what one command may hold staged, and
-                // when one of the four looked at is not in memory.
+                // when one of the sample is not in memory.
                 let last = last.min(count - 1);
                 let n = last - first + 1;
                 let least = n.saturating_mul(seg + key.len() as u64);

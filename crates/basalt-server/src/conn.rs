@@ -1228,11 +1228,11 @@ fn exec_reads_in(
                 .skip(1)
                 .all(|key| gathered.add(fetch::whole(db, key, gathered.room())))
         } else if (is("hget") && args.len() == 3) || (is("hmget") && args.len() >= 3) {
-            gathered.add(
-                args.iter()
-                    .skip(2)
-                    .filter_map(|field| db.cold_field_read(&args[1], field).ok().flatten()),
-            )
+            // Field by field: the fields before one that does not fit are
+            // still fetched.
+            args.iter()
+                .skip(2)
+                .all(|field| gathered.add(db.cold_field_read(&args[1], field).ok().flatten()))
         } else if fetch::fetches_ahead(&args) {
             // What the command reads as the keys are now, but for the
             // list elements that pops queued before it take: a read of a

@@ -697,6 +697,34 @@ fn exec_cold_reads(io_uring: bool) {
     assert_eq!(stat(&mut c, "basalt_cold_reads_staged"), staged_before);
     // The connection goes on serving cold reads.
     assert_eq!(raw.cmd(&["GET", "k4"]), bulk(&value(4, 1)));
+    // An HMGET of more cold fields than one EXEC fetches (256 reads): the
+    // fields that fit are fetched, not none of them.
+    let mut hset = redis::cmd("HSET");
+    hset.arg("wide");
+    for i in 0..300 {
+        hset.arg(format!("f{i}")).arg(value(i + 1000, 1));
+    }
+    let _: () = hset.query(&mut c).unwrap();
+    let staged_before = stat(&mut c, "basalt_cold_reads_staged");
+    let mut hmget = redis::cmd("HMGET");
+    hmget.arg("wide");
+    for i in 0..300 {
+        hmget.arg(format!("f{i}"));
+    }
+    let (got,): (Vec<String>,) = redis::pipe()
+        .atomic()
+        .add_command(hmget)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(got.len(), 300);
+    for (i, v) in got.iter().enumerate() {
+        assert_eq!(*v, value(i + 1000, 1));
+    }
+    let staged = stat(&mut c, "basalt_cold_reads_staged") - staged_before;
+    assert!(
+        staged >= 256,
+        "only {staged} of HMGET's fields were fetched"
+    );
 }
 
 #[test]
