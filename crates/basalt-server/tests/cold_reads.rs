@@ -975,6 +975,91 @@ fn list_cold_reads(io_uring: bool) {
     );
 }
 
+#[test]
+fn sort_by_and_get_keys_of_a_set_are_fetched_ahead() {
+    let _serial = serial();
+    for io_uring in [true, false] {
+        sort_cold_reads(io_uring);
+    }
+}
+
+fn sort_cold_reads(io_uring: bool) {
+    let server = cold_server_with(64 << 10, io_uring);
+    let mut c = server.client();
+    // Members 0..20; weight_i is a string (20 - i), obj_i a hash.
+    for i in 0..20usize {
+        let _: () = redis::cmd("SADD").arg("s").arg(i).query(&mut c).unwrap();
+        let _: () = redis::cmd("ZADD")
+            .arg("z")
+            .arg(i)
+            .arg(i)
+            .query(&mut c)
+            .unwrap();
+        let _: () = redis::cmd("SET")
+            .arg(format!("weight_{i}"))
+            .arg(20 - i)
+            .query(&mut c)
+            .unwrap();
+        let _: () = redis::cmd("HSET")
+            .arg(format!("obj_{i}"))
+            .arg("name")
+            .arg(value(i, 2))
+            .query(&mut c)
+            .unwrap();
+    }
+    let expected: Vec<String> = (0..20).rev().map(|i| value(i, 2)).collect();
+    for key in ["s", "z"] {
+        let (got, staged): (Vec<String>, u64) = staged_by(
+            &mut c,
+            redis::cmd("SORT")
+                .arg(key)
+                .arg("BY")
+                .arg("weight_*")
+                .arg("GET")
+                .arg("obj_*->name"),
+        );
+        assert_eq!(got, expected, "SORT {key}");
+        // 20 weights and 20 fields, all-cold: every one counts as missing.
+        assert!(
+            staged >= 40,
+            "SORT {key}: only {staged} of 40 reads fetched"
+        );
+    }
+    // With LIMIT only the BY keys are fetched; SORT_RO too.
+    let (got, staged): (Vec<String>, u64) = staged_by(
+        &mut c,
+        redis::cmd("SORT_RO")
+            .arg("s")
+            .arg("BY")
+            .arg("weight_*")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(3)
+            .arg("GET")
+            .arg("obj_*->name"),
+    );
+    assert_eq!(got, expected[..3]);
+    assert!(
+        staged >= 20,
+        "SORT_RO with LIMIT: only {staged} of 20 weights fetched"
+    );
+    // A list's elements are read where SORT reads them; its BY keys are not
+    // fetched (nothing to check but the reply).
+    let _: () = redis::cmd("RPUSH")
+        .arg("l")
+        .arg(3)
+        .arg(1)
+        .query(&mut c)
+        .unwrap();
+    let got: Vec<String> = redis::cmd("SORT")
+        .arg("l")
+        .arg("BY")
+        .arg("weight_*")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(got, ["3", "1"]);
+}
+
 /// Runs `cmd` and returns its reply with how many of the records it read
 /// came from bytes fetched ahead (INFO `basalt_cold_reads_staged`).
 fn staged_by<T: redis::FromRedisValue>(c: &mut redis::Connection, cmd: &redis::Cmd) -> (T, u64) {

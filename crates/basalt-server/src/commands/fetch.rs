@@ -19,14 +19,16 @@
 //! - ranges of string values: GETRANGE, SUBSTR, SETRANGE, GETBIT, SETBIT
 //!   (a plain value's record, or the segments of a segmented one);
 //! - hash fields: HSTRLEN, HINCRBY, HINCRBYFLOAT, the fields an HSCAN step
-//!   returns, and the whole hash for HRANDFIELD ... WITHVALUES.
+//!   returns, and the whole hash for HRANDFIELD ... WITHVALUES;
+//! - the keys SORT's BY and GET patterns name for a set's or sorted set's
+//!   members ([`sort_reads`]).
 //!
 //! GET, MGET, HGET and HMGET need none of this: they hand a cold read to
 //! the ring themselves (`Ctx::cold_bulk`), except inside EXEC.
 
 use basalt_engine::{ColdRead, Db, KeyKind};
 
-use crate::keyspace::TAG_HASH;
+use crate::keyspace::{TAG_HASH, TAG_SET, TAG_ZSET};
 use basalt_resp::Args;
 
 use super::{is, parse_i64};
@@ -71,6 +73,14 @@ const READS_BITS: &[&[u8]] = &[
     b"bitop",
 ];
 
+/// SORT's forms, whose BY and GET patterns name keys to read.
+const READS_SORT: &[&[u8]] = &[b"sort", b"sort_ro"];
+
+/// Most members of a set or sorted set whose BY and GET keys one SORT
+/// looks at before it runs (each an index lookup on the worker, as SORT's
+/// own): a bigger set's first ones only.
+const SORT_MEMBERS_MAX: usize = 1024;
+
 /// Hash commands that read field values besides HGET/HMGET.
 const READS_FIELDS: &[&[u8]] = &[
     b"hstrlen",
@@ -100,7 +110,9 @@ pub(crate) fn fetches_ahead(args: &Args<'_>) -> bool {
         // GET and SET, the hot pair, are out after two comparisons: GET
         // reads cold values itself, SET reads only with its GET option.
         b'g' | b's' if name.len() == 3 => is(name, "set") && set_reads_old(args),
-        b'g' | b's' | b'd' => named(name, READS_VALUE) || named(name, READS_BITS),
+        b'g' | b's' | b'd' => {
+            named(name, READS_VALUE) || named(name, READS_BITS) || named(name, READS_SORT)
+        }
         b'h' => reads_whole_map(args) || named(name, READS_FIELDS),
         b'x' => reads_whole_map(args),
         b'l' | b'r' => {
@@ -162,6 +174,8 @@ pub(crate) fn cold_reads_queued(
         super::list::cold_reads_after(db, gen, dbi, args, popped)
     } else if named(name, READS_FIELDS) {
         field_reads(db, args)
+    } else if named(name, READS_SORT) {
+        sort_reads(db, args, room)
     } else {
         value_reads(db, args, room)
     };
@@ -287,6 +301,53 @@ fn value_reads(db: &Db, args: &Args<'_>, room: usize) -> Vec<ColdRead> {
     // GETDEL, GETEX, GETSET, SET ... GET, BITCOUNT, BITPOS and
     // BITFIELD_RO read the whole value.
     whole_of(key)
+}
+
+/// SORT and SORT_RO of a set or a sorted set (their members are in
+/// memory; a list's elements are records, read where SORT reads them):
+/// the values its BY pattern (when it sorts) and its GET patterns name for
+/// each member, a string's record or a hash field's, up to
+/// [`FETCH_AHEAD_MAX`] reads and `room` bytes, for the first
+/// [`SORT_MEMBERS_MAX`] members. GET's keys only without LIMIT: which
+/// members a window keeps is known only once sorted.
+fn sort_reads(db: &Db, args: &Args<'_>, room: usize) -> Vec<ColdRead> {
+    let Ok(o) = super::sort::parse(args, is(&args[0], "sort_ro")) else {
+        return Vec::new();
+    };
+    let by = o.by.filter(|_| !o.dontsort);
+    let gets = o.gets.iter().copied().filter(|_| o.limit.is_none());
+    let patterns: Vec<&[u8]> = by.into_iter().chain(gets).filter(|p| *p != b"#").collect();
+    if patterns.is_empty() {
+        return Vec::new();
+    }
+    let key = &args[1];
+    let members = match db.meta(key).map(|m| m.kind) {
+        Some(KeyKind::Map { tag, .. }) if tag == TAG_SET || tag == TAG_ZSET => {
+            db.field_names(key).unwrap_or_default()
+        }
+        _ => return Vec::new(),
+    };
+    let mut reads = Vec::new();
+    let mut bytes = 0;
+    for pattern in patterns {
+        for member in members.iter().take(SORT_MEMBERS_MAX) {
+            let Some((k, field)) = super::sort::pattern_key(pattern, member) else {
+                break;
+            };
+            let read = match field {
+                Some(f) => db.cold_field_read(&k, f),
+                None => db.cold_value_read(&k),
+            };
+            if let Ok(Some(read)) = read {
+                bytes += read.record_len();
+                if reads.len() == FETCH_AHEAD_MAX || bytes > room {
+                    return reads;
+                }
+                reads.push(read);
+            }
+        }
+    }
+    reads
 }
 
 /// The whole values at `keys`, each offered the room the ones before it

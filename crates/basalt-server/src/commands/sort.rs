@@ -62,18 +62,18 @@ fn sort_ro(ctx: &mut Ctx<'_>, args: Args<'_>) -> Result {
 }
 
 /// The parsed options.
-struct Options<'a> {
+pub(super) struct Options<'a> {
     desc: bool,
     alpha: bool,
-    limit: Option<(i64, i64)>,
+    pub(super) limit: Option<(i64, i64)>,
     store: Option<&'a [u8]>,
-    by: Option<&'a [u8]>,
+    pub(super) by: Option<&'a [u8]>,
     /// A BY pattern without `*`: keep the elements' own order.
-    dontsort: bool,
-    gets: Vec<&'a [u8]>,
+    pub(super) dontsort: bool,
+    pub(super) gets: Vec<&'a [u8]>,
 }
 
-fn parse<'a>(args: &'a Args<'a>, readonly: bool) -> Result<Options<'a>> {
+pub(super) fn parse<'a>(args: &'a Args<'a>, readonly: bool) -> Result<Options<'a>> {
     let mut o = Options {
         desc: false,
         alpha: false,
@@ -138,10 +138,30 @@ fn lookup(ctx: &Ctx<'_>, db: &Db, pattern: &[u8], elem: &[u8]) -> Result<Option<
     if pattern == b"#" {
         return Ok(Some(elem.to_vec()));
     }
-    let Some(p) = star(pattern) else {
+    let Some((key, field)) = pattern_key(pattern, elem) else {
         return Ok(None);
     };
-    // "->" searched after the star (strstr), with at least one byte after.
+    let meta = db.meta(&key);
+    ctx.looked_up(&key, meta.is_some());
+    let Some(meta) = meta else {
+        return Ok(None);
+    };
+    Ok(match (RedisType::of(&meta), field) {
+        (RedisType::Hash, Some(f)) => db.get_field(&key, f)?,
+        (RedisType::String, None) => db.get(&key)?,
+        _ => None,
+    })
+}
+
+/// The key pattern `pattern` (not `#`) names for element `elem`, and the
+/// hash field after its `->` if any: the first `*` replaced by the element,
+/// `->` searched after it (`strstr`) with at least one byte after. `None`
+/// when the pattern has no `*`.
+pub(super) fn pattern_key<'p>(
+    pattern: &'p [u8],
+    elem: &[u8],
+) -> Option<(Vec<u8>, Option<&'p [u8]>)> {
+    let p = star(pattern)?;
     let rest = c_str(&pattern[p + 1..]);
     let arrow = rest
         .windows(2)
@@ -155,16 +175,7 @@ fn lookup(ctx: &Ctx<'_>, db: &Db, pattern: &[u8], elem: &[u8]) -> Result<Option<
     key.extend_from_slice(&pattern[..p]);
     key.extend_from_slice(elem);
     key.extend_from_slice(suffix);
-    let meta = db.meta(&key);
-    ctx.looked_up(&key, meta.is_some());
-    let Some(meta) = meta else {
-        return Ok(None);
-    };
-    Ok(match (RedisType::of(&meta), field) {
-        (RedisType::Hash, Some(f)) => db.get_field(&key, f)?,
-        (RedisType::String, None) => db.get(&key)?,
-        _ => None,
-    })
+    Some((key, field))
 }
 
 /// A sort key read as Redis reads it (`strtod` on the C string, leading
