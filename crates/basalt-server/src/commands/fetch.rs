@@ -78,8 +78,12 @@ const READS_SORT: &[&[u8]] = &[b"sort", b"sort_ro"];
 
 /// Most members of a set or sorted set whose BY and GET keys one SORT
 /// looks at before it runs (each an index lookup on the worker, as SORT's
-/// own): a bigger set's first ones only.
+/// own): of a bigger set, that many picked at random.
 const SORT_MEMBERS_MAX: usize = 1024;
+
+/// Members (picked at random) whose keys a SORT looks at before all of
+/// them ([`sort_reads`]).
+const SORT_SAMPLE: usize = 8;
 
 /// Hash commands that read field values besides HGET/HMGET.
 const READS_FIELDS: &[&[u8]] = &[
@@ -307,8 +311,8 @@ fn value_reads(db: &Db, args: &Args<'_>, room: usize) -> Vec<ColdRead> {
 /// memory; a list's elements are records, read where SORT reads them):
 /// the values its BY pattern (when it sorts) and its GET patterns name for
 /// each member, a string's record or a hash field's, up to
-/// [`FETCH_AHEAD_MAX`] reads and `room` bytes, for the first
-/// [`SORT_MEMBERS_MAX`] members. GET's keys only without LIMIT: which
+/// [`FETCH_AHEAD_MAX`] reads and `room` bytes, for at most
+/// [`SORT_MEMBERS_MAX`] members (of a bigger set, that many at random). GET's keys only without LIMIT: which
 /// members a window keeps is known only once sorted.
 fn sort_reads(db: &Db, args: &Args<'_>, room: usize) -> Vec<ColdRead> {
     let Ok(o) = super::sort::parse(args, is(&args[0], "sort_ro")) else {
@@ -316,29 +320,50 @@ fn sort_reads(db: &Db, args: &Args<'_>, room: usize) -> Vec<ColdRead> {
     };
     let by = o.by.filter(|_| !o.dontsort);
     let gets = o.gets.iter().copied().filter(|_| o.limit.is_none());
-    let patterns: Vec<&[u8]> = by.into_iter().chain(gets).filter(|p| *p != b"#").collect();
+    // `#` names the member itself, a pattern without `*` no key.
+    let patterns: Vec<&[u8]> = by
+        .into_iter()
+        .chain(gets)
+        .filter(|p| *p != b"#" && super::sort::pattern_key(p, b"").is_some())
+        .collect();
     if patterns.is_empty() {
         return Vec::new();
     }
     let key = &args[1];
-    let members = match db.meta(key).map(|m| m.kind) {
-        Some(KeyKind::Map { tag, .. }) if tag == TAG_SET || tag == TAG_ZSET => {
-            db.field_names(key).unwrap_or_default()
-        }
+    match db.meta(key).map(|m| m.kind) {
+        Some(KeyKind::Map { tag, .. }) if tag == TAG_SET || tag == TAG_ZSET => {}
         _ => return Vec::new(),
+    }
+    let read_of = |pattern: &[u8], member: &[u8]| {
+        let (k, field) = super::sort::pattern_key(pattern, member)?;
+        match field {
+            Some(f) => db.cold_field_read(&k, f),
+            None => db.cold_value_read(&k),
+        }
+        .ok()
+        .flatten()
     };
+    // Eight members picked at random first (without listing the set):
+    // when their keys for the first pattern are all in memory, the rest
+    // are taken to be, so a warm SORT looks up eight keys more, not every
+    // key twice.
+    let seed = crate::state::command_ns();
+    let sample = db
+        .random_fields(key, SORT_SAMPLE, true, seed)
+        .unwrap_or_default();
+    if !sample.iter().any(|m| read_of(patterns[0], m).is_some()) {
+        return Vec::new();
+    }
+    // Every member of a set of at most 1,024; else 1,024 of them, picked
+    // in O(1,024).
+    let members = db
+        .random_fields(key, SORT_MEMBERS_MAX, true, seed)
+        .unwrap_or_default();
     let mut reads = Vec::new();
     let mut bytes = 0;
     for pattern in patterns {
-        for member in members.iter().take(SORT_MEMBERS_MAX) {
-            let Some((k, field)) = super::sort::pattern_key(pattern, member) else {
-                break;
-            };
-            let read = match field {
-                Some(f) => db.cold_field_read(&k, f),
-                None => db.cold_value_read(&k),
-            };
-            if let Ok(Some(read)) = read {
+        for member in &members {
+            if let Some(read) = read_of(pattern, member) {
                 bytes += read.record_len();
                 if reads.len() == FETCH_AHEAD_MAX || bytes > room {
                     return reads;
